@@ -1,1 +1,15 @@
+//! The inference engine: a GGUF llama/qwen2 model with an explicit KV-cache [`State`],
+//! the tokenizer and chat template that come with the file, the token budget planner,
+//! and the engine thread that owns all of it and streams [`EngineEvent`]s.
+//!
+//! Nothing here imports the UI.
 
+mod error;
+pub mod protocol;
+
+pub use error::{EngineError, Result};
+pub use protocol::{Command, DoneReason, EngineEvent, ModelInfo, Stats};
+pub mod qlinear;
+mod worker;
+
+pub use worker::{Engine, EngineConfig, EngineEvents, EngineHandle, KvDtype};

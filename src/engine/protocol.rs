@@ -1,0 +1,108 @@
+//! The engine's wire protocol: commands go in over a channel, events come out as a
+//! `futures::Stream`. Everything here is plain data (Clone + Debug) so the UI can fold
+//! events into its own state without touching the engine thread.
+
+use crate::memory::{Policy, RamTier, TierReport};
+
+/// What the UI (or the CLI) asks the engine to do. Commands are handled in order;
+/// `Stop` and `MemoryWarning` also interrupt a running reply at the next token.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Append a user message to the conversation and generate a reply.
+    Send { text: String },
+    /// Stop the reply being generated (the conversation keeps what was said so far).
+    Stop,
+    /// Forget the conversation (keeps the model loaded).
+    NewConversation,
+    /// The OS (or the QA button) reports memory pressure: stop, evict, report.
+    MemoryWarning { reason: String },
+    /// Override the tier policy (QA selector); `None` goes back to the detected tier.
+    SetPolicy { tier: Option<RamTier> },
+    /// Shut the engine thread down.
+    Shutdown,
+}
+
+/// Why a reply ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DoneReason {
+    /// The model produced an end-of-turn token.
+    EndOfTurn,
+    /// `max_tokens` reached.
+    MaxTokens,
+    /// The user pressed Stop.
+    Stopped,
+    /// A memory warning interrupted the reply.
+    MemoryWarning,
+    /// The reply would not fit the token budget any more.
+    BudgetExhausted,
+}
+
+/// What the engine tells its subscribers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EngineEvent {
+    /// Model loading; `progress` in 0.0..=1.0.
+    Loading { progress: f32, message: String },
+    /// The model is loaded and the engine takes commands.
+    Ready(ModelInfo),
+    /// The memory policy in force (sent after `Ready` and after each `SetPolicy`).
+    Policy { report: TierReport, policy: Policy },
+    /// A reply started for the user message `text` (after queuing).
+    ReplyStarted { prompt: String },
+    /// A piece of the reply, UTF-8 complete.
+    Token { text: String },
+    /// Figures after each prefill and at the end of each reply.
+    Stats(Stats),
+    /// Old turns were dropped to fit the budget before a turn.
+    Trimmed { dropped_tokens: usize, kept_tokens: usize },
+    /// A memory warning evicted (part of) the KV cache.
+    Evicted { reason: String, before_tokens: usize, after_tokens: usize, freed_bytes: u64 },
+    /// Something the user should know that is not an error (e.g. a prompt was cut).
+    Notice { message: String },
+    /// The reply ended.
+    Done { reason: DoneReason },
+    /// A command failed; the engine keeps serving unless the error is a load failure.
+    Failed { error: crate::engine::EngineError },
+    /// The conversation was cleared.
+    ConversationReset,
+}
+
+/// What the loaded model is, for the settings panel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelInfo {
+    pub path: String,
+    pub file_bytes: u64,
+    pub architecture: String,
+    pub name: String,
+    /// The real dtype of the loaded matmul weights, e.g. "Q4_1" or "Q8_0 (requantized from Q4_1)".
+    pub weights_quant: String,
+    pub n_layers: usize,
+    pub n_params_hint: String,
+    pub context_length: usize,
+    pub kv_dtype: String,
+    pub kv_bytes_per_token: u64,
+    pub device: String,
+}
+
+/// Live figures: the settings panel's token bar and memory lines.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stats {
+    /// Tokens in the KV cache now.
+    pub context_tokens: usize,
+    /// The token budget in force.
+    pub budget: usize,
+    /// Bytes of the KV cache buffers now allocated.
+    pub kv_bytes: u64,
+    /// Predicted footprint: weights + KV at full budget + runtime overhead.
+    pub predicted_footprint_bytes: u64,
+    /// The tier's memory ceiling.
+    pub ceiling_bytes: u64,
+    /// Resident set size of the process now (0 when unknown).
+    pub rss_bytes: u64,
+    /// Tokens fed by the last prefill and how long it took.
+    pub prefill_tokens: usize,
+    pub prefill_ms: f64,
+    /// Time from Send to the first token of the last reply.
+    pub ttft_ms: f64,
+    pub decode_tok_s: f64,
+    pub generated_tokens: usize,
+}

@@ -1,0 +1,1 @@
+//! Fast quantized linear layers (being written).

@@ -1,0 +1,1 @@
+//! Dioxus UI (being written).
