@@ -1,0 +1,1 @@
+//! Model catalog, fetch and quantize (being written).
