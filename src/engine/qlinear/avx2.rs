@@ -1,0 +1,269 @@
+//! x86-64 kernels: AVX2 + FMA + F16C (every x86-64 CPU since Haswell / Zen 1), with an
+//! AVX-VNNI variant (`vpdpbusd`, Alder Lake / Zen 4 and later) selected at run time.
+//!
+//! Per 32-value block: the weight quants are widened to 32 bytes once per tile row,
+//! multiplied with the activation bytes (`maddubs` + `madd`, or one `dpbusd`), converted to
+//! f32 and accumulated with the product of the two block scales. The Q4_1 offset term
+//! `m * s` rides along in a 128-bit accumulator: one `mul` of the packed `(d_w, m_w)` pair
+//! with the packed `(d_a, s_a)` pair gives both the scale and the offset product.
+
+#![allow(clippy::missing_safety_doc)]
+
+use super::blocks::{drive, Acts, BlockQ4_1, BlockQ8_0, TileKernel, QK};
+use std::arch::x86_64::*;
+use std::marker::PhantomData;
+
+/// The 8 x i32 partial dot product of 32 unsigned bytes with 32 signed bytes.
+trait DotU8I8 {
+    unsafe fn dot(u: __m256i, s: __m256i) -> __m256i;
+}
+
+/// `maddubs` + `madd`: exact for |u * s| pair sums below 2^15 (Q4: 2*15*127; Q8 via the
+/// sign trick: 2*127*127).
+struct Madd;
+impl DotU8I8 for Madd {
+    #[inline(always)]
+    unsafe fn dot(u: __m256i, s: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+    }
+}
+
+/// AVX-VNNI `vpdpbusd`: one instruction, no intermediate saturation.
+struct Vnni;
+impl DotU8I8 for Vnni {
+    #[inline(always)]
+    unsafe fn dot(u: __m256i, s: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
+    }
+}
+
+#[inline(always)]
+unsafe fn hsum(x: __m256) -> f32 {
+    let r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    let r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    _mm_cvtss_f32(r)
+}
+
+/// `(d, m)` (or `(d, first byte pair)`) of a block as `[d, m, 0, 0]` in f32.
+#[inline(always)]
+unsafe fn load_f16_pair(p: *const u8) -> __m128 {
+    _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)))
+}
+
+/// `(d, s)` of an activation block as `[d, s, 0, 0]`.
+#[inline(always)]
+unsafe fn load_ds(p: *const [f32; 2]) -> __m128 {
+    _mm_castpd_ps(_mm_load_sd(p as *const f64))
+}
+
+pub(super) struct Q4_1<D>(PhantomData<D>);
+
+impl<D: DotU8I8> TileKernel for Q4_1<D> {
+    type Block = BlockQ4_1;
+
+    #[inline(always)]
+    unsafe fn tile<const R: usize, const C: usize>(
+        w: [*const BlockQ4_1; R],
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        nb: usize,
+    ) -> [[f32; C]; R] {
+        let mask = _mm256_set1_epi8(0x0F);
+        // low 128 bits keep the bytes (low nibbles: values 0..16), high 128 bits shift them
+        // right by 4 (high nibbles: values 16..32); the mask drops the bits shifted across
+        let shift = _mm256_setr_epi64x(0, 0, 4, 4);
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        let mut ms = [[_mm_setzero_ps(); C]; R];
+        for b in 0..nb {
+            let mut qx = [_mm256_setzero_si256(); R];
+            let mut dm = [_mm_setzero_ps(); R];
+            for r in 0..R {
+                let blk = w[r].add(b);
+                let raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                    (*blk).qs.as_ptr() as *const __m128i,
+                ));
+                qx[r] = _mm256_and_si256(_mm256_srlv_epi64(raw, shift), mask);
+                dm[r] = load_f16_pair(blk as *const u8);
+            }
+            for c in 0..C {
+                let qy = _mm256_loadu_si256(qs[c].add(b * QK) as *const __m256i);
+                let dsy = load_ds(ds[c].add(b));
+                for r in 0..R {
+                    let p = _mm256_cvtepi32_ps(D::dot(qx[r], qy));
+                    // [d_w * d_a, m_w * s_a, 0, 0]
+                    let prod = _mm_mul_ps(dm[r], dsy);
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), p, acc[r][c]);
+                    ms[r][c] = _mm_add_ps(ms[r][c], prod);
+                }
+            }
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                let m = _mm_cvtss_f32(_mm_movehdup_ps(ms[r][c]));
+                out[r][c] = hsum(acc[r][c]) + m;
+            }
+        }
+        out
+    }
+}
+
+pub(super) struct Q8_0<D>(PhantomData<D>);
+
+impl<D: DotU8I8> TileKernel for Q8_0<D> {
+    type Block = BlockQ8_0;
+
+    #[inline(always)]
+    unsafe fn tile<const R: usize, const C: usize>(
+        w: [*const BlockQ8_0; R],
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        nb: usize,
+    ) -> [[f32; C]; R] {
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        for b in 0..nb {
+            let mut qx = [_mm256_setzero_si256(); R];
+            let mut ax = [_mm256_setzero_si256(); R];
+            let mut dw = [_mm_setzero_ps(); R];
+            for r in 0..R {
+                let blk = w[r].add(b);
+                qx[r] = _mm256_loadu_si256((*blk).qs.as_ptr() as *const __m256i);
+                ax[r] = _mm256_sign_epi8(qx[r], qx[r]);
+                // lane 0 is d; lane 1 (the first two quants read as f16) is never used
+                dw[r] = load_f16_pair(blk as *const u8);
+            }
+            for c in 0..C {
+                let qy = _mm256_loadu_si256(qs[c].add(b * QK) as *const __m256i);
+                let dy = _mm_load_ss(ds[c].add(b) as *const f32);
+                for r in 0..R {
+                    // |x| * (y * sign(x)) == x * y
+                    let p = _mm256_cvtepi32_ps(D::dot(ax[r], _mm256_sign_epi8(qy, qx[r])));
+                    let scale = _mm256_broadcastss_ps(_mm_mul_ss(dw[r], dy));
+                    acc[r][c] = _mm256_fmadd_ps(scale, p, acc[r][c]);
+                }
+            }
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                out[r][c] = hsum(acc[r][c]);
+            }
+        }
+        out
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q4_1_rows(
+    w: *const BlockQ4_1,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q4_1<Madd>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(super) unsafe fn q4_1_rows_vnni(
+    w: *const BlockQ4_1,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q4_1<Vnni>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q8_0_rows(
+    w: *const BlockQ8_0,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q8_0<Madd>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(super) unsafe fn q8_0_rows_vnni(
+    w: *const BlockQ8_0,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q8_0<Vnni>>(w, nb, rows, acts, dst, ldd)
+}
+
+/// AVX2 twin of [`super::scalar::quantize_row`], bit-identical to it: same `amax`, same
+/// `d` and `1 / d` computed in scalar f32, products `x * id` rounded half away from zero.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn quantize_row(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], with_sum: bool) {
+    debug_assert_eq!(x.len(), qs.len());
+    debug_assert_eq!(x.len(), ds.len() * QK);
+    let sign = _mm256_set1_ps(-0.0);
+    let half = _mm256_set1_ps(0.5);
+    let one = _mm256_set1_ps(1.0);
+    let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (b, ds) in ds.iter_mut().enumerate() {
+        let xp = x.as_ptr().add(b * QK);
+        let v = [
+            _mm256_loadu_ps(xp),
+            _mm256_loadu_ps(xp.add(8)),
+            _mm256_loadu_ps(xp.add(16)),
+            _mm256_loadu_ps(xp.add(24)),
+        ];
+        let a01 = _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1]));
+        let a23 = _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3]));
+        let a = _mm256_max_ps(a01, a23);
+        let a = _mm_max_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
+        let a = _mm_max_ps(a, _mm_movehl_ps(a, a));
+        let a = _mm_max_ss(a, _mm_movehdup_ps(a));
+        let amax = _mm_cvtss_f32(a);
+
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let idv = _mm256_set1_ps(id);
+        let mut qi = [_mm256_setzero_si256(); 4];
+        for j in 0..4 {
+            let p = _mm256_mul_ps(v[j], idv);
+            // round half away from zero: trunc, then step away when |frac| >= 0.5
+            let t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            let frac = _mm256_andnot_ps(sign, _mm256_sub_ps(p, t));
+            let step = _mm256_or_ps(_mm256_and_ps(p, sign), one);
+            let r = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(frac, half, _CMP_GE_OQ), step));
+            qi[j] = _mm256_cvttps_epi32(r);
+        }
+        let sum = if with_sum {
+            let s = _mm256_add_epi32(
+                _mm256_add_epi32(qi[0], qi[1]),
+                _mm256_add_epi32(qi[2], qi[3]),
+            );
+            let s = _mm_add_epi32(_mm256_extracti128_si256(s, 1), _mm256_castsi256_si128(s));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+            _mm_cvtsi128_si32(s)
+        } else {
+            0
+        };
+        let p01 = _mm256_packs_epi32(qi[0], qi[1]);
+        let p23 = _mm256_packs_epi32(qi[2], qi[3]);
+        let p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), perm);
+        _mm256_storeu_si256(qs.as_mut_ptr().add(b * QK) as *mut __m256i, p);
+
+        let dh = half::f16::from_f32(d);
+        let s = if with_sum {
+            (half::f16::from_f32(sum as f32) * dh).to_f32()
+        } else {
+            0.0
+        };
+        *ds = [dh.to_f32(), s];
+    }
+}

@@ -1,0 +1,161 @@
+//! GGML block layouts (byte-compatible with candle's / llama.cpp's) and the quantized
+//! activation rows the kernels consume.
+//!
+//! This file and the per-architecture kernel files depend only on `core` and `half`, so the
+//! NEON kernels can be type-checked for Apple targets in a tiny standalone crate.
+
+use half::f16;
+
+/// Values per quantization block (Q4_1, Q8_0, Q8_1).
+pub const QK: usize = 32;
+
+/// `block_q4_1`: `w = d * q + m`, `q` in 0..=15; low nibbles hold values 0..16, high 16..32.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct BlockQ4_1 {
+    pub d: f16,
+    pub m: f16,
+    pub qs: [u8; QK / 2],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ4_1>() == 20);
+
+/// `block_q8_0`: `w = d * q`, `q` in -127..=127.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct BlockQ8_0 {
+    pub d: f16,
+    pub qs: [i8; QK],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
+
+/// `m` activation rows of `k = nb * 32` values, quantized once per forward:
+///
+/// ```text
+/// qs: [m][k]  i8     row-major, block b of row i at i * k + 32 * b
+/// ds: [m][nb] [f32; 2] = (d, s): the block scale and, for Q8_1, s = d * sum(q)
+///                      (both rounded through f16 exactly as ggml stores them)
+/// ```
+///
+/// Unlike ggml's `block_q8_1` the scales live apart from the quants, already widened to
+/// f32, so a kernel loads `(d, s)` with one 64-bit load and the quants 32-byte aligned.
+#[derive(Clone, Copy)]
+pub struct Acts<'a> {
+    pub qs: &'a [i8],
+    pub ds: &'a [[f32; 2]],
+    pub m: usize,
+    pub nb: usize,
+}
+
+impl Acts<'_> {
+    #[inline(always)]
+    pub fn row_qs(&self, i: usize) -> *const i8 {
+        debug_assert!(i < self.m);
+        unsafe { self.qs.as_ptr().add(i * self.nb * QK) }
+    }
+    #[inline(always)]
+    pub fn row_ds(&self, i: usize) -> *const [f32; 2] {
+        debug_assert!(i < self.m);
+        unsafe { self.ds.as_ptr().add(i * self.nb) }
+    }
+}
+
+/// A tile kernel: `R` weight rows against `C` activation rows, all `nb` blocks.
+/// Returns the `R x C` dot products.
+pub trait TileKernel {
+    type Block;
+    /// # Safety
+    /// Every `w[r]` points at `nb` blocks, every `qs[c]` at `32 * nb` quants and every
+    /// `ds[c]` at `nb` scale pairs; the CPU supports the kernel's instruction set.
+    unsafe fn tile<const R: usize, const C: usize>(
+        w: [*const Self::Block; R],
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        nb: usize,
+    ) -> [[f32; C]; R];
+}
+
+/// Weight rows per tile for single-row (decode) matmuls: these rows share each activation load.
+pub const DECODE_ROWS: usize = 4;
+/// Activation rows per tile for prefill: these share each unpacked weight block.
+pub const PREFILL_COLS: usize = 4;
+
+/// Runs weight rows `rows` against all activation rows, writing `dst[i * ldd + r]`.
+///
+/// Decode (`m == 1`) walks the rows four at a time so that one activation load serves four
+/// weight rows; prefill keeps a tile of four activation rows hot in L1 and walks the rows of
+/// this unit in pairs, so each weight block is unpacked once per four activation rows.
+///
+/// # Safety
+/// `w` points at `rows.end * nb` blocks; `dst` is valid for writes at every
+/// `i * ldd + r` (`i < acts.m`, `r` in `rows`) and no other thread writes those elements;
+/// the CPU supports `K`'s instruction set.
+#[inline(always)]
+pub unsafe fn drive<K: TileKernel>(
+    w: *const K::Block,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    let wrow = |r: usize| w.add(r * nb);
+    let m = acts.m;
+    if m == 1 {
+        let (q, d) = (acts.row_qs(0), acts.row_ds(0));
+        let mut r = rows.start;
+        while r + DECODE_ROWS <= rows.end {
+            let out = K::tile::<DECODE_ROWS, 1>(
+                [wrow(r), wrow(r + 1), wrow(r + 2), wrow(r + 3)],
+                [q],
+                [d],
+                nb,
+            );
+            for (j, o) in out.iter().enumerate() {
+                *dst.add(r + j) = o[0];
+            }
+            r += DECODE_ROWS;
+        }
+        while r < rows.end {
+            *dst.add(r) = K::tile::<1, 1>([wrow(r)], [q], [d], nb)[0][0];
+            r += 1;
+        }
+        return;
+    }
+
+    macro_rules! cols {
+        ($c:literal, $i0:expr) => {{
+            let i0 = $i0;
+            let qs: [*const i8; $c] = std::array::from_fn(|c| acts.row_qs(i0 + c));
+            let ds: [*const [f32; 2]; $c] = std::array::from_fn(|c| acts.row_ds(i0 + c));
+            let mut r = rows.start;
+            while r + 2 <= rows.end {
+                let out = K::tile::<2, $c>([wrow(r), wrow(r + 1)], qs, ds, nb);
+                for (j, o) in out.iter().enumerate() {
+                    for (c, v) in o.iter().enumerate() {
+                        *dst.add((i0 + c) * ldd + r + j) = *v;
+                    }
+                }
+                r += 2;
+            }
+            if r < rows.end {
+                let out = K::tile::<1, $c>([wrow(r)], qs, ds, nb);
+                for (c, v) in out[0].iter().enumerate() {
+                    *dst.add((i0 + c) * ldd + r) = *v;
+                }
+            }
+        }};
+    }
+
+    let mut i0 = 0;
+    while i0 + PREFILL_COLS <= m {
+        cols!(4, i0);
+        i0 += PREFILL_COLS;
+    }
+    match m - i0 {
+        0 => {}
+        1 => cols!(1, i0),
+        2 => cols!(2, i0),
+        3 => cols!(3, i0),
+        _ => unreachable!(),
+    }
+}

@@ -1,0 +1,235 @@
+//! aarch64 kernels (Apple A-series / M-series): NEON with the `sdot` dot-product
+//! instruction when the CPU has it (A11+/M1+; detected at run time, because the
+//! `aarch64-apple-ios` target does not enable it by default), plain NEON widening
+//! multiplies otherwise. `vdotq_s32` is still unstable in Rust, so `sdot` is emitted
+//! with inline assembly, as candle does.
+//!
+//! Per 32-value block the dot product is split into two 16-lane halves (low and high
+//! nibbles for Q4_1), giving four i32 partial sums that are scaled and accumulated in f32.
+
+#![allow(clippy::missing_safety_doc)]
+
+use super::blocks::{drive, Acts, BlockQ4_1, BlockQ8_0, TileKernel, QK};
+use std::arch::aarch64::*;
+use std::marker::PhantomData;
+
+/// Four i32 partial sums of `a . b` over 32 signed bytes given as two 16-byte halves.
+trait DotI8 {
+    unsafe fn dot(a0: int8x16_t, b0: int8x16_t, a1: int8x16_t, b1: int8x16_t) -> int32x4_t;
+}
+
+/// `sdot` (ARMv8.2 dot product).
+struct Sdot;
+impl DotI8 for Sdot {
+    #[inline(always)]
+    unsafe fn dot(a0: int8x16_t, b0: int8x16_t, a1: int8x16_t, b1: int8x16_t) -> int32x4_t {
+        let mut acc = vdupq_n_s32(0);
+        std::arch::asm!(
+            "sdot {acc:v}.4s, {a0:v}.16b, {b0:v}.16b",
+            "sdot {acc:v}.4s, {a1:v}.16b, {b1:v}.16b",
+            acc = inout(vreg) acc,
+            a0 = in(vreg) a0,
+            b0 = in(vreg) b0,
+            a1 = in(vreg) a1,
+            b1 = in(vreg) b1,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+        acc
+    }
+}
+
+/// Baseline NEON: widening multiplies and pairwise adds (|products| < 2^15, exact).
+struct Mull;
+impl DotI8 for Mull {
+    #[inline(always)]
+    unsafe fn dot(a0: int8x16_t, b0: int8x16_t, a1: int8x16_t, b1: int8x16_t) -> int32x4_t {
+        let p0 = vmull_s8(vget_low_s8(a0), vget_low_s8(b0));
+        let p1 = vmull_high_s8(a0, b0);
+        let p2 = vmull_s8(vget_low_s8(a1), vget_low_s8(b1));
+        let p3 = vmull_high_s8(a1, b1);
+        let s = vpaddlq_s16(p0);
+        let s = vpadalq_s16(s, p1);
+        let s = vpadalq_s16(s, p2);
+        vpadalq_s16(s, p3)
+    }
+}
+
+pub(super) struct Q4_1<D>(PhantomData<D>);
+
+impl<D: DotI8> TileKernel for Q4_1<D> {
+    type Block = BlockQ4_1;
+
+    #[inline(always)]
+    unsafe fn tile<const R: usize, const C: usize>(
+        w: [*const BlockQ4_1; R],
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        nb: usize,
+    ) -> [[f32; C]; R] {
+        let mask = vdupq_n_u8(0x0F);
+        let mut acc = [[vdupq_n_f32(0.0); C]; R];
+        let mut ms = [[0f32; C]; R];
+        for b in 0..nb {
+            let mut lo = [vdupq_n_s8(0); R];
+            let mut hi = [vdupq_n_s8(0); R];
+            let mut dw = [0f32; R];
+            let mut mw = [0f32; R];
+            for r in 0..R {
+                let blk = &*w[r].add(b);
+                let raw = vld1q_u8(blk.qs.as_ptr());
+                lo[r] = vreinterpretq_s8_u8(vandq_u8(raw, mask));
+                hi[r] = vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw));
+                dw[r] = blk.d.to_f32();
+                mw[r] = blk.m.to_f32();
+            }
+            for c in 0..C {
+                let y0 = vld1q_s8(qs[c].add(b * QK));
+                let y1 = vld1q_s8(qs[c].add(b * QK + QK / 2));
+                let [dy, sy] = *ds[c].add(b);
+                for r in 0..R {
+                    let p = vcvtq_f32_s32(D::dot(lo[r], y0, hi[r], y1));
+                    acc[r][c] = vfmaq_n_f32(acc[r][c], p, dw[r] * dy);
+                    ms[r][c] += mw[r] * sy;
+                }
+            }
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                out[r][c] = vaddvq_f32(acc[r][c]) + ms[r][c];
+            }
+        }
+        out
+    }
+}
+
+pub(super) struct Q8_0<D>(PhantomData<D>);
+
+impl<D: DotI8> TileKernel for Q8_0<D> {
+    type Block = BlockQ8_0;
+
+    #[inline(always)]
+    unsafe fn tile<const R: usize, const C: usize>(
+        w: [*const BlockQ8_0; R],
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        nb: usize,
+    ) -> [[f32; C]; R] {
+        let mut acc = [[vdupq_n_f32(0.0); C]; R];
+        for b in 0..nb {
+            let mut x0 = [vdupq_n_s8(0); R];
+            let mut x1 = [vdupq_n_s8(0); R];
+            let mut dw = [0f32; R];
+            for r in 0..R {
+                let blk = &*w[r].add(b);
+                x0[r] = vld1q_s8(blk.qs.as_ptr());
+                x1[r] = vld1q_s8(blk.qs.as_ptr().add(QK / 2));
+                dw[r] = blk.d.to_f32();
+            }
+            for c in 0..C {
+                let y0 = vld1q_s8(qs[c].add(b * QK));
+                let y1 = vld1q_s8(qs[c].add(b * QK + QK / 2));
+                let dy = (*ds[c].add(b))[0];
+                for r in 0..R {
+                    let p = vcvtq_f32_s32(D::dot(x0[r], y0, x1[r], y1));
+                    acc[r][c] = vfmaq_n_f32(acc[r][c], p, dw[r] * dy);
+                }
+            }
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                out[r][c] = vaddvq_f32(acc[r][c]);
+            }
+        }
+        out
+    }
+}
+
+#[target_feature(enable = "neon,dotprod")]
+pub(super) unsafe fn q4_1_rows_dot(
+    w: *const BlockQ4_1,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q4_1<Sdot>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn q4_1_rows(
+    w: *const BlockQ4_1,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q4_1<Mull>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "neon,dotprod")]
+pub(super) unsafe fn q8_0_rows_dot(
+    w: *const BlockQ8_0,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q8_0<Sdot>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn q8_0_rows(
+    w: *const BlockQ8_0,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q8_0<Mull>>(w, nb, rows, acts, dst, ldd)
+}
+
+/// NEON twin of [`super::scalar::quantize_row`], bit-identical to it (`vrndaq_f32` rounds
+/// half away from zero, as `f32::round` does).
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn quantize_row(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], with_sum: bool) {
+    debug_assert_eq!(x.len(), qs.len());
+    debug_assert_eq!(x.len(), ds.len() * QK);
+    for (b, ds) in ds.iter_mut().enumerate() {
+        let xp = x.as_ptr().add(b * QK);
+        let v: [float32x4_t; 8] = std::array::from_fn(|j| vld1q_f32(xp.add(4 * j)));
+        let mut a = vabsq_f32(v[0]);
+        for vj in &v[1..] {
+            a = vmaxq_f32(a, vabsq_f32(*vj));
+        }
+        let amax = vmaxvq_f32(a);
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let q: [int32x4_t; 8] =
+            std::array::from_fn(|j| vcvtq_s32_f32(vrndaq_f32(vmulq_n_f32(v[j], id))));
+        let sum = if with_sum {
+            let s = q.iter().fold(vdupq_n_s32(0), |s, qj| vaddq_s32(s, *qj));
+            vaddvq_s32(s)
+        } else {
+            0
+        };
+        let h: [int16x8_t; 4] =
+            std::array::from_fn(|j| vcombine_s16(vmovn_s32(q[2 * j]), vmovn_s32(q[2 * j + 1])));
+        let qp = qs.as_mut_ptr().add(b * QK);
+        vst1q_s8(qp, vcombine_s8(vmovn_s16(h[0]), vmovn_s16(h[1])));
+        vst1q_s8(qp.add(16), vcombine_s8(vmovn_s16(h[2]), vmovn_s16(h[3])));
+
+        let dh = half::f16::from_f32(d);
+        let s = if with_sum {
+            (half::f16::from_f32(sum as f32) * dh).to_f32()
+        } else {
+            0.0
+        };
+        *ds = [dh.to_f32(), s];
+    }
+}

@@ -1,0 +1,363 @@
+//! Our kernels against candle's `QMatMul` (the reference), the scalar path against the SIMD
+//! paths, and the activation quantization against candle's bit for bit.
+
+use super::*;
+use candle_core::quantized::k_quants::{self, GgmlType};
+use candle_core::{Device, IndexOp};
+
+/// Deterministic xorshift generator; `normal()` is a cheap bell curve (sum of uniforms).
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+    fn normal(&mut self) -> f32 {
+        (0..4).map(|_| self.uniform()).sum::<f32>() * 0.866
+    }
+    fn vec(&mut self, len: usize, scale: f32) -> Vec<f32> {
+        (0..len).map(|_| self.normal() * scale).collect()
+    }
+}
+
+fn tensor(v: Vec<f32>, shape: &[usize]) -> Tensor {
+    Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+}
+
+fn random_weight(rng: &mut Rng, n: usize, k: usize, dtype: GgmlDType) -> Arc<QTensor> {
+    let w = tensor(rng.vec(n * k, 0.05), &[n, k]);
+    Arc::new(QTensor::quantize(&w, dtype).unwrap())
+}
+
+/// Activations with the spread of a real residual stream: most values small, a few
+/// channels large, one row all zeros when there are enough rows.
+fn random_acts(rng: &mut Rng, m: usize, k: usize) -> Vec<f32> {
+    let mut x = rng.vec(m * k, 1.0);
+    for i in 0..m {
+        x[i * k + (i * 7) % k] *= 20.0;
+    }
+    if m > 2 {
+        x[k..2 * k].fill(0.0);
+    }
+    x
+}
+
+/// max |a - b| / max |b|.
+fn rel_err(ours: &Tensor, reference: &Tensor) -> f32 {
+    assert_eq!(ours.dims(), reference.dims());
+    let a = ours.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let b = reference.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
+    let diff = a
+        .iter()
+        .zip(&b)
+        .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    diff / scale
+}
+
+fn candle_forward(w: &Arc<QTensor>, x: &Tensor) -> Tensor {
+    QMatMul::from_arc(w.clone()).unwrap().forward(x).unwrap()
+}
+
+/// Our forward with a given instruction set (bypassing detection).
+fn forward_with(lin: &QLinear, isa: Isa, x: &Tensor) -> Tensor {
+    let Backend::Ours { kind, .. } = lin.backend else {
+        panic!("not our kernel")
+    };
+    let (m, k) = x.dims2().unwrap();
+    let xs = x.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let mut dst = vec![0f32; m * lin.out_features()];
+    lin.matmul_f32(kind, isa, &xs, m, &mut dst).unwrap();
+    assert_eq!(k, lin.in_features());
+    tensor(dst, &[m, lin.out_features()])
+}
+
+const SHAPES: [(usize, usize); 3] = [(576, 576), (1536, 576), (576, 1536)];
+const ROWS: [usize; 4] = [1, 3, 17, 130];
+
+#[test]
+fn detects_an_instruction_set() {
+    let isa = Isa::detect();
+    eprintln!("qlinear kernels: {isa:?} (all: {:?})", Isa::all_supported());
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        assert_ne!(isa, Isa::Scalar);
+    }
+}
+
+/// Rows whose products `x / d` land exactly on .5 (ties round away from zero), zeros,
+/// huge and tiny values.
+fn quantization_rows(rng: &mut Rng) -> Vec<Vec<f32>> {
+    let mut rows = vec![];
+    for trial in 0..300 {
+        let mut x = rng.vec(96, if trial % 3 == 0 { 300.0 } else { 1.0 });
+        if trial % 4 == 0 {
+            // amax = 127 gives d = 1 and id = 1, so halves are exact ties
+            x[0] = 127.0;
+            for v in &mut x[1..32] {
+                *v = ((rng.next_u64() % 255) as f32 - 127.0) / 2.0;
+            }
+        }
+        if trial % 5 == 0 {
+            x[32..64].fill(0.0);
+        }
+        if trial % 7 == 0 {
+            x[64..].iter_mut().for_each(|v| *v *= 1e-30);
+        }
+        rows.push(x);
+    }
+    rows
+}
+
+fn our_quantize(isa: Isa, x: &[f32], with_sum: bool) -> (Vec<i8>, Vec<[f32; 2]>) {
+    let mut qs = vec![0i8; x.len()];
+    let mut ds = vec![[0f32; 2]; x.len() / QK];
+    isa.quantize_row(x, &mut qs, &mut ds, with_sum);
+    (qs, ds)
+}
+
+#[test]
+fn q8_1_quantization_is_candles_bit_for_bit() {
+    let mut rng = Rng(0x5eed_0001);
+    for x in quantization_rows(&mut rng) {
+        let mut theirs = vec![k_quants::BlockQ8_1::zeros(); x.len() / QK];
+        k_quants::BlockQ8_1::from_float(&x, &mut theirs);
+        // BlockQ8_1 is #[repr(C)] { d: f16, s: f16, qs: [i8; 32] } (36 bytes)
+        let bytes = unsafe {
+            std::slice::from_raw_parts(theirs.as_ptr() as *const u8, theirs.len() * 36)
+        };
+        for isa in Isa::all_supported() {
+            let (qs, ds) = our_quantize(isa, &x, true);
+            for (b, blk) in bytes.chunks_exact(36).enumerate() {
+                let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                let s = half::f16::from_le_bytes([blk[2], blk[3]]).to_f32();
+                let q: Vec<i8> = blk[4..].iter().map(|&v| v as i8).collect();
+                assert_eq!(ds[b][0].to_bits(), d.to_bits(), "{isa:?} d of block {b}");
+                assert_eq!(ds[b][1].to_bits(), s.to_bits(), "{isa:?} s of block {b}");
+                assert_eq!(&qs[b * QK..(b + 1) * QK], &q[..], "{isa:?} qs of block {b}");
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_0_quantization_matches_candle() {
+    let mut rng = Rng(0x5eed_0002);
+    for x in quantization_rows(&mut rng) {
+        let mut theirs = vec![k_quants::BlockQ8_0::zeros(); x.len() / QK];
+        k_quants::BlockQ8_0::from_float(&x, &mut theirs);
+        let bytes = unsafe {
+            std::slice::from_raw_parts(theirs.as_ptr() as *const u8, theirs.len() * 34)
+        };
+        for isa in Isa::all_supported() {
+            let (qs, ds) = our_quantize(isa, &x, false);
+            for (b, blk) in bytes.chunks_exact(34).enumerate() {
+                let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                assert_eq!(ds[b][0].to_bits(), d.to_bits(), "{isa:?} d of block {b}");
+                for (j, (&ours, &theirs)) in qs[b * QK..].iter().zip(&blk[2..]).enumerate() {
+                    // candle's aarch64 Q8_0 quantizer is its own NEON code; allow it to
+                    // settle exact ties the other way
+                    let tol = if cfg!(target_arch = "x86_64") { 0 } else { 1 };
+                    assert!(
+                        (ours as i32 - theirs as i8 as i32).abs() <= tol,
+                        "{isa:?} q[{j}] of block {b}: {ours} vs {}",
+                        theirs as i8
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn q4_1_matches_candle() {
+    let mut rng = Rng(0x5eed_0003);
+    for (n, k) in SHAPES {
+        let w = random_weight(&mut rng, n, k, GgmlDType::Q4_1);
+        let lin = QLinear::with_backend(w.clone(), QLinearBackend::Auto).unwrap();
+        assert!(lin.uses_own_kernel());
+        assert_eq!((lin.out_features(), lin.in_features()), (n, k));
+        assert_eq!(lin.dtype(), GgmlDType::Q4_1);
+        for m in ROWS {
+            let x = tensor(random_acts(&mut rng, m, k), &[m, k]);
+            let reference = candle_forward(&w, &x);
+            let ours = lin.forward(&x).unwrap();
+            let err = rel_err(&ours, &reference);
+            assert!(err <= 1e-5, "Q4_1 n={n} k={k} m={m}: rel err {err:e}");
+            // the scalar path is candle's arithmetic term for term
+            let scalar = forward_with(&lin, Isa::Scalar, &x);
+            let err_scalar = rel_err(&scalar, &reference);
+            assert!(err_scalar <= 1e-6, "scalar n={n} k={k} m={m}: {err_scalar:e}");
+            eprintln!("Q4_1 {n}x{k} m={m}: simd {err:.1e}, scalar {err_scalar:.1e}");
+        }
+    }
+}
+
+#[test]
+fn every_instruction_set_agrees_with_scalar() {
+    let mut rng = Rng(0x5eed_0004);
+    for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
+        for (n, k) in [(576, 576), (37, 96), (6, 64)] {
+            let w = random_weight(&mut rng, n, k, dtype);
+            let lin = QLinear::with_backend(w, QLinearBackend::Auto).unwrap();
+            for m in [1, 2, 3, 4, 5, 9, 130] {
+                let x = tensor(random_acts(&mut rng, m, k), &[m, k]);
+                let scalar = forward_with(&lin, Isa::Scalar, &x);
+                for isa in Isa::all_supported() {
+                    let err = rel_err(&forward_with(&lin, isa, &x), &scalar);
+                    assert!(err <= 1e-5, "{dtype:?} {isa:?} n={n} k={k} m={m}: {err:e}");
+                }
+            }
+        }
+    }
+}
+
+/// Q8_0 against the ggml reference (candle's Q8_0 activation quantization and scalar dot):
+/// candle's own forward takes other routes on some CPUs (an AVX512-VNNI repacked kernel
+/// with Q8_K activations when k is a multiple of 256), so it is compared where it does not.
+#[test]
+fn q8_0_matches_reference() {
+    let mut rng = Rng(0x5eed_0005);
+    for (n, k) in SHAPES {
+        let w = random_weight(&mut rng, n, k, GgmlDType::Q8_0);
+        let lin = QLinear::with_backend(w.clone(), QLinearBackend::Auto).unwrap();
+        assert!(lin.uses_own_kernel());
+        let data = w.data().unwrap();
+        let blocks = unsafe {
+            std::slice::from_raw_parts(data.as_ptr() as *const k_quants::BlockQ8_0, n * k / QK)
+        };
+        for m in ROWS {
+            let xs = random_acts(&mut rng, m, k);
+            let mut reference = vec![0f32; m * n];
+            for i in 0..m {
+                let mut a = vec![k_quants::BlockQ8_0::zeros(); k / QK];
+                k_quants::BlockQ8_0::from_float(&xs[i * k..(i + 1) * k], &mut a);
+                for r in 0..n {
+                    let row = &blocks[r * k / QK..(r + 1) * k / QK];
+                    reference[i * n + r] = k_quants::BlockQ8_0::vec_dot_unopt(k, row, &a);
+                }
+            }
+            let x = tensor(xs, &[m, k]);
+            let reference = tensor(reference, &[m, n]);
+            let ours = lin.forward(&x).unwrap();
+            let err = rel_err(&ours, &reference);
+            assert!(err <= 1e-5, "Q8_0 n={n} k={k} m={m}: rel err {err:e}");
+            if k % 256 != 0 {
+                let err = rel_err(&ours, &candle_forward(&w, &x));
+                assert!(err <= 1e-5, "Q8_0 vs candle n={n} k={k} m={m}: {err:e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn real_gguf_tensors_match_candle() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    );
+    let Ok(mut file) = std::fs::File::open(path) else {
+        eprintln!("skipping real_gguf_tensors_match_candle: {path} is absent");
+        return;
+    };
+    let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
+    let mut rng = Rng(0x5eed_0006);
+    for (name, rows) in [
+        ("blk.0.ffn_up.weight", &[1usize, 3, 17, 130][..]),
+        ("blk.0.ffn_down.weight", &[1, 17][..]),
+        ("blk.0.attn_k.weight", &[1, 5][..]),
+        ("token_embd.weight", &[1, 2][..]),
+    ] {
+        let w = Arc::new(content.tensor(&mut file, name, &Device::Cpu).unwrap());
+        let lin = QLinear::with_backend(w.clone(), QLinearBackend::Auto).unwrap();
+        assert!(lin.uses_own_kernel(), "{name} is {:?}", w.dtype());
+        let k = lin.in_features();
+        for &m in rows {
+            let x = tensor(random_acts(&mut rng, m, k), &[m, k]);
+            let err = rel_err(&lin.forward(&x).unwrap(), &candle_forward(&w, &x));
+            eprintln!("{name} {:?} {:?} m={m}: rel err {err:.1e}", w.dtype(), w.shape());
+            assert!(err <= 1e-5, "{name} m={m}: rel err {err:e}");
+        }
+    }
+}
+
+#[test]
+fn shapes_dtypes_and_layouts() {
+    let mut rng = Rng(0x5eed_0007);
+    // (candle's Q4_1 dot wants an even number of blocks per row)
+    let w = random_weight(&mut rng, 64, 128, GgmlDType::Q4_1);
+    let lin = QLinear::from_qtensor(w.clone()).unwrap();
+    // (batch, seq, k) in, (batch, seq, n) out
+    let x = tensor(rng.vec(2 * 5 * 128, 1.0), &[2, 5, 128]);
+    let y = lin.forward(&x).unwrap();
+    assert_eq!(y.dims(), &[2, 5, 64]);
+    let flat = lin.forward(&x.reshape((10, 128)).unwrap()).unwrap();
+    assert_eq!(rel_err(&y.reshape((10, 64)).unwrap(), &flat), 0.0);
+    assert!(rel_err(&y, &candle_forward(&w, &x)) <= 1e-5);
+    // a single vector
+    let v = lin.forward(&x.i((0, 0)).unwrap().unsqueeze(0).unwrap()).unwrap();
+    assert_eq!(v.dims(), &[1, 64]);
+    // non-contiguous input
+    let xt = tensor(rng.vec(128 * 3, 1.0), &[128, 3]).t().unwrap();
+    assert!(!xt.is_contiguous());
+    let err = rel_err(&lin.forward(&xt).unwrap(), &candle_forward(&w, &xt.contiguous().unwrap()));
+    assert!(err <= 1e-5);
+    // f16 / bf16 input: computed in f32, returned in the input dtype
+    for dt in [DType::F16, DType::BF16] {
+        let xh = x.to_dtype(dt).unwrap();
+        let y = lin.forward(&xh).unwrap();
+        assert_eq!(y.dtype(), dt);
+        let reference = candle_forward(&w, &xh.to_dtype(DType::F32).unwrap());
+        assert!(rel_err(&y.to_dtype(DType::F32).unwrap(), &reference) <= 1e-2);
+    }
+    // wrong width is an error, not a panic
+    assert!(lin.forward(&tensor(vec![0.0; 96], &[1, 96])).is_err());
+}
+
+#[test]
+fn other_formats_and_the_candle_switch_use_candle() {
+    let mut rng = Rng(0x5eed_0008);
+    let x = tensor(rng.vec(3 * 256, 1.0), &[3, 256]);
+    for dtype in [GgmlDType::Q4_0, GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::F32] {
+        let w = random_weight(&mut rng, 32, 256, dtype);
+        let lin = QLinear::from_qtensor(w.clone()).unwrap();
+        assert!(!lin.uses_own_kernel(), "{dtype:?}");
+        assert_eq!(lin.dtype(), dtype);
+        let y = lin.forward(&x).unwrap();
+        assert_eq!(rel_err(&y, &candle_forward(&w, &x)), 0.0, "{dtype:?}");
+    }
+    let w = random_weight(&mut rng, 32, 256, GgmlDType::Q4_1);
+    let lin = QLinear::with_backend(w.clone(), QLinearBackend::Candle).unwrap();
+    assert!(!lin.uses_own_kernel());
+    assert_eq!(rel_err(&lin.forward(&x).unwrap(), &candle_forward(&w, &x)), 0.0);
+    let lin = QLinear::with_backend(w, QLinearBackend::Scalar).unwrap();
+    assert!(lin.uses_own_kernel());
+    assert!(format!("{lin:?}").contains("Scalar"));
+}
+
+#[test]
+fn concurrent_callers_get_their_own_results() {
+    let mut rng = Rng(0x5eed_0009);
+    let w = random_weight(&mut rng, 1536, 576, GgmlDType::Q4_1);
+    let lin = Arc::new(QLinear::from_qtensor(w.clone()).unwrap());
+    let inputs: Vec<Tensor> = (0..4)
+        .map(|i| tensor(random_acts(&mut rng, 1 + i * 5, 576), &[1 + i * 5, 576]))
+        .collect();
+    let expected: Vec<Tensor> = inputs.iter().map(|x| lin.forward(x).unwrap()).collect();
+    std::thread::scope(|s| {
+        for (x, want) in inputs.iter().zip(&expected) {
+            let lin = lin.clone();
+            s.spawn(move || {
+                for _ in 0..20 {
+                    assert_eq!(rel_err(&lin.forward(x).unwrap(), want), 0.0);
+                }
+            });
+        }
+    });
+}

@@ -1,0 +1,271 @@
+//! A conversation bound to one [`State`]: the messages, the text whose tokens the cache
+//! holds, and where each turn starts, so each turn feeds only its new tokens and the
+//! budget can drop whole turns.
+//!
+//! ```text
+//!  cached text: [ system prompt ][ user 1 … assistant 1 ][ user 2 … assistant 2 ]
+//!  state:       [ pinned tokens ][ turn 1               ][ turn 2               ]
+//!                                ^ anchor (token, byte, message index)
+//! ```
+//!
+//! A turn starts at its user header (e.g. `<|im_start|>user\n`), which begins with a special
+//! token, so tokenizing the text piecewise at anchors gives the same ids as in one go.
+
+use super::budget::{self, Plan};
+use super::model::Model;
+use super::state::State;
+use super::template::{ChatTemplate, Message, Role};
+use super::tokenizer::TextTokenizer;
+use super::{EngineError, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Anchor {
+    token: usize,
+    text: usize,
+    message: usize,
+}
+
+/// How the cache is cut when turns are dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TrimMode {
+    /// Move the kept K/V down and re-rotate keys (no re-prefill).
+    #[default]
+    Shift,
+    /// Reset and re-prefill the kept tokens (the simple, exact floor).
+    Reprefill,
+}
+
+/// What preparing a turn did before the prompt was fed.
+#[derive(Debug, Clone, Default)]
+pub struct Prepared {
+    /// Tokens fed by the prefill of this turn.
+    pub fed_tokens: usize,
+    /// Turns and tokens dropped to fit the budget.
+    pub dropped_turns: usize,
+    pub dropped_tokens: usize,
+    /// Set when the prompt itself had to be cut (tokens kept of the user text).
+    pub prompt_cut_to: Option<usize>,
+    /// Logits after the prompt.
+    pub logits: Option<candle_core::Tensor>,
+}
+
+pub struct Session {
+    pub state: State,
+    template: ChatTemplate,
+    user_header: String,
+    messages: Vec<Message>,
+    cached_text: String,
+    pinned_tokens: usize,
+    turns: Vec<Anchor>,
+    pub trim_mode: TrimMode,
+}
+
+impl Session {
+    pub fn new(state: State, template: ChatTemplate) -> Result<Session> {
+        let user_header = template.user_header()?;
+        Ok(Session {
+            state,
+            template,
+            user_header,
+            messages: Vec::new(),
+            cached_text: String::new(),
+            pinned_tokens: 0,
+            turns: Vec::new(),
+            trim_mode: TrimMode::default(),
+        })
+    }
+
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// Tokens of the pinned system prompt.
+    pub fn pinned_tokens(&self) -> usize {
+        self.pinned_tokens
+    }
+
+    /// Token length of each cached turn, oldest first.
+    pub fn turn_lengths(&self) -> Vec<usize> {
+        let ends = self.turns.iter().skip(1).map(|a| a.token).chain(std::iter::once(self.state.len()));
+        self.turns.iter().zip(ends).map(|(a, end)| end - a.token).collect()
+    }
+
+    /// Forgets the conversation; the K/V buffers stay allocated.
+    pub fn clear(&mut self) {
+        self.state.reset();
+        self.messages.clear();
+        self.cached_text.clear();
+        self.pinned_tokens = 0;
+        self.turns.clear();
+    }
+
+    /// Adds the user's message and prefills its tokens, dropping old turns first when the
+    /// budget requires it. `reserve` tokens are kept free for the reply.
+    pub fn prepare_turn(&mut self, model: &Model, tok: &TextTokenizer, user_text: &str, reserve: usize) -> Result<Prepared> {
+        if user_text.trim().is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        let mut prepared = Prepared::default();
+        let mut user_text = user_text.to_string();
+        let budget = self.state.max_tokens();
+        for _attempt in 0..3 {
+            let (pieces, from_scratch) = self.pieces_for(tok, &user_text)?;
+            let new_tokens: usize = pieces.iter().map(|(_, ids)| ids.len()).sum();
+            let (pinned, turns) = if from_scratch {
+                (pieces.first().map(|(_, ids)| ids.len()).unwrap_or(0), Vec::new())
+            } else {
+                (self.pinned_tokens, self.turn_lengths())
+            };
+            match budget::plan(pinned, &turns, new_tokens - if from_scratch { pinned } else { 0 }, reserve, budget) {
+                Plan::Fits => {
+                    let logits = self.feed(model, &user_text, pieces, from_scratch)?;
+                    prepared.fed_tokens = new_tokens;
+                    prepared.logits = Some(logits);
+                    return Ok(prepared);
+                }
+                Plan::DropTurns { turns, tokens } => {
+                    self.drop_turns(model, turns)?;
+                    prepared.dropped_turns += turns;
+                    prepared.dropped_tokens += tokens;
+                }
+                Plan::CutPrompt { turns, tokens, keep_prompt_tokens } => {
+                    if turns > 0 {
+                        self.drop_turns(model, turns)?;
+                        prepared.dropped_turns += turns;
+                        prepared.dropped_tokens += tokens;
+                    }
+                    // Keep the end of the message; leave room for the template's own tokens.
+                    let overhead = new_tokens.saturating_sub(tok.encode(&user_text)?.len()) + 8;
+                    let keep = keep_prompt_tokens.saturating_sub(overhead);
+                    if keep == 0 {
+                        return Err(EngineError::ContextFull { budget });
+                    }
+                    let ids = tok.encode(&user_text)?;
+                    user_text = tok.decode(&ids[ids.len().saturating_sub(keep)..])?;
+                    prepared.prompt_cut_to = Some(keep);
+                }
+            }
+        }
+        Err(EngineError::ContextFull { budget })
+    }
+
+    /// The text to feed for a new user message, split at turn anchors and tokenized:
+    /// `(byte offset in the rendered text, ids)`. The first piece belongs to the previous
+    /// turn (or is the system prompt when starting from scratch).
+    fn pieces_for(&self, tok: &TextTokenizer, user_text: &str) -> Result<(Vec<(usize, Vec<u32>)>, bool)> {
+        let mut messages = self.messages.clone();
+        messages.push(Message::new(Role::User, user_text));
+        let full = self.template.render(&messages, true)?;
+        let from_scratch = self.state.is_empty() || !full.starts_with(&self.cached_text);
+        let from = if from_scratch { 0 } else { self.cached_text.len() };
+        // Cut before every user header after `from`; from scratch, a header at 0 leaves an
+        // empty pinned piece (a template without a system prompt).
+        let mut cuts = vec![from];
+        let mut search = from;
+        while let Some(i) = full[search..].find(&self.user_header) {
+            let at = search + i;
+            if at > from || from_scratch {
+                cuts.push(at);
+            }
+            search = at + self.user_header.len();
+        }
+        let mut pieces = Vec::with_capacity(cuts.len());
+        for (i, &start) in cuts.iter().enumerate() {
+            let end = cuts.get(i + 1).copied().unwrap_or(full.len());
+            pieces.push((start, tok.encode(&full[start..end])?));
+        }
+        Ok((pieces, from_scratch))
+    }
+
+    fn feed(&mut self, model: &Model, user_text: &str, pieces: Vec<(usize, Vec<u32>)>, from_scratch: bool) -> Result<candle_core::Tensor> {
+        let mut messages = self.messages.clone();
+        messages.push(Message::new(Role::User, user_text));
+        let full = self.template.render(&messages, true)?;
+        if from_scratch {
+            self.state.reset();
+            self.turns.clear();
+            self.pinned_tokens = pieces.first().map(|(_, ids)| ids.len()).unwrap_or(0);
+        }
+        let mut ids = Vec::new();
+        let base = self.state.len();
+        let user_indices: Vec<usize> =
+            messages.iter().enumerate().filter(|(_, m)| m.role == Role::User).map(|(i, _)| i).collect();
+        // Anchors of the turns this feed starts: all pieces after the first.
+        let new_turns = pieces.len().saturating_sub(1);
+        let first_new_user = user_indices.len().saturating_sub(new_turns);
+        for (i, (text_at, piece)) in pieces.into_iter().enumerate() {
+            if i > 0 {
+                let message = user_indices.get(first_new_user + i - 1).copied().unwrap_or(messages.len() - 1);
+                self.turns.push(Anchor { token: base + ids.len(), text: text_at, message });
+            }
+            ids.extend(piece);
+        }
+        let _span = tracing::info_span!("prefill", tokens = ids.len(), pos = base).entered();
+        let logits = match model.forward(&ids, &mut self.state) {
+            Ok(l) => l,
+            Err(e) => {
+                // Nothing half-done stays behind: the cache goes back to before this turn.
+                self.state.truncate(base);
+                self.turns.retain(|a| a.token < base);
+                return Err(e);
+            }
+        };
+        self.messages = messages;
+        self.cached_text = full;
+        Ok(logits)
+    }
+
+    /// Records a reply token that was just fed to the model, with its text so far.
+    pub fn finish_reply(&mut self, reply_text: &str) {
+        self.cached_text.push_str(reply_text);
+        self.messages.push(Message::new(Role::Assistant, reply_text));
+    }
+
+    /// Drops the `count` oldest turns from the cache, the text and the messages.
+    pub fn drop_turns(&mut self, model: &Model, count: usize) -> Result<usize> {
+        let count = count.min(self.turns.len());
+        if count == 0 {
+            return Ok(0);
+        }
+        let _span = tracing::info_span!("trim", turns = count).entered();
+        let first = self.turns[0];
+        let (end_tok, end_txt, end_msg) = match self.turns.get(count) {
+            Some(a) => (a.token, a.text, a.message),
+            None => (self.state.len(), self.cached_text.len(), self.messages.len()),
+        };
+        let dropped = end_tok - first.token;
+        match self.trim_mode {
+            TrimMode::Shift => model.shift_out(&mut self.state, first.token, end_tok)?,
+            TrimMode::Reprefill => {
+                let kept: Vec<u32> =
+                    self.state.tokens()[..first.token].iter().chain(&self.state.tokens()[end_tok..]).copied().collect();
+                self.state.reset();
+                if !kept.is_empty() {
+                    model.forward(&kept, &mut self.state)?;
+                }
+            }
+        }
+        self.cached_text.replace_range(first.text..end_txt, "");
+        self.messages.drain(first.message..end_msg);
+        self.turns.drain(..count);
+        for a in self.turns.iter_mut() {
+            a.token -= dropped;
+            a.text -= end_txt - first.text;
+            a.message -= end_msg - first.message;
+        }
+        Ok(dropped)
+    }
+
+    /// Evicts down to `target` tokens: oldest turns first; everything when the pinned
+    /// prompt alone is larger. Returns tokens dropped.
+    pub fn evict_to(&mut self, model: &Model, target: usize) -> Result<usize> {
+        let _span = tracing::info_span!("evict", target).entered();
+        let before = self.state.len();
+        let count = budget::turns_to_fit(self.pinned_tokens, &self.turn_lengths(), target);
+        self.drop_turns(model, count)?;
+        if self.state.len() > target {
+            self.clear();
+        }
+        Ok(before - self.state.len())
+    }
+}

@@ -1,0 +1,125 @@
+//! Shared test helpers: a tiny random-weight llama GGUF written by the test, and the
+//! path of the real default model.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+
+/// The default model; the test suite fetches it before running (scripts/test).
+pub fn default_model() -> PathBuf {
+    let p = pocketchat::catalog::default_model_path();
+    assert!(
+        p.exists(),
+        "the default model is missing at {} — run `scripts/fetch-model.sh` (CI does)",
+        p.display()
+    );
+    p
+}
+
+pub struct TinySpec {
+    pub n_layers: usize,
+    pub weight_dtype: GgmlDType,
+    pub arch: &'static str,
+    pub tokenizer_model: &'static str,
+}
+
+impl Default for TinySpec {
+    fn default() -> Self {
+        TinySpec { n_layers: 2, weight_dtype: GgmlDType::Q8_0, arch: "llama", tokenizer_model: "gpt2" }
+    }
+}
+
+pub const EMBED: usize = 64;
+pub const HEADS: usize = 4;
+pub const KV_HEADS: usize = 2;
+pub const FFN: usize = 128;
+
+/// A tiny GPT2-BPE vocabulary: the 256 byte-level symbols, one merge, and two ChatML
+/// special tokens.
+fn vocab() -> (Vec<String>, Vec<String>) {
+    let mut tokens: Vec<String> = tokenizers::pre_tokenizers::byte_level::ByteLevel::alphabet()
+        .into_iter()
+        .map(|c| c.to_string())
+        .collect();
+    tokens.sort();
+    tokens.push("Ġt".into());
+    tokens.push("<|im_start|>".into());
+    tokens.push("<|im_end|>".into());
+    (tokens, vec!["Ġ t".into()])
+}
+
+/// Writes a random-weight llama GGUF into `dir` and returns its path.
+pub fn write_tiny_gguf(dir: &Path, spec: &TinySpec, seed: u64) -> PathBuf {
+    let dev = Device::Cpu;
+    let (tokens, merges) = vocab();
+    let n_vocab = tokens.len();
+    let mut rng = seed;
+    let mut rand = |shape: (usize, usize), scale: f32| -> Tensor {
+        let n = shape.0 * shape.1;
+        let data: Vec<f32> = (0..n)
+            .map(|_| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                ((rng % 10_000) as f32 / 10_000.0 - 0.5) * 2.0 * scale
+            })
+            .collect();
+        Tensor::from_vec(data, shape, &dev).unwrap()
+    };
+    let mut tensors: Vec<(String, QTensor)> = Vec::new();
+    let q = |t: &Tensor, dt: GgmlDType| QTensor::quantize(t, dt).unwrap();
+    tensors.push(("token_embd.weight".into(), q(&rand((n_vocab, EMBED), 1.0), GgmlDType::Q8_0)));
+    let head_dim = EMBED / HEADS;
+    for i in 0..spec.n_layers {
+        let p = format!("blk.{i}");
+        let w = spec.weight_dtype;
+        tensors.push((format!("{p}.attn_q.weight"), q(&rand((EMBED, EMBED), 0.3), w)));
+        tensors.push((format!("{p}.attn_k.weight"), q(&rand((KV_HEADS * head_dim, EMBED), 0.3), w)));
+        tensors.push((format!("{p}.attn_v.weight"), q(&rand((KV_HEADS * head_dim, EMBED), 0.3), w)));
+        tensors.push((format!("{p}.attn_output.weight"), q(&rand((EMBED, EMBED), 0.3), w)));
+        tensors.push((format!("{p}.ffn_gate.weight"), q(&rand((FFN, EMBED), 0.3), w)));
+        tensors.push((format!("{p}.ffn_up.weight"), q(&rand((FFN, EMBED), 0.3), w)));
+        tensors.push((format!("{p}.ffn_down.weight"), q(&rand((EMBED, FFN), 0.3), w)));
+        let norm = (rand((1, EMBED), 0.2) + 1.0).unwrap().squeeze(0).unwrap();
+        tensors.push((format!("{p}.attn_norm.weight"), q(&norm, GgmlDType::F32)));
+        tensors.push((format!("{p}.ffn_norm.weight"), q(&norm, GgmlDType::F32)));
+    }
+    let norm = (rand((1, EMBED), 0.2) + 1.0).unwrap().squeeze(0).unwrap();
+    tensors.push(("output_norm.weight".into(), q(&norm, GgmlDType::F32)));
+
+    let a = spec.arch;
+    let s = |v: &str| Value::String(v.to_string());
+    let meta: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), s(a)),
+        ("general.name".into(), s("tiny-test")),
+        (format!("{a}.attention.head_count"), Value::U32(HEADS as u32)),
+        (format!("{a}.attention.head_count_kv"), Value::U32(KV_HEADS as u32)),
+        (format!("{a}.block_count"), Value::U32(spec.n_layers as u32)),
+        (format!("{a}.embedding_length"), Value::U32(EMBED as u32)),
+        (format!("{a}.feed_forward_length"), Value::U32(FFN as u32)),
+        (format!("{a}.context_length"), Value::U32(512)),
+        (format!("{a}.rope.dimension_count"), Value::U32(head_dim as u32)),
+        (format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(1e-5)),
+        (format!("{a}.rope.freq_base"), Value::F32(10_000.0)),
+        ("tokenizer.ggml.model".into(), s(spec.tokenizer_model)),
+        ("tokenizer.ggml.pre".into(), s("smollm")),
+        ("tokenizer.ggml.tokens".into(), Value::Array(tokens.iter().map(|t| s(t)).collect())),
+        ("tokenizer.ggml.merges".into(), Value::Array(merges.iter().map(|t| s(t)).collect())),
+        ("tokenizer.ggml.bos_token_id".into(), Value::U32(n_vocab as u32 - 2)),
+        ("tokenizer.ggml.eos_token_id".into(), Value::U32(n_vocab as u32 - 1)),
+    ];
+    let path = dir.join(format!("tiny-{a}-{}l-{:?}.gguf", spec.n_layers, spec.weight_dtype));
+    let mut f = std::fs::File::create(&path).unwrap();
+    let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    gguf_file::write(&mut f, &meta_refs, &tensor_refs).unwrap();
+    path
+}
+
+/// Largest absolute difference between two tensors of the same shape.
+pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+}

@@ -1,0 +1,165 @@
+//! The engine's forward pass on a tiny random-weight llama GGUF written by the test:
+//! cached decoding equals one full forward, ours equals candle-transformers' reference,
+//! a session feeds only each turn's new tokens, and a cache shift equals a fresh prefill.
+
+mod common;
+
+use candle_core::quantized::{gguf_file, GgmlDType};
+use candle_core::{DType, Device, Tensor};
+use common::*;
+use pocketchat::engine::template::ChatTemplate;
+use pocketchat::engine::tokenizer::TextTokenizer;
+use pocketchat::engine::{MatmulKernel, Model, Session, TrimMode};
+
+const TOKENS: [u32; 12] = [5, 17, 200, 3, 99, 42, 7, 255, 256, 1, 64, 128];
+
+fn load(path: &std::path::Path, kernel: MatmulKernel) -> Model {
+    Model::load(path, &Device::Cpu, kernel, |_| {}).unwrap()
+}
+
+#[test]
+fn prefill_then_decode_equals_one_full_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    for dtype in [GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::F32] {
+        let path = write_tiny_gguf(dir.path(), &TinySpec { weight_dtype: dtype, ..Default::default() }, 7);
+        for kernel in [MatmulKernel::Candle, MatmulKernel::Fast] {
+            let model = load(&path, kernel);
+            let mut full = model.make_state(64, DType::F32);
+            let all = model.forward_all(&TOKENS, &mut full).unwrap();
+
+            let mut state = model.make_state(64, DType::F32);
+            let mut rows = vec![model.forward_all(&TOKENS[..5], &mut state).unwrap()];
+            for t in &TOKENS[5..] {
+                rows.push(model.forward_all(&[*t], &mut state).unwrap());
+            }
+            let stepped = Tensor::cat(&rows, 0).unwrap();
+            let diff = max_abs_diff(&all, &stepped);
+            assert!(diff <= 1e-4, "{dtype:?} {kernel:?}: max abs diff {diff}");
+            assert_eq!(state.tokens(), &TOKENS);
+            assert_eq!(state.len(), 12);
+        }
+    }
+}
+
+#[test]
+fn matches_candle_transformers_quantized_llama() {
+    let dir = tempfile::tempdir().unwrap();
+    for dtype in [GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::F32] {
+        let path = write_tiny_gguf(dir.path(), &TinySpec { weight_dtype: dtype, ..Default::default() }, 11);
+        let mut f = std::fs::File::open(&path).unwrap();
+        let content = gguf_file::Content::read(&mut f).unwrap();
+        let mut reference =
+            candle_transformers::models::quantized_llama::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap();
+        let input = Tensor::new(&TOKENS, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+        let expected = reference.forward(&input, 0).unwrap().squeeze(0).unwrap();
+
+        let model = load(&path, MatmulKernel::Candle);
+        let mut state = model.make_state(64, DType::F32);
+        let ours = model.forward(&TOKENS, &mut state).unwrap();
+        let diff = max_abs_diff(&expected, &ours);
+        assert!(diff <= 1e-4, "{dtype:?}: max abs diff vs quantized_llama {diff}");
+
+        // Then one more token through both caches.
+        let next = Tensor::new(&[9u32], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+        let expected = reference.forward(&next, TOKENS.len()).unwrap().squeeze(0).unwrap();
+        let ours = model.forward(&[9], &mut state).unwrap();
+        assert!(max_abs_diff(&expected, &ours) <= 1e-4, "{dtype:?}: decode step differs");
+    }
+}
+
+fn session(model: &Model, path: &std::path::Path, budget: usize) -> (Session, TextTokenizer) {
+    let (content, _) = pocketchat::engine::model::read_gguf(path).unwrap();
+    let tok = TextTokenizer::from_gguf(&content).unwrap();
+    let template = ChatTemplate::new(None, tok.bos_token(), tok.eos_token());
+    (Session::new(model.make_state(budget, DType::F32), template).unwrap(), tok)
+}
+
+#[test]
+fn each_turn_feeds_only_its_new_tokens_and_matches_a_full_rerun() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_tiny_gguf(dir.path(), &TinySpec::default(), 3);
+    let model = load(&path, MatmulKernel::Candle);
+    let (mut s, tok) = session(&model, &path, 512);
+    let turns = ["hello there", "tell me more", "and the third one"];
+    for (k, text) in turns.iter().enumerate() {
+        let before = s.state.len();
+        let p = s.prepare_turn(&model, &tok, text, 16).unwrap();
+        let fed = s.state.len() - before;
+        assert_eq!(p.fed_tokens, fed);
+        if k > 0 {
+            // Only the new turn's text: its tokens, not the conversation's.
+            let expected = tok.encode(&format!("<|im_end|>\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n")).unwrap();
+            assert_eq!(fed, expected.len(), "turn {k} fed {fed} tokens");
+        }
+        // A from-scratch run over every token in the cache gives the same last logits.
+        let mut fresh = model.make_state(512, DType::F32);
+        let expected = model.forward(s.state.tokens(), &mut fresh).unwrap();
+        let diff = max_abs_diff(&expected, p.logits.as_ref().unwrap());
+        assert!(diff <= 1e-4, "turn {k}: diff {diff}");
+        s.finish_reply("ok sure");
+        // The reply's tokens enter the cache as they are decoded.
+        let reply = tok.encode("ok sure").unwrap();
+        model.forward(&reply, &mut s.state).unwrap();
+    }
+}
+
+#[test]
+fn shifting_the_cache_equals_a_fresh_prefill_on_one_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_tiny_gguf(dir.path(), &TinySpec { n_layers: 1, ..Default::default() }, 5);
+    let model = load(&path, MatmulKernel::Candle);
+    let mut state = model.make_state(64, DType::F32);
+    model.forward(&TOKENS, &mut state).unwrap();
+    model.shift_out(&mut state, 2, 6).unwrap();
+    let kept: Vec<u32> = TOKENS[..2].iter().chain(&TOKENS[6..]).copied().collect();
+    assert_eq!(state.tokens(), kept.as_slice());
+    let shifted = model.forward(&[77, 78], &mut state).unwrap();
+
+    let mut fresh = model.make_state(64, DType::F32);
+    model.forward(&kept, &mut fresh).unwrap();
+    let expected = model.forward(&[77, 78], &mut fresh).unwrap();
+    let diff = max_abs_diff(&expected, &shifted);
+    assert!(diff <= 1e-3, "shift vs fresh prefill: {diff}");
+}
+
+#[test]
+fn budget_drops_whole_old_turns_and_keeps_the_system_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_tiny_gguf(dir.path(), &TinySpec::default(), 9);
+    let model = load(&path, MatmulKernel::Candle);
+    for mode in [TrimMode::Shift, TrimMode::Reprefill] {
+        let (mut s, tok) = session(&model, &path, 200);
+        s.trim_mode = mode;
+        let mut dropped = 0;
+        for i in 0..12 {
+            let p = s.prepare_turn(&model, &tok, &format!("message number {i} with words"), 32).unwrap();
+            dropped += p.dropped_tokens;
+            assert!(s.state.len() + 32 <= 200, "{mode:?}: context {} over budget", s.state.len());
+            s.finish_reply("fine");
+            model.forward(&tok.encode("fine").unwrap(), &mut s.state).unwrap();
+        }
+        assert!(dropped > 0, "{mode:?}: nothing was trimmed");
+        // The conversation still starts where a rendered conversation starts.
+        assert_eq!(s.state.tokens()[0], tok.encode("<|im_start|>").unwrap()[0]);
+        assert!(s.messages().len() < 24);
+    }
+}
+
+#[test]
+fn kv_state_reports_len_capacity_bytes_and_can_truncate_and_shrink() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_tiny_gguf(dir.path(), &TinySpec::default(), 1);
+    let model = load(&path, MatmulKernel::Candle);
+    let mut state = model.make_state(1000, DType::F16);
+    assert_eq!((state.len(), state.capacity(), state.bytes()), (0, 0, 0));
+    model.forward(&TOKENS, &mut state).unwrap();
+    assert_eq!(state.capacity(), 256);
+    let per_token = model.kv_bytes_per_token(DType::F16);
+    assert_eq!(state.bytes(), per_token * 256);
+    state.truncate(4);
+    assert_eq!(state.len(), 4);
+    state.reset();
+    assert!(state.is_empty());
+    assert_eq!(state.shrink_to_fit().unwrap(), per_token * 256);
+    assert_eq!(state.bytes(), 0);
+}
