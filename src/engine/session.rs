@@ -158,16 +158,13 @@ impl Session {
         let full = self.template.render(&messages, true)?;
         let from_scratch = self.state.is_empty() || !full.starts_with(&self.cached_text);
         let from = if from_scratch { 0 } else { self.cached_text.len() };
-        // Cut before every user header after `from`; from scratch, a header at 0 leaves an
-        // empty pinned piece (a template without a system prompt).
+        // Cut before every user header from `from` on. The first piece (possibly empty)
+        // closes the previous turn, or is the system prompt when starting from scratch.
         let mut cuts = vec![from];
         let mut search = from;
         while let Some(i) = full[search..].find(&self.user_header) {
-            let at = search + i;
-            if at > from || from_scratch {
-                cuts.push(at);
-            }
-            search = at + self.user_header.len();
+            cuts.push(search + i);
+            search += i + self.user_header.len();
         }
         let mut pieces = Vec::with_capacity(cuts.len());
         for (i, &start) in cuts.iter().enumerate() {

@@ -1,0 +1,236 @@
+//! The engine on the real default model (SmolLM2-135M-Instruct Q4_1): tokenization equal
+//! to llama.cpp's, greedy decoding equal to candle-transformers', sensible answers, and the
+//! engine thread's behaviour (per-turn feeding, Stop, bad input, over-long prompts).
+
+mod common;
+
+use candle_core::quantized::gguf_file;
+use candle_core::{DType, Device, Tensor};
+use common::*;
+use pocketchat::engine::model::{argmax, read_gguf};
+use pocketchat::engine::template::{ChatTemplate, Message, Role};
+use pocketchat::engine::tokenizer::TextTokenizer;
+use pocketchat::engine::{Command, DoneReason, Engine, EngineConfig, EngineError, EngineEvent, EngineEvents, MatmulKernel, Model};
+
+fn tokenizer() -> TextTokenizer {
+    let (content, _) = read_gguf(&default_model()).unwrap();
+    TextTokenizer::from_gguf(&content).unwrap()
+}
+
+fn fixtures() -> serde_json::Value {
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let path = [here.join("../shared/fixtures/smollm2-tokenizer.json"), "/work/shared/fixtures/smollm2-tokenizer.json".into()]
+        .into_iter()
+        .find(|p| p.exists())
+        .expect("shared/fixtures/smollm2-tokenizer.json beside the checkout");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn tokenization_matches_llama_cpp_on_every_fixture_case() {
+    let tok = tokenizer();
+    let cases = fixtures()["cases"].as_array().unwrap().clone();
+    assert!(cases.len() >= 5);
+    for case in cases {
+        let text = case["text"].as_str().unwrap();
+        let expected: Vec<u32> = case["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        assert_eq!(tok.encode(text).unwrap(), expected, "ids differ for {text:?}");
+        assert_eq!(tok.decode(&expected).unwrap(), text, "decode does not round-trip {text:?}");
+    }
+}
+
+fn chat_prompt_ids(tok: &TextTokenizer, question: &str) -> Vec<u32> {
+    let (content, _) = read_gguf(&default_model()).unwrap();
+    let src = content.metadata["tokenizer.chat_template"].to_string().unwrap().clone();
+    let template = ChatTemplate::new(Some(&src), tok.bos_token(), tok.eos_token());
+    tok.encode(&template.render(&[Message::new(Role::User, question)], true).unwrap()).unwrap()
+}
+
+fn greedy(model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut state = model.make_state(prompt.len() + n + 1, DType::F32);
+    let mut next = argmax(&model.forward(prompt, &mut state).unwrap()).unwrap();
+    let mut out = vec![next];
+    while out.len() < n {
+        next = argmax(&model.forward(&[next], &mut state).unwrap()).unwrap();
+        out.push(next);
+    }
+    out
+}
+
+fn reference_greedy(prompt: &[u32], n: usize) -> Vec<u32> {
+    let path = default_model();
+    let mut f = std::fs::File::open(&path).unwrap();
+    let content = gguf_file::Content::read(&mut f).unwrap();
+    let mut m = candle_transformers::models::quantized_llama::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap();
+    let input = Tensor::new(prompt, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let mut next = argmax(&m.forward(&input, 0).unwrap().squeeze(0).unwrap()).unwrap();
+    let mut out = vec![next];
+    while out.len() < n {
+        let x = Tensor::new(&[next], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+        next = argmax(&m.forward(&x, prompt.len() + out.len() - 1).unwrap().squeeze(0).unwrap()).unwrap();
+        out.push(next);
+    }
+    out
+}
+
+#[test]
+fn greedy_decoding_equals_candle_transformers_and_answers_paris() {
+    let tok = tokenizer();
+    let prompt = chat_prompt_ids(&tok, "Which city is the capital of France?");
+    let reference = reference_greedy(&prompt, 32);
+    let model = Model::load(&default_model(), &Device::Cpu, MatmulKernel::Candle, |_| {}).unwrap();
+    let ours = greedy(&model, &prompt, 32);
+    assert_eq!(ours, reference, "greedy tokens differ from quantized_llama");
+    let text = tok.decode(&ours).unwrap();
+    println!("answer: {text:?}");
+    assert!(text.contains("Paris") && text.contains("capital of France"), "answer: {text}");
+
+    let fast = Model::load(&default_model(), &Device::Cpu, MatmulKernel::Fast, |_| {}).unwrap();
+    let text = tok.decode(&greedy(&fast, &prompt, 32)).unwrap();
+    println!("fast kernel answer: {text:?}");
+    assert!(text.contains("Paris"), "fast kernel answer: {text}");
+}
+
+/// Reads events until the answer to one command is complete: Done/Failed/Evicted, then
+/// the Stats that follow.
+pub fn until_answered(events: &mut EngineEvents) -> Vec<EngineEvent> {
+    let mut out = Vec::new();
+    let mut answered = false;
+    loop {
+        let ev = events.recv_blocking().expect("engine stopped");
+        let closes = answered && matches!(ev, EngineEvent::Stats(_));
+        answered |= matches!(ev, EngineEvent::Done { .. } | EngineEvent::Failed { .. } | EngineEvent::Evicted { .. });
+        out.push(ev);
+        if closes {
+            return out;
+        }
+    }
+}
+
+fn wait_ready(events: &mut EngineEvents) {
+    loop {
+        match events.recv_blocking().expect("engine stopped") {
+            EngineEvent::Ready(_) => return,
+            EngineEvent::Failed { error } => panic!("load failed: {error}"),
+            _ => {}
+        }
+    }
+}
+
+fn text_of(events: &[EngineEvent]) -> String {
+    events.iter().filter_map(|e| if let EngineEvent::Token { text } = e { Some(text.as_str()) } else { None }).collect()
+}
+
+fn stats_of(events: &[EngineEvent]) -> pocketchat::engine::Stats {
+    events.iter().rev().find_map(|e| if let EngineEvent::Stats(s) = e { Some(s.clone()) } else { None }).unwrap()
+}
+
+#[test]
+fn engine_thread_feeds_new_tokens_only_stops_promptly_and_survives_bad_input() {
+    let mut config = EngineConfig::new(default_model());
+    config.budget_override = Some(512);
+    config.max_tokens = 48;
+    let (handle, mut events) = Engine::spawn(config);
+    wait_ready(&mut events);
+
+    // Turn 1 and turn 2: the second prefill feeds only the new turn.
+    handle.send(Command::Send { text: "Which city is the capital of France?".into() }).unwrap();
+    let t1 = until_answered(&mut events);
+    assert!(text_of(&t1).contains("Paris"), "turn 1: {}", text_of(&t1));
+    let context_after_1 = stats_of(&t1).context_tokens;
+    handle.send(Command::Send { text: "And of Italy?".into() }).unwrap();
+    let t2 = until_answered(&mut events);
+    let s2 = stats_of(&t2);
+    assert!(s2.prefill_tokens < 20, "turn 2 fed {} tokens", s2.prefill_tokens);
+    assert!(s2.context_tokens > context_after_1 + s2.prefill_tokens - 1);
+
+    // Stop is honoured within a couple of tokens.
+    handle.send(Command::Send { text: "Write a long story about a dragon.".into() }).unwrap();
+    let mut tokens_after_stop = None;
+    loop {
+        match events.recv_blocking().unwrap() {
+            EngineEvent::Token { .. } => match tokens_after_stop.as_mut() {
+                None => {
+                    handle.send(Command::Stop).unwrap();
+                    tokens_after_stop = Some(0);
+                }
+                Some(n) => *n += 1,
+            },
+            EngineEvent::Done { reason } => {
+                assert_eq!(reason, DoneReason::Stopped);
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(tokens_after_stop.unwrap() <= 2, "{tokens_after_stop:?} tokens after Stop");
+    until_answered_stats(&mut events);
+
+    // Empty prompt: a clear error, then the engine still answers.
+    handle.send(Command::Send { text: "   ".into() }).unwrap();
+    let e = until_answered(&mut events);
+    assert!(e.iter().any(|e| matches!(e, EngineEvent::Failed { error: EngineError::EmptyPrompt })));
+
+    // A prompt longer than the whole budget is cut with a notice, and answered.
+    let long = "Tell me about the sea. ".repeat(200);
+    handle.send(Command::Send { text: long }).unwrap();
+    let e = until_answered(&mut events);
+    assert!(e.iter().any(|e| matches!(e, EngineEvent::Notice { .. })), "no notice for an over-long prompt");
+    assert!(e.iter().any(|e| matches!(e, EngineEvent::Done { .. })), "over-long prompt got no reply");
+    assert!(stats_of(&e).context_tokens <= 512);
+
+    handle.send(Command::Send { text: "Say hello.".into() }).unwrap();
+    let e = until_answered(&mut events);
+    assert!(!text_of(&e).is_empty(), "{e:?}");
+    handle.send(Command::Shutdown).unwrap();
+}
+
+fn until_answered_stats(events: &mut EngineEvents) {
+    loop {
+        if let EngineEvent::Stats(_) = events.recv_blocking().unwrap() {
+            return;
+        }
+    }
+}
+
+#[test]
+fn bad_model_files_give_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.gguf");
+    let load = |p: &std::path::Path| Model::load(p, &Device::Cpu, MatmulKernel::Fast, |_| {}).err().unwrap();
+    let e = load(&missing);
+    assert!(matches!(e, EngineError::ModelMissing { .. }) && e.to_string().contains("pocketchat fetch"), "{e}");
+
+    let garbage = dir.path().join("garbage.gguf");
+    std::fs::write(&garbage, b"this is not a gguf file at all").unwrap();
+    assert!(matches!(load(&garbage), EngineError::BadModelFile { .. }));
+
+    let empty = dir.path().join("empty.gguf");
+    std::fs::write(&empty, b"").unwrap();
+    assert!(matches!(load(&empty), EngineError::BadModelFile { .. }));
+
+    let truncated = dir.path().join("truncated.gguf");
+    let bytes = std::fs::read(default_model()).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() / 3]).unwrap();
+    let e = load(&truncated);
+    assert!(matches!(e, EngineError::BadModelFile { .. }), "{e:?}");
+
+    let other_arch = write_tiny_gguf(dir.path(), &TinySpec { arch: "gemma", ..Default::default() }, 1);
+    assert!(matches!(load(&other_arch), EngineError::UnsupportedArchitecture(a) if a == "gemma"));
+
+    let spm = write_tiny_gguf(dir.path(), &TinySpec { tokenizer_model: "llama", ..Default::default() }, 1);
+    let (content, _) = read_gguf(&spm).unwrap();
+    let e = TextTokenizer::from_gguf(&content).err().unwrap();
+    assert!(matches!(e, EngineError::UnsupportedTokenizer(_)) && e.to_string().contains("SentencePiece"), "{e}");
+
+    // The engine thread reports a load failure and keeps answering commands.
+    let (handle, mut events) = Engine::spawn(EngineConfig::new(&truncated));
+    loop {
+        if let EngineEvent::Failed { error } = events.recv_blocking().unwrap() {
+            assert!(matches!(error, EngineError::BadModelFile { .. }));
+            break;
+        }
+    }
+    handle.send(Command::Send { text: "hi".into() }).unwrap();
+    assert!(matches!(events.recv_blocking().unwrap(), EngineEvent::Failed { .. }));
+}
