@@ -26,6 +26,10 @@ USAGE:
 OPTIONS (chat):
   --model PATH  --temperature T  --max-tokens N  --budget N  --tier 6gb|8gb|desktop
   --kv f32|f16  --trim shift|reprefill  --kernel fast|candle  --follow-policy-quant  --stats
+  --session FILE               save the conversation to FILE after each reply, restore it at start
+  --simulate-warning-every N   send a memory warning at the first token of every Nth reply
+  --jetsam-ceiling BYTES       kill the process when its footprint passes BYTES (jetsam stand-in)
+  (type /warn to simulate a memory warning between replies)
 OPTIONS (bench):
   --model PATH  --prompt-tokens P (128)  --gen G (128)  --turns K (1)  --threads T  --kv f32|f16
   --kernel fast|candle  --json
@@ -100,6 +104,7 @@ impl Args {
         c.kv_dtype = kv_dtype(self.value("--kv"))?;
         c.kernel = kernel(self.value("--kernel"))?;
         c.follow_policy_quant = self.has("--follow-policy-quant");
+        c.state_file = self.value("--session").map(PathBuf::from);
         c.trim_mode = match self.value("--trim") {
             None | Some("shift") => TrimMode::Shift,
             Some("reprefill") => TrimMode::Reprefill,
@@ -167,6 +172,12 @@ fn main() -> Result<()> {
 fn app(args: &Args) -> Result<()> {
     let mut config = args.config()?;
     config.follow_policy_quant = true;
+    // The conversation survives the app being closed or killed.
+    config.state_file.get_or_insert_with(|| {
+        std::env::var_os("POCKETCHAT_STATE_FILE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| catalog::models_dir().join("conversation.pcstate"))
+    });
     pocketchat::ui::launch(config);
     Ok(())
 }
@@ -203,18 +214,27 @@ fn chat(args: &Args) -> Result<()> {
         let _ = warn_handle.send(Command::MemoryWarning { reason });
     });
 
-    // Wait for the model.
+    // Wait for the model (and a restored conversation, which comes before the first Stats).
     loop {
         match events.recv_blocking() {
             Some(EngineEvent::Ready(info)) => {
                 eprintln!("[{} · {} · {}]", info.name, info.weights_quant, info.device);
-                break;
             }
+            Some(EngineEvent::Restored { messages, tokens }) => {
+                eprintln!("[restored a conversation of {} messages, {tokens} tokens, without re-prefill]", messages.len());
+            }
+            Some(EngineEvent::Notice { message }) => eprintln!("[{message}]"),
+            Some(EngineEvent::Stats(_)) => break,
             Some(EngineEvent::Failed { error }) => bail!("{error}"),
             Some(_) => {}
             None => bail!("the engine stopped"),
         }
     }
+    if let Some(ceiling) = args.value("--jetsam-ceiling") {
+        start_jetsam_watchdog(ceiling.parse().context("--jetsam-ceiling BYTES")?);
+    }
+    let warn_every: Option<usize> = args.value("--simulate-warning-every").map(str::parse).transpose()?;
+    let mut turn = 0usize;
     let interactive = std::io::stdin().is_terminal();
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
@@ -235,10 +255,15 @@ fn chat(args: &Args) -> Result<()> {
         // Print events until this command has been answered: a reply ends with Done (or
         // Failed), an eviction with Evicted; the Stats that follow close the turn.
         let mut answered = false;
+        let mut first_token = true;
         loop {
             let Some(event) = events.recv_blocking() else { bail!("the engine stopped") };
             match event {
                 EngineEvent::Token { text } => {
+                    if first_token && warn_every.is_some_and(|n| (turn + 1) % n == 0) {
+                        handle.send(Command::MemoryWarning { reason: "simulated mid-reply (--simulate-warning-every)".into() })?;
+                    }
+                    first_token = false;
                     print!("{text}");
                     std::io::stdout().flush()?;
                 }
@@ -260,14 +285,19 @@ fn chat(args: &Args) -> Result<()> {
                     answered = true;
                 }
                 EngineEvent::Notice { message } => eprintln!("[{message}]"),
+                EngineEvent::Saved { bytes, ms, .. } if show_stats => {
+                    eprintln!("[saved {bytes} B in {ms:.0} ms]")
+                }
                 EngineEvent::Failed { error } => {
                     eprintln!("[error: {error}]");
                     answered = true;
                 }
-                EngineEvent::Stats(s) => {
+                EngineEvent::Stats(s) if answered => {
+                    turn += 1;
                     if show_stats {
                         eprintln!(
-                            "[stats] context {}/{} tokens · kv {} B · rss {} B · footprint {} B · peak {} B · predicted {} B · ttft {:.0} ms · prefill {} tok in {:.0} ms · decode {:.1} tok/s",
+                            "[turn {turn}] generated {} · context {}/{} tokens · kv {} B · rss {} B · footprint {} B · peak_rss {} B · predicted {} B · ttft {:.0} ms · prefill {} tok in {:.0} ms · decode {:.1} tok/s",
+                            s.generated_tokens,
                             s.context_tokens,
                             s.budget,
                             s.kv_bytes,
@@ -281,9 +311,7 @@ fn chat(args: &Args) -> Result<()> {
                             s.decode_tok_s
                         );
                     }
-                    if answered {
-                        break;
-                    }
+                    break;
                 }
                 _ => {}
             }
@@ -291,6 +319,21 @@ fn chat(args: &Args) -> Result<()> {
     }
     let _ = handle.send(Command::Shutdown);
     Ok(())
+}
+
+/// A stand-in for iOS jetsam on machines without it: kills the process the moment its
+/// footprint (anonymous resident memory, what jetsam counts) passes `ceiling` bytes.
+fn start_jetsam_watchdog(ceiling: u64) {
+    std::thread::spawn(move || loop {
+        if let Some(f) = memory::process::footprint_bytes() {
+            if f > ceiling {
+                eprintln!("[jetsam] footprint {f} B passed the ceiling of {ceiling} B: killed");
+                // SAFETY: raising a signal on our own process.
+                unsafe { libc::raise(libc::SIGKILL) };
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    });
 }
 
 fn tokenize(args: &Args) -> Result<()> {

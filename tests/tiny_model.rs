@@ -156,10 +156,13 @@ fn kv_state_reports_len_capacity_bytes_and_can_truncate_and_shrink() {
     assert_eq!(state.capacity(), 256);
     let per_token = model.kv_bytes_per_token(DType::F16);
     assert_eq!(state.bytes(), per_token * 256);
+    state.truncate(10);
+    assert_eq!(state.shrink_to_fit().unwrap(), per_token * (256 - 32));
+    assert_eq!(state.capacity(), 32);
     state.truncate(4);
     assert_eq!(state.len(), 4);
     state.reset();
     assert!(state.is_empty());
-    assert_eq!(state.shrink_to_fit().unwrap(), per_token * 256);
+    assert_eq!(state.shrink_to_fit().unwrap(), per_token * 32);
     assert_eq!(state.bytes(), 0);
 }

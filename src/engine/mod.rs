@@ -9,6 +9,7 @@ mod detokenizer;
 mod error;
 mod linear;
 pub mod model;
+pub mod persist;
 pub mod session;
 pub mod state;
 pub mod template;

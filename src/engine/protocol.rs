@@ -18,7 +18,11 @@ pub enum Command {
     MemoryWarning { reason: String },
     /// Override the tier policy (QA selector); `None` goes back to the detected tier.
     SetPolicy { tier: Option<RamTier> },
-    /// Shut the engine thread down.
+    /// Save the conversation to the state file now (the app going to the background).
+    Save,
+    /// Bring back the conversation saved just before the last memory-warning eviction.
+    RestoreEvicted,
+    /// Shut the engine thread down (saves first when a state file is configured).
     Shutdown,
 }
 
@@ -64,6 +68,10 @@ pub enum EngineEvent {
     Failed { error: crate::engine::EngineError },
     /// The conversation was cleared.
     ConversationReset,
+    /// A saved conversation was loaded (at launch, or by `RestoreEvicted`) without re-prefill.
+    Restored { messages: Vec<crate::engine::template::Message>, tokens: usize },
+    /// The conversation was written to the state file.
+    Saved { path: String, bytes: u64, ms: f64 },
 }
 
 /// What the loaded model is, for the settings panel.
@@ -88,8 +96,12 @@ pub struct ModelInfo {
 pub struct Stats {
     /// Tokens in the KV cache now.
     pub context_tokens: usize,
-    /// The token budget in force.
+    /// The token budget in force for this turn.
     pub budget: usize,
+    /// The tier's (or the override's) static budget; `budget` is lower when live memory
+    /// headroom is short, and `budget_note` then says why.
+    pub tier_budget: usize,
+    pub budget_note: Option<String>,
     /// Bytes of the KV cache buffers now allocated.
     pub kv_bytes: u64,
     /// Predicted footprint: weights + KV at full budget + runtime overhead.

@@ -18,8 +18,8 @@ use super::template::{ChatTemplate, Message, Role};
 use super::tokenizer::TextTokenizer;
 use super::{EngineError, Result};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Anchor {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Anchor {
     token: usize,
     text: usize,
     message: usize,
@@ -47,6 +47,16 @@ pub struct Prepared {
     pub prompt_cut_to: Option<usize>,
     /// Logits after the prompt.
     pub logits: Option<candle_core::Tensor>,
+}
+
+/// Everything but the K/V tensors, for saving (see [`super::persist`]).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct SessionSnapshot {
+    pub tokens: Vec<u32>,
+    messages: Vec<Message>,
+    cached_text: String,
+    pinned_tokens: usize,
+    turns: Vec<Anchor>,
 }
 
 pub struct Session {
@@ -88,6 +98,33 @@ impl Session {
     pub fn turn_lengths(&self) -> Vec<usize> {
         let ends = self.turns.iter().skip(1).map(|a| a.token).chain(std::iter::once(self.state.len()));
         self.turns.iter().zip(ends).map(|(a, end)| end - a.token).collect()
+    }
+
+    pub(crate) fn snapshot(&self) -> SessionSnapshot {
+        SessionSnapshot {
+            tokens: self.state.tokens().to_vec(),
+            messages: self.messages.clone(),
+            cached_text: self.cached_text.clone(),
+            pinned_tokens: self.pinned_tokens,
+            turns: self.turns.clone(),
+        }
+    }
+
+    /// Puts a saved conversation back, K/V included: no re-prefill.
+    pub(crate) fn restore(&mut self, snap: SessionSnapshot, kv: Vec<(candle_core::Tensor, candle_core::Tensor)>) -> Result<()> {
+        let consistent = snap.pinned_tokens <= snap.tokens.len()
+            && snap.turns.iter().all(|a| a.token <= snap.tokens.len() && a.text <= snap.cached_text.len() && a.message <= snap.messages.len())
+            && snap.turns.iter().all(|a| snap.cached_text.is_char_boundary(a.text));
+        if !consistent {
+            return Err(EngineError::Inference("inconsistent turn bookkeeping".into()));
+        }
+        self.clear();
+        self.state.import(snap.tokens, kv)?;
+        self.messages = snap.messages;
+        self.cached_text = snap.cached_text;
+        self.pinned_tokens = snap.pinned_tokens;
+        self.turns = snap.turns;
+        Ok(())
     }
 
     /// Forgets the conversation; the K/V buffers stay allocated.

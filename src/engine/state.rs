@@ -13,6 +13,10 @@ use super::Result;
 /// Tokens added to the capacity each time the cache grows.
 pub const GROWTH_CHUNK: usize = 256;
 
+/// Granularity of [`State::shrink_to_fit`]: finer than growth, so an eviction gives
+/// memory back even when the budget is a single chunk.
+pub const SHRINK_QUANTUM: usize = 32;
+
 struct LayerKv {
     k: Tensor,
     v: Tensor,
@@ -74,6 +78,19 @@ impl State {
         self.max_tokens
     }
 
+    /// `(n_kv_heads, head_dim)` of every layer's buffers.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.n_kv_heads, self.head_dim)
+    }
+
+    pub fn n_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
     pub fn dtype(&self) -> DType {
         self.dtype
     }
@@ -102,10 +119,10 @@ impl State {
         self.tokens.truncate(n);
     }
 
-    /// Reallocates the buffers to fit the current tokens (rounded up to a chunk) and
-    /// returns the bytes given back.
+    /// Reallocates the buffers to fit the current tokens (rounded up to [`SHRINK_QUANTUM`])
+    /// and returns the bytes given back.
     pub fn shrink_to_fit(&mut self) -> Result<u64> {
-        let target = self.len().div_ceil(GROWTH_CHUNK) * GROWTH_CHUNK;
+        let target = self.len().div_ceil(SHRINK_QUANTUM) * SHRINK_QUANTUM;
         if target >= self.capacity {
             return Ok(0);
         }

@@ -20,6 +20,7 @@ use futures::Stream;
 use super::budget::reply_reserve;
 use super::detokenizer::Detokenizer;
 use super::model::{read_gguf, MatmulKernel, Model};
+use super::persist::{self, ModelIdentity, StateFileError};
 use super::session::{Session, TrimMode};
 use super::template::ChatTemplate;
 use super::tokenizer::TextTokenizer;
@@ -43,8 +44,11 @@ impl KvDtype {
     }
 }
 
+/// Reads the memory the process may still use (live headroom); `None` when unknown.
+pub type HeadroomProbe = Arc<dyn Fn() -> Option<u64> + Send + Sync>;
+
 /// How to start the engine.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct EngineConfig {
     /// The GGUF to load (the 4-bit file; for 8-bit policies its Q8_0 sibling is used when
     /// `follow_policy_quant` is set).
@@ -61,6 +65,25 @@ pub struct EngineConfig {
     pub follow_policy_quant: bool,
     pub trim_mode: TrimMode,
     pub kernel: MatmulKernel,
+    /// Where the conversation is saved (after each reply, on `Save`, on `Shutdown`) and
+    /// restored from at launch. `None` keeps conversations in memory only.
+    pub state_file: Option<PathBuf>,
+    /// Live headroom source used to shrink a turn's budget when memory is short (the
+    /// platform's by default; tests pass a fake).
+    pub headroom: HeadroomProbe,
+}
+
+impl std::fmt::Debug for EngineConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineConfig")
+            .field("model_path", &self.model_path)
+            .field("tier_override", &self.tier_override)
+            .field("budget_override", &self.budget_override)
+            .field("kv_dtype", &self.kv_dtype)
+            .field("max_tokens", &self.max_tokens)
+            .field("state_file", &self.state_file)
+            .finish_non_exhaustive()
+    }
 }
 
 impl EngineConfig {
@@ -76,6 +99,8 @@ impl EngineConfig {
             follow_policy_quant: false,
             trim_mode: TrimMode::Shift,
             kernel: MatmulKernel::Fast,
+            state_file: None,
+            headroom: Arc::new(memory::process::available_bytes),
         }
     }
 
@@ -154,6 +179,19 @@ struct Loaded {
     tokenizer: TextTokenizer,
     session: Session,
     info: ModelInfo,
+    /// sha256 + size of the model file, computed on first save/restore.
+    identity: Option<ModelIdentity>,
+}
+
+impl Loaded {
+    fn identity(&mut self) -> Result<ModelIdentity, StateFileError> {
+        if self.identity.is_none() {
+            let path = self.model.path();
+            let sha256 = crate::catalog::sha256_file(path).map_err(|e| StateFileError::Io(e.to_string()))?;
+            self.identity = Some(ModelIdentity { sha256, bytes: self.info.file_bytes });
+        }
+        Ok(self.identity.clone().expect("set above"))
+    }
 }
 
 struct Worker {
@@ -208,8 +246,28 @@ impl Worker {
         let _ = self.events.unbounded_send(event);
     }
 
-    fn budget(&self) -> usize {
+    /// The tier's (or overridden) token budget.
+    fn tier_budget(&self) -> usize {
         self.config.budget_override.unwrap_or(self.policy.token_budget)
+    }
+
+    /// This turn's budget: the tier's, lowered when live headroom cannot hold the KV
+    /// growth it would need; grows back when headroom returns.
+    fn budget_and_note(&self) -> (usize, Option<String>) {
+        let tier = self.tier_budget();
+        match &self.loaded {
+            Some(l) => memory::budget_for_headroom(
+                tier,
+                l.session.state.capacity(),
+                l.info.kv_bytes_per_token,
+                (self.config.headroom)(),
+            ),
+            None => (tier, None),
+        }
+    }
+
+    fn budget(&self) -> usize {
+        self.budget_and_note().0
     }
 
     fn run(mut self) {
@@ -232,7 +290,15 @@ impl Worker {
                 Command::NewConversation => self.new_conversation(),
                 Command::MemoryWarning { reason } => self.evict(&reason),
                 Command::SetPolicy { tier } => self.set_policy(tier),
-                Command::Shutdown => break,
+                Command::Save => self.save(),
+                Command::RestoreEvicted => match self.config.state_file.as_ref().map(|p| before_eviction_path(p)) {
+                    Some(path) if path.exists() => self.restore_from(&path),
+                    _ => self.emit(EngineEvent::Notice { message: "There is no evicted conversation to restore.".into() }),
+                },
+                Command::Shutdown => {
+                    self.save();
+                    break;
+                }
             }
         }
         tracing::info!("engine thread stopped");
@@ -255,6 +321,11 @@ impl Worker {
                 self.emit(EngineEvent::Ready(loaded.info.clone()));
                 self.loaded = Some(loaded);
                 self.emit(EngineEvent::Policy { report: self.report.clone(), policy: self.policy });
+                if let Some(path) = self.config.state_file.clone() {
+                    if path.exists() {
+                        self.restore_from(&path);
+                    }
+                }
                 self.emit_stats();
             }
             Err(error) => {
@@ -296,19 +367,58 @@ impl Worker {
             kv_bytes_per_token: model.kv_bytes_per_token(self.config.kv_dtype.dtype()),
             device: device_label(model.device()),
         };
-        Ok(Loaded { model, tokenizer, session, info })
+        Ok(Loaded { model, tokenizer, session, info, identity: None })
+    }
+
+    /// Saves the conversation to the configured state file, if any.
+    fn save(&mut self) {
+        if let Some(path) = self.config.state_file.clone() {
+            self.save_to(&path);
+        }
+    }
+
+    fn save_to(&mut self, path: &std::path::Path) {
+        let Some(l) = self.loaded.as_mut() else { return };
+        let started = Instant::now();
+        let result = l.identity().and_then(|id| persist::save(&l.session, &id, path));
+        match result {
+            Ok(bytes) => self.emit(EngineEvent::Saved {
+                path: path.display().to_string(),
+                bytes,
+                ms: started.elapsed().as_secs_f64() * 1e3,
+            }),
+            Err(e) => self.emit(EngineEvent::Notice { message: format!("The conversation could not be saved: {e}") }),
+        }
+    }
+
+    /// Loads a saved conversation; a bad file leaves a fresh conversation and a notice.
+    fn restore_from(&mut self, path: &std::path::Path) {
+        let Some(l) = self.loaded.as_mut() else { return };
+        let result = l.identity().and_then(|id| persist::restore(&mut l.session, &id, path));
+        match result {
+            Ok(()) => {
+                let messages = l.session.messages().to_vec();
+                let tokens = l.session.state.len();
+                self.emit(EngineEvent::Restored { messages, tokens });
+            }
+            Err(e) => self.emit(EngineEvent::Notice {
+                message: format!("{e}. Starting a fresh conversation."),
+            }),
+        }
+        self.emit_stats();
     }
 
     fn stats(&self) -> Stats {
         let mut s = self.last_stats.clone();
-        s.budget = self.budget();
+        (s.budget, s.budget_note) = self.budget_and_note();
+        s.tier_budget = self.tier_budget();
         s.ceiling_bytes = self.policy.ceiling_bytes;
         s.rss_bytes = rss_bytes().unwrap_or(0);
         if let Some(l) = &self.loaded {
             s.context_tokens = l.session.state.len();
             s.kv_bytes = l.session.state.bytes();
             s.predicted_footprint_bytes =
-                memory::predicted_footprint(l.info.file_bytes, l.info.kv_bytes_per_token, s.budget);
+                memory::predicted_footprint(l.info.file_bytes, l.info.kv_bytes_per_token, s.tier_budget);
         }
         s
     }
@@ -345,13 +455,18 @@ impl Worker {
         self.emit_stats();
     }
 
-    /// Evicts to half the budget (or everything when that is not enough), gives the
-    /// memory back and says so.
+    /// Evicts to half the budget — or the whole conversation when it is already that
+    /// small — gives the memory back and says so.
     fn evict(&mut self, reason: &str) {
-        let target = self.budget() / 2;
+        let half = self.budget() / 2;
+        if let Some(path) = self.config.state_file.as_ref().map(|p| before_eviction_path(p)) {
+            // Kept so the user can bring the conversation back once memory allows.
+            self.save_to(&path);
+        }
         let Some(l) = self.loaded.as_mut() else { return };
         let _span = tracing::info_span!("evict", reason).entered();
         let before_tokens = l.session.state.len();
+        let target = if before_tokens > half { half } else { 0 };
         let before_bytes = l.session.state.bytes();
         if let Err(e) = l.session.evict_to(&l.model, target) {
             tracing::warn!("eviction by shifting failed ({e}); clearing the conversation");
@@ -424,6 +539,9 @@ impl Worker {
         self.last_stats.ttft_ms = ttft_ms;
         self.last_stats.decode_tok_s = if decode_s > 0.0 { generated as f64 / decode_s } else { 0.0 };
         self.emit(EngineEvent::Done { reason });
+        if interruption.evict.is_none() && !interruption.clear {
+            self.save();
+        }
         if let Some(reason) = interruption.evict {
             self.evict(&reason);
         } else {
@@ -517,6 +635,11 @@ impl Worker {
             }
         }
     }
+}
+
+/// Where the conversation is kept just before a memory-warning eviction.
+pub fn before_eviction_path(state_file: &std::path::Path) -> PathBuf {
+    state_file.with_extension("before-eviction.pcstate")
 }
 
 /// Metal on Apple devices when built with `metal`, CUDA with `cuda`, else the CPU.

@@ -40,7 +40,7 @@ mod tests;
 
 use blocks::{Acts, BlockQ4_1, BlockQ8_0, QK};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
-use candle_core::{CpuStorage, DType, Layout, Module, Result, Shape, Tensor};
+use candle_core::{DType, Module, Result, Tensor};
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -293,20 +293,30 @@ impl QLinear {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match &self.backend {
             Backend::Candle(mm) => mm.forward(x),
-            Backend::Ours { .. } => {
-                if !x.device().is_cpu() {
-                    candle_core::bail!(
-                        "QLinear: input on {:?} but the weight is on the CPU",
-                        x.device().location()
-                    )
-                }
-                let x = x.contiguous()?;
-                match x.dtype() {
-                    DType::F32 => x.apply_op1_no_bwd(self),
-                    dt => x.to_dtype(DType::F32)?.apply_op1_no_bwd(self)?.to_dtype(dt),
-                }
+            Backend::Ours { isa, .. } => {
+                let mut out = fused_forward(&[self], *isa, x)?;
+                Ok(out.pop().expect("one layer, one output"))
             }
         }
+    }
+
+    /// Several layers over the same input, e.g. q/k/v or gate/up: one activation
+    /// quantization and one parallel region for all of them, which saves a pool hand-off
+    /// per extra layer in decode. Returns the outputs in `layers` order; layers our kernels
+    /// do not run (or inputs they cannot take) go through [`QLinear::forward`] one by one.
+    pub fn forward_many(layers: &[&QLinear], x: &Tensor) -> Result<Vec<Tensor>> {
+        let isa = match layers.first().map(|l| &l.backend) {
+            Some(Backend::Ours { isa, .. }) => *isa,
+            _ => return layers.iter().map(|l| l.forward(x)).collect(),
+        };
+        let same = layers.iter().all(|l| {
+            matches!(l.backend, Backend::Ours { isa: i, .. } if i == isa)
+                && l.in_features == layers[0].in_features
+        });
+        if !same || !x.device().is_cpu() {
+            return layers.iter().map(|l| l.forward(x)).collect();
+        }
+        fused_forward(layers, isa, x)
     }
 
     pub fn dtype(&self) -> GgmlDType {
@@ -331,49 +341,144 @@ impl QLinear {
         matches!(self.backend, Backend::Ours { .. })
     }
 
-    /// `dst (m x n) = x (m x k) W^T` on the CPU with our kernels.
-    fn matmul_f32(&self, kind: Kind, isa: Isa, x: &[f32], m: usize, dst: &mut [f32]) -> Result<()> {
-        let (n, k) = (self.out_features, self.in_features);
-        assert_eq!(x.len(), m * k);
-        assert_eq!(dst.len(), m * n);
-        if m == 0 || n == 0 {
-            return Ok(());
+    fn kind(&self) -> Kind {
+        match self.backend {
+            Backend::Ours { kind, .. } => kind,
+            Backend::Candle(_) => unreachable!("kind() of a candle-backed layer"),
         }
-        let nb = k / QK;
-        let data = self.w.data()?;
-        debug_assert_eq!(data.len(), n * nb * kind.block_bytes());
-        let w = SendPtr(data.as_ptr() as *mut u8);
-
-        with_scratch(m * k, m * nb, |qs, ds| {
-            quantize_rows(isa, kind, x, k, qs, ds);
-            let acts = Acts {
-                qs: &*qs,
-                ds: &*ds,
-                m,
-                nb,
-            };
-            let dst_ptr = SendPtr(dst.as_mut_ptr());
-            let n_units = n.div_ceil(UNIT_ROWS);
-            let run = |units: std::ops::Range<usize>| {
-                let rows = units.start * UNIT_ROWS..n.min(units.end * UNIT_ROWS);
-                // SAFETY: `w` holds n * nb blocks of `kind` (checked at construction), `acts`
-                // holds m rows of nb blocks, each unit writes only dst[i * n + r] for its own
-                // rows r, and `isa` came from `Isa::detect` (or is scalar).
-                unsafe { isa.rows(kind, w.get(), nb, rows, &acts, dst_ptr.get(), n) }
-            };
-            let pool = candle_core::utils::barrier_pool();
-            if m * n * k < PAR_MIN_MACS || pool.n_workers() == 0 || n_units == 1 {
-                run(0..n_units);
-            } else {
-                pool.execute_chunked(n_units, run);
-            }
-        });
-        Ok(())
     }
 }
 
+/// Our forward for layers that all run our kernels with `isa` and share `in_features`.
+fn fused_forward(layers: &[&QLinear], isa: Isa, x: &Tensor) -> Result<Vec<Tensor>> {
+    let k = layers[0].in_features;
+    if !x.device().is_cpu() {
+        candle_core::bail!(
+            "QLinear: input on {:?} but the weight is on the CPU",
+            x.device().location()
+        )
+    }
+    let dims = x.dims();
+    let Some((&xk, batch)) = dims.split_last() else {
+        candle_core::bail!("QLinear: input must have at least one dimension")
+    };
+    if xk != k {
+        candle_core::bail!("QLinear: input {:?} does not end in in_features = {k}", x.shape())
+    }
+    let in_dtype = x.dtype();
+    let xf = x.to_dtype(DType::F32)?.contiguous()?;
+    let m: usize = batch.iter().product();
+    let mut dsts: Vec<Vec<f32>> = layers
+        .iter()
+        .map(|l| vec![0f32; m * l.out_features])
+        .collect();
+    {
+        let (storage, layout) = xf.storage_and_layout();
+        let candle_core::Storage::Cpu(cpu) = &*storage else {
+            candle_core::bail!("QLinear: expected CPU storage")
+        };
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            candle_core::bail!("QLinear: input is not contiguous {layout:?}")
+        };
+        let xs = &cpu.as_slice::<f32>()?[start..end];
+        matmul_many(layers, isa, xs, m, &mut dsts)?;
+    }
+    layers
+        .iter()
+        .zip(dsts)
+        .map(|(l, dst)| {
+            let mut out_dims = batch.to_vec();
+            out_dims.push(l.out_features);
+            let y = Tensor::from_vec(dst, out_dims, &candle_core::Device::Cpu)?;
+            if in_dtype == DType::F32 {
+                Ok(y)
+            } else {
+                y.to_dtype(in_dtype)
+            }
+        })
+        .collect()
+}
+
+/// `dsts[j] (m x n_j) = x (m x k) W_j^T` for every layer `j`, on the CPU with our kernels:
+/// `x` is quantized once (Q8_1, which also serves Q8_0 weights: same quants and scales)
+/// and the weight rows of all layers are shared out in one parallel region.
+fn matmul_many(
+    layers: &[&QLinear],
+    isa: Isa,
+    x: &[f32],
+    m: usize,
+    dsts: &mut [Vec<f32>],
+) -> Result<()> {
+    let k = layers[0].in_features;
+    assert_eq!(x.len(), m * k);
+    if m == 0 {
+        return Ok(());
+    }
+    let nb = k / QK;
+    let mut datas = Vec::with_capacity(layers.len());
+    // unit_start[j]: first parallel work unit of layer j (units of UNIT_ROWS weight rows)
+    let mut unit_start = Vec::with_capacity(layers.len() + 1);
+    let mut total_units = 0;
+    let mut total_rows = 0;
+    for (l, dst) in layers.iter().zip(dsts.iter()) {
+        assert_eq!(l.in_features, k);
+        assert_eq!(dst.len(), m * l.out_features);
+        let data = l.w.data()?;
+        debug_assert_eq!(data.len(), l.out_features * nb * l.kind().block_bytes());
+        datas.push(data);
+        unit_start.push(total_units);
+        total_units += l.out_features.div_ceil(UNIT_ROWS);
+        total_rows += l.out_features;
+    }
+    unit_start.push(total_units);
+    let weights: Vec<SendPtr<u8>> = datas.iter().map(|d| SendPtr(d.as_ptr() as *mut u8)).collect();
+    let dst_ptrs: Vec<SendPtr<f32>> = dsts.iter_mut().map(|d| SendPtr(d.as_mut_ptr())).collect();
+    let with_sum = layers.iter().any(|l| l.kind().with_sum());
+
+    with_scratch(m * k, m * nb, |qs, ds| {
+        quantize_rows(isa, with_sum, x, k, qs, ds);
+        let acts = Acts {
+            qs: &*qs,
+            ds: &*ds,
+            m,
+            nb,
+        };
+        let run = |units: std::ops::Range<usize>| {
+            let mut u = units.start;
+            let mut j = unit_start.partition_point(|&s| s <= u) - 1;
+            while u < units.end {
+                while unit_start[j + 1] <= u {
+                    j += 1;
+                }
+                let layer_end = units.end.min(unit_start[j + 1]);
+                // decode streams each weight row once, so a whole range goes in one call;
+                // prefill walks all activation rows per unit, so the unit's weights must
+                // stay in L1 across them: one call per unit
+                let end = if m == 1 { layer_end } else { u + 1 };
+                let n = layers[j].out_features;
+                let rows = (u - unit_start[j]) * UNIT_ROWS..n.min((end - unit_start[j]) * UNIT_ROWS);
+                // SAFETY: layer j's weight holds n * nb blocks of its kind (checked at
+                // construction) and `datas` keeps it borrowed; `acts` holds m rows of nb blocks;
+                // each unit writes only dst_j[i * n + r] for its own rows r; `isa` came from
+                // `Isa::detect` (or is scalar).
+                unsafe {
+                    isa.rows(layers[j].kind(), weights[j].get(), nb, rows, &acts, dst_ptrs[j].get(), n)
+                }
+                u = end;
+            }
+        };
+        let pool = candle_core::utils::barrier_pool();
+        if m * k * total_rows < PAR_MIN_MACS || pool.n_workers() == 0 || total_units == 1 {
+            run(0..total_units);
+        } else {
+            pool.execute_chunked(total_units, run);
+        }
+    });
+    Ok(())
+}
+
 /// Quantizes `x`'s rows into `qs`/`ds`, across the pool when there are many.
-fn quantize_rows(isa: Isa, kind: Kind, x: &[f32], k: usize, qs: &mut [i8], ds: &mut [[f32; 2]]) {
+fn quantize_rows(isa: Isa, with_sum: bool, x: &[f32], k: usize, qs: &mut [i8], ds: &mut [[f32; 2]]) {
     let m = x.len() / k;
     let nb = k / QK;
     let pool = candle_core::utils::barrier_pool();
@@ -383,7 +488,7 @@ fn quantize_rows(isa: Isa, kind: Kind, x: &[f32], k: usize, qs: &mut [i8], ds: &
             .zip(qs.chunks_exact_mut(k))
             .zip(ds.chunks_exact_mut(nb))
         {
-            isa.quantize_row(x, qs, ds, kind.with_sum());
+            isa.quantize_row(x, qs, ds, with_sum);
         }
         return;
     }
@@ -397,7 +502,7 @@ fn quantize_rows(isa: Isa, kind: Kind, x: &[f32], k: usize, qs: &mut [i8], ds: &
                     std::slice::from_raw_parts_mut(ds_ptr.get().add(i * nb), nb),
                 )
             };
-            isa.quantize_row(&x[i * k..(i + 1) * k], qs, ds, kind.with_sum());
+            isa.quantize_row(&x[i * k..(i + 1) * k], qs, ds, with_sum);
         }
     });
 }
@@ -415,10 +520,15 @@ impl<T> SendPtr<T> {
 }
 
 /// Runs `f` on this thread's reusable activation buffers (`qs_len` quants, `ds_len` scale
-/// pairs), so steady-state forwards allocate nothing but their output.
-fn with_scratch<R>(qs_len: usize, ds_len: usize, f: impl FnOnce(&mut [i8], &mut [[f32; 2]]) -> R) -> R {
+/// pairs), so steady-state forwards allocate nothing but their outputs.
+fn with_scratch<R>(
+    qs_len: usize,
+    ds_len: usize,
+    f: impl FnOnce(&mut [i8], &mut [[f32; 2]]) -> R,
+) -> R {
     thread_local! {
-        static SCRATCH: RefCell<(Vec<i8>, Vec<[f32; 2]>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+        static SCRATCH: RefCell<(Vec<i8>, Vec<[f32; 2]>)> =
+            const { RefCell::new((Vec::new(), Vec::new())) };
     }
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut s) => {
@@ -434,41 +544,4 @@ fn with_scratch<R>(qs_len: usize, ds_len: usize, f: impl FnOnce(&mut [i8], &mut 
         // re-entered on this thread: use fresh buffers
         Err(_) => f(&mut vec![0; qs_len], &mut vec![[0.0; 2]; ds_len]),
     })
-}
-
-impl candle_core::CustomOp1 for QLinear {
-    fn name(&self) -> &'static str {
-        "pocketchat-qlinear"
-    }
-
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let Backend::Ours { kind, isa } = self.backend else {
-            candle_core::bail!("QLinear: custom op used without our kernel")
-        };
-        let dims = layout.shape().dims();
-        let Some((&k, batch)) = dims.split_last() else {
-            candle_core::bail!("QLinear: input must have at least one dimension")
-        };
-        if k != self.in_features {
-            candle_core::bail!(
-                "QLinear: input {:?} does not end in in_features = {}",
-                layout.shape(),
-                self.in_features
-            )
-        }
-        let x = match storage {
-            CpuStorage::F32(x) => x,
-            _ => candle_core::bail!("QLinear: expected f32 input"),
-        };
-        let m: usize = batch.iter().product();
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            candle_core::bail!("QLinear: input is not contiguous {layout:?}")
-        };
-        let x = &x[start..end];
-        let mut dst = vec![0f32; m * self.out_features];
-        self.matmul_f32(kind, isa, x, m, &mut dst)?;
-        let mut out_dims = batch.to_vec();
-        out_dims.push(self.out_features);
-        Ok((CpuStorage::F32(dst), Shape::from(out_dims)))
-    }
 }

@@ -67,15 +67,13 @@ fn candle_forward(w: &Arc<QTensor>, x: &Tensor) -> Tensor {
 
 /// Our forward with a given instruction set (bypassing detection).
 fn forward_with(lin: &QLinear, isa: Isa, x: &Tensor) -> Tensor {
-    let Backend::Ours { kind, .. } = lin.backend else {
-        panic!("not our kernel")
-    };
+    assert!(lin.uses_own_kernel());
     let (m, k) = x.dims2().unwrap();
-    let xs = x.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    let mut dst = vec![0f32; m * lin.out_features()];
-    lin.matmul_f32(kind, isa, &xs, m, &mut dst).unwrap();
     assert_eq!(k, lin.in_features());
-    tensor(dst, &[m, lin.out_features()])
+    let xs = x.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let mut dst = vec![vec![0f32; m * lin.out_features()]];
+    matmul_many(&[lin], isa, &xs, m, &mut dst).unwrap();
+    tensor(dst.pop().unwrap(), &[m, lin.out_features()])
 }
 
 const SHAPES: [(usize, usize); 3] = [(576, 576), (1536, 576), (576, 1536)];
@@ -360,4 +358,26 @@ fn concurrent_callers_get_their_own_results() {
             });
         }
     });
+}
+
+#[test]
+fn forward_many_equals_separate_forwards() {
+    let mut rng = Rng(0x5eed_000a);
+    let k = 576;
+    let q = QLinear::from_qtensor(random_weight(&mut rng, 576, k, GgmlDType::Q4_1)).unwrap();
+    let kp = QLinear::from_qtensor(random_weight(&mut rng, 192, k, GgmlDType::Q4_1)).unwrap();
+    let v = QLinear::from_qtensor(random_weight(&mut rng, 200, k, GgmlDType::Q8_0)).unwrap();
+    let other = QLinear::from_qtensor(random_weight(&mut rng, 64, k, GgmlDType::Q4_0)).unwrap();
+    for m in [1, 2, 7, 33] {
+        let x = tensor(random_acts(&mut rng, m, k), &[1, m, k]);
+        for layers in [vec![&q, &kp, &v], vec![&kp], vec![&v, &q], vec![&q, &other, &kp]] {
+            let fused = QLinear::forward_many(&layers, &x).unwrap();
+            assert_eq!(fused.len(), layers.len());
+            for (l, y) in layers.iter().zip(&fused) {
+                assert_eq!(y.dims(), &[1, m, l.out_features()]);
+                assert_eq!(rel_err(y, &l.forward(&x).unwrap()), 0.0, "m={m}");
+            }
+        }
+    }
+    assert!(QLinear::forward_many(&[], &tensor(vec![0.0; k], &[1, k])).unwrap().is_empty());
 }

@@ -1,0 +1,152 @@
+//! Conversations survive the app being killed: a saved Session restores without
+//! re-prefill and continues exactly; bad files are refused with a clear error and leave a
+//! fresh, usable session.
+
+mod common;
+
+use candle_core::{DType, Device};
+use common::*;
+use pocketchat::engine::persist::{self, ModelIdentity, StateFileError};
+use pocketchat::engine::template::ChatTemplate;
+use pocketchat::engine::tokenizer::TextTokenizer;
+use pocketchat::engine::{Command, Engine, EngineConfig, EngineEvent, MatmulKernel, Model, Session};
+
+fn tiny() -> (tempfile::TempDir, Model, TextTokenizer, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_tiny_gguf(dir.path(), &TinySpec::default(), 21);
+    let model = Model::load(&path, &Device::Cpu, MatmulKernel::Candle, |_| {}).unwrap();
+    let (content, _) = pocketchat::engine::model::read_gguf(&path).unwrap();
+    let tok = TextTokenizer::from_gguf(&content).unwrap();
+    (dir, model, tok, path)
+}
+
+fn session(model: &Model, tok: &TextTokenizer) -> Session {
+    Session::new(model.make_state(256, DType::F32), ChatTemplate::new(None, tok.bos_token(), tok.eos_token())).unwrap()
+}
+
+fn identity() -> ModelIdentity {
+    ModelIdentity { sha256: "ab".repeat(32), bytes: 1234 }
+}
+
+#[test]
+fn restored_session_continues_like_the_original() {
+    let (dir, model, tok, _) = tiny();
+    let mut s = session(&model, &tok);
+    for text in ["first message", "second one"] {
+        s.prepare_turn(&model, &tok, text, 16).unwrap();
+        s.finish_reply("reply");
+        model.forward(&tok.encode("reply").unwrap(), &mut s.state).unwrap();
+    }
+    let file = dir.path().join("chat.pcstate");
+    persist::save(&s, &identity(), &file).unwrap();
+
+    let mut restored = session(&model, &tok);
+    persist::restore(&mut restored, &identity(), &file).unwrap();
+    assert_eq!(restored.state.tokens(), s.state.tokens());
+    assert_eq!(restored.messages(), s.messages());
+    assert_eq!(restored.turn_lengths(), s.turn_lengths());
+
+    let a = s.prepare_turn(&model, &tok, "third", 16).unwrap();
+    let b = restored.prepare_turn(&model, &tok, "third", 16).unwrap();
+    assert_eq!(a.fed_tokens, b.fed_tokens, "the restored session re-prefilled");
+    // K/V were stored as f16: close, not bit-identical.
+    let diff = max_abs_diff(a.logits.as_ref().unwrap(), b.logits.as_ref().unwrap());
+    assert!(diff < 2e-2, "logits after restore differ by {diff}");
+}
+
+#[test]
+fn bad_state_files_are_refused_and_leave_a_fresh_session() {
+    let (dir, model, tok, _) = tiny();
+    let mut s = session(&model, &tok);
+    s.prepare_turn(&model, &tok, "hello", 16).unwrap();
+    let file = dir.path().join("chat.pcstate");
+    persist::save(&s, &identity(), &file).unwrap();
+    let bytes = std::fs::read(&file).unwrap();
+
+    let check = |name: &str, data: &[u8], id: &ModelIdentity, want: fn(&StateFileError) -> bool| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, data).unwrap();
+        let mut fresh = session(&model, &tok);
+        let e = persist::restore(&mut fresh, id, &p).unwrap_err();
+        assert!(want(&e), "{name}: unexpected error {e:?}");
+        assert!(fresh.state.is_empty() && fresh.messages().is_empty());
+        // Still usable.
+        fresh.prepare_turn(&model, &tok, "hi again", 16).unwrap();
+        println!("{name}: {e}");
+    };
+    let other = ModelIdentity { sha256: "cd".repeat(32), bytes: 1234 };
+    check("other-model", &bytes, &other, |e| matches!(e, StateFileError::OtherModel(_)));
+    check("truncated", &bytes[..bytes.len() - 100], &identity(), |e| matches!(e, StateFileError::Damaged(_)));
+    check("header-cut", &bytes[..40], &identity(), |e| matches!(e, StateFileError::Damaged(_)));
+    let mut newer = bytes.clone();
+    newer[8..12].copy_from_slice(&99u32.to_le_bytes());
+    check("newer", &newer, &identity(), |e| matches!(e, StateFileError::NewerFormat(99)));
+    check("garbage", b"definitely not a state file", &identity(), |e| matches!(e, StateFileError::NotAStateFile));
+    let mut missing = session(&model, &tok);
+    assert!(matches!(
+        persist::restore(&mut missing, &identity(), &dir.path().join("none")),
+        Err(StateFileError::Missing(_))
+    ));
+}
+
+fn collect_until_stats_after(events: &mut pocketchat::engine::EngineEvents, stop: fn(&EngineEvent) -> bool) -> Vec<EngineEvent> {
+    let mut out = Vec::new();
+    let mut seen = false;
+    loop {
+        let ev = events.recv_blocking().expect("engine stopped");
+        let closes = seen && matches!(ev, EngineEvent::Stats(_));
+        seen |= stop(&ev);
+        out.push(ev);
+        if closes {
+            return out;
+        }
+    }
+}
+
+#[test]
+fn the_engine_restores_a_real_conversation_at_launch_without_re_prefill() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_file = dir.path().join("conversation.pcstate");
+    let mut config = EngineConfig::new(default_model());
+    config.state_file = Some(state_file.clone());
+    config.max_tokens = 24;
+    config.budget_override = Some(1024);
+
+    let (handle, mut events) = Engine::spawn(config.clone());
+    collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Ready(_)));
+    for text in ["Which city is the capital of France?", "Name a famous museum there."] {
+        handle.send(Command::Send { text: text.into() }).unwrap();
+        let evs = collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Done { .. }));
+        assert!(evs.iter().any(|e| matches!(e, EngineEvent::Saved { .. })), "no save after the reply");
+    }
+    handle.send(Command::Shutdown).unwrap();
+    while events.recv_blocking().is_some() {}
+    assert!(state_file.exists());
+
+    // "Relaunch": the conversation comes back with its messages and K/V.
+    let (handle, mut events) = Engine::spawn(config);
+    let start = collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Restored { .. }));
+    let (messages, tokens) = start
+        .iter()
+        .find_map(|e| if let EngineEvent::Restored { messages, tokens } = e { Some((messages.clone(), *tokens)) } else { None })
+        .expect("no Restored event");
+    assert_eq!(messages.len(), 4);
+    assert!(tokens > 50);
+    handle.send(Command::Send { text: "And of Spain?".into() }).unwrap();
+    let evs = collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Done { .. }));
+    let fed = evs.iter().rev().find_map(|e| if let EngineEvent::Stats(s) = e { Some(s.prefill_tokens) } else { None }).unwrap();
+    assert!(fed < 20, "after restore the turn fed {fed} tokens (re-prefill?)");
+
+    handle.send(Command::Shutdown).unwrap();
+    while events.recv_blocking().is_some() {}
+
+    // A damaged state file is refused with a notice and the app starts fresh.
+    std::fs::write(&state_file, b"PCSTATE\0garbage").unwrap();
+    let mut config = EngineConfig::new(default_model());
+    config.state_file = Some(state_file);
+    let (handle, mut events) = Engine::spawn(config);
+    let start = collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Notice { .. }));
+    assert!(start.iter().any(|e| matches!(e, EngineEvent::Notice { message } if message.contains("Starting a fresh conversation"))));
+    assert!(!start.iter().any(|e| matches!(e, EngineEvent::Restored { .. })));
+    handle.send(Command::Shutdown).unwrap();
+}
