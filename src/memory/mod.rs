@@ -3,11 +3,34 @@
 //! the platform monitors that turn OS memory pressure into engine commands.
 //!
 //! Nothing here imports the UI; the engine and the app both use it.
+//!
+//! - `tier` and `detect`: classify physical memory into a [`RamTier`]; build a
+//!   [`TierReport`] from the probes and the `POCKETCHAT_TIER` override.
+//! - `policy`: what each tier may use.
+//! - [`probe`]: physical memory and CPU capability per platform.
+//! - [`process`]: this process's resident set, peak, footprint and live headroom.
+//! - [`accounting`]: KV bytes per token, predicted footprint, the per-turn budget.
+//! - [`monitor`]: OS memory-pressure signals as callbacks.
 
+pub mod accounting;
+mod detect;
+mod files;
+pub mod monitor;
 mod policy;
+pub mod probe;
+pub mod process;
 mod tier;
 
+pub use accounting::{
+    budget_for_headroom, kv_bytes_per_token, predicted_footprint, HEADROOM_SAFETY_BYTES,
+    MIN_TOKEN_BUDGET, RUNTIME_OVERHEAD_BYTES,
+};
+pub use detect::TIER_ENV;
+pub use monitor::{MemoryMonitor, MonitorConfig};
 pub use policy::{Policy, WeightQuant};
+pub use process::{
+    available_bytes, footprint_bytes, peak_rss_bytes, release_free_memory, rss_bytes,
+};
 pub use tier::{classify, RamTier, TierReport};
 
 pub const MIB: u64 = 1024 * 1024;

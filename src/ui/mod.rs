@@ -1,1 +1,22 @@
-//! Dioxus UI (being written).
+//! The Dioxus app: a chat view streaming replies from the engine, a settings panel with
+//! the memory policy's figures, and the bridge between them and the engine thread.
+//!
+//! - [`state`]: the pure reducer [`ChatState`] that folds `EngineEvent`s.
+//! - [`app`]: [`launch`], the root component and the bridge coroutine.
+//! - [`chat`], [`settings`], [`notices`]: components; [`markdown`]: reply rendering.
+//! - [`qa`]: the `POCKETCHAT_QA_STATUS` file the end-to-end test reads.
+
+pub mod app;
+pub mod chat;
+mod clock;
+pub mod fmt;
+pub mod markdown;
+mod monitor;
+pub mod notices;
+mod platform;
+pub mod qa;
+pub mod settings;
+pub mod state;
+
+pub use app::{launch, App, Shell};
+pub use state::ChatState;

@@ -81,7 +81,7 @@ impl<D: DotU8I8> TileKernel for Q4_1<D> {
             for r in 0..R {
                 let blk = w[r].add(b);
                 let raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(
-                    (*blk).qs.as_ptr() as *const __m128i,
+                    (*blk).qs.as_ptr() as *const __m128i
                 ));
                 qx[r] = _mm256_and_si256(_mm256_srlv_epi64(raw, shift), mask);
                 dm[r] = load_f16_pair(blk as *const u8);
@@ -238,7 +238,10 @@ pub(super) unsafe fn quantize_row(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]],
             let t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
             let frac = _mm256_andnot_ps(sign, _mm256_sub_ps(p, t));
             let step = _mm256_or_ps(_mm256_and_ps(p, sign), one);
-            let r = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(frac, half, _CMP_GE_OQ), step));
+            let r = _mm256_add_ps(
+                t,
+                _mm256_and_ps(_mm256_cmp_ps(frac, half, _CMP_GE_OQ), step),
+            );
             qi[j] = _mm256_cvttps_epi32(r);
         }
         let sum = if with_sum {

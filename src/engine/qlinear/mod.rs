@@ -30,10 +30,10 @@
 mod blocks;
 mod scalar;
 
-#[cfg(target_arch = "aarch64")]
-mod neon;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 
 #[cfg(test)]
 mod tests;
@@ -363,7 +363,10 @@ fn fused_forward(layers: &[&QLinear], isa: Isa, x: &Tensor) -> Result<Vec<Tensor
         candle_core::bail!("QLinear: input must have at least one dimension")
     };
     if xk != k {
-        candle_core::bail!("QLinear: input {:?} does not end in in_features = {k}", x.shape())
+        candle_core::bail!(
+            "QLinear: input {:?} does not end in in_features = {k}",
+            x.shape()
+        )
     }
     let in_dtype = x.dtype();
     let xf = x.to_dtype(DType::F32)?.contiguous()?;
@@ -431,7 +434,10 @@ fn matmul_many(
         total_rows += l.out_features;
     }
     unit_start.push(total_units);
-    let weights: Vec<SendPtr<u8>> = datas.iter().map(|d| SendPtr(d.as_ptr() as *mut u8)).collect();
+    let weights: Vec<SendPtr<u8>> = datas
+        .iter()
+        .map(|d| SendPtr(d.as_ptr() as *mut u8))
+        .collect();
     let dst_ptrs: Vec<SendPtr<f32>> = dsts.iter_mut().map(|d| SendPtr(d.as_mut_ptr())).collect();
     let with_sum = layers.iter().any(|l| l.kind().with_sum());
 
@@ -456,13 +462,22 @@ fn matmul_many(
                 // stay in L1 across them: one call per unit
                 let end = if m == 1 { layer_end } else { u + 1 };
                 let n = layers[j].out_features;
-                let rows = (u - unit_start[j]) * UNIT_ROWS..n.min((end - unit_start[j]) * UNIT_ROWS);
+                let rows =
+                    (u - unit_start[j]) * UNIT_ROWS..n.min((end - unit_start[j]) * UNIT_ROWS);
                 // SAFETY: layer j's weight holds n * nb blocks of its kind (checked at
                 // construction) and `datas` keeps it borrowed; `acts` holds m rows of nb blocks;
                 // each unit writes only dst_j[i * n + r] for its own rows r; `isa` came from
                 // `Isa::detect` (or is scalar).
                 unsafe {
-                    isa.rows(layers[j].kind(), weights[j].get(), nb, rows, &acts, dst_ptrs[j].get(), n)
+                    isa.rows(
+                        layers[j].kind(),
+                        weights[j].get(),
+                        nb,
+                        rows,
+                        &acts,
+                        dst_ptrs[j].get(),
+                        n,
+                    )
                 }
                 u = end;
             }
@@ -478,7 +493,14 @@ fn matmul_many(
 }
 
 /// Quantizes `x`'s rows into `qs`/`ds`, across the pool when there are many.
-fn quantize_rows(isa: Isa, with_sum: bool, x: &[f32], k: usize, qs: &mut [i8], ds: &mut [[f32; 2]]) {
+fn quantize_rows(
+    isa: Isa,
+    with_sum: bool,
+    x: &[f32],
+    k: usize,
+    qs: &mut [i8],
+    ds: &mut [[f32; 2]],
+) {
     let m = x.len() / k;
     let nb = k / QK;
     let pool = candle_core::utils::barrier_pool();

@@ -1,0 +1,294 @@
+//! The root of the app and the bridge to the engine.
+//!
+//! [`launch`] opens the window (desktop) or the app's webview (iOS). The root component
+//! [`App`] spawns the engine inside a `use_coroutine`: the coroutine owns the
+//! [`EngineHandle`], forwards the UI's [`Command`]s from its channel, and folds the
+//! engine's event stream into the one `Signal<ChatState>` — the only place that state
+//! changes. The engine thread never touches a signal: events cross threads over the
+//! engine's `futures` channel and are applied here, on the UI executor.
+//!
+//! Components send commands with [`send_command`], which finds the coroutine in the
+//! context; rendered without one (server-side rendering in tests) it does nothing.
+
+use std::time::Duration;
+
+use dioxus::prelude::*;
+use futures::stream::Fuse;
+use futures::{FutureExt, StreamExt};
+
+use crate::engine::{Command, Engine, EngineConfig, EngineError, EngineEvent, EngineEvents, EngineHandle};
+
+use super::chat::ChatView;
+use super::clock::now_label;
+use super::monitor;
+use super::qa::QaHook;
+use super::settings::SettingsPanel;
+use super::state::{ChatState, Phase};
+
+/// The stylesheet, compiled in so the app needs no asset pipeline (`cargo run` works).
+pub const STYLE: &str = include_str!("../../assets/style.css");
+
+/// The page script: keeps the message list pinned to the bottom while the reader is at
+/// the bottom (a MutationObserver, so streaming tokens scroll too) and provides
+/// `pcCopy(text)` for the copy buttons.
+pub const PAGE_SCRIPT: &str = include_str!("../../assets/page.js");
+
+/// Window title.
+pub const TITLE: &str = "pocketchat";
+
+/// Whether the settings panel starts open: yes on desktops, no on phones.
+pub const SETTINGS_OPEN_AT_START: bool = cfg!(not(any(target_os = "ios", target_os = "android")));
+
+/// The engine configuration handed to the root component.
+#[derive(Clone)]
+struct LaunchConfig(EngineConfig);
+
+/// The page the webview loads: viewport with safe-area support, the stylesheet and the
+/// page script inlined.
+pub fn index_html() -> String {
+    format!(
+        r#"<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{TITLE}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1, maximum-scale=1, user-scalable=no, viewport-fit=cover">
+<meta name="color-scheme" content="light dark">
+<style>
+{STYLE}
+</style>
+<script>
+{PAGE_SCRIPT}
+</script>
+</head>
+<body>
+<div id="main"></div>
+</body>
+</html>
+"#
+    )
+}
+
+/// Starts the app with the given engine configuration; returns when the window closes.
+///
+/// The renderer comes from the crate's features: `desktop` opens a native window
+/// (macOS, Linux/X11, Windows), `mobile` runs inside the iOS app shell that `dx` builds.
+/// With `ui` alone (no renderer) it logs an error and returns.
+pub fn launch(mut config: EngineConfig) {
+    config.model_path = resolve_model_path(config.model_path);
+    #[cfg(feature = "desktop")]
+    let builder = dioxus::LaunchBuilder::desktop().with_cfg(desktop_config());
+    #[cfg(all(feature = "mobile", not(feature = "desktop")))]
+    let builder = dioxus::LaunchBuilder::mobile().with_cfg(mobile_config());
+    #[cfg(any(feature = "desktop", feature = "mobile"))]
+    builder.with_context(LaunchConfig(config)).launch(App);
+    #[cfg(not(any(feature = "desktop", feature = "mobile")))]
+    {
+        let _ = LaunchConfig(config);
+        tracing::error!("this build has no renderer: enable the `desktop` or `mobile` feature");
+    }
+}
+
+/// On iOS a relative model path names a file in the app's Documents folder (where
+/// Finder file sharing puts it, see `ios/README.md`); elsewhere paths are kept as given.
+pub fn resolve_model_path(path: std::path::PathBuf) -> std::path::PathBuf {
+    if cfg!(target_os = "ios") && path.is_relative() && !path.exists() {
+        if let (Some(home), Some(name)) = (std::env::var_os("HOME"), path.file_name()) {
+            return std::path::PathBuf::from(home).join("Documents").join(name);
+        }
+    }
+    path
+}
+
+#[cfg(feature = "desktop")]
+pub fn desktop_config() -> dioxus::desktop::Config {
+    use dioxus::desktop::{Config, LogicalSize, WindowBuilder};
+    let window = WindowBuilder::new()
+        .with_title(TITLE)
+        .with_inner_size(LogicalSize::new(1120.0, 760.0))
+        .with_min_inner_size(LogicalSize::new(360.0, 520.0))
+        .with_always_on_top(false);
+    #[allow(unused_mut)]
+    let mut config = Config::new().with_window(window).with_custom_index(index_html());
+    // The default menu bar is a macOS convention (it also gives Cmd+C/V); on Linux and
+    // Windows it would only push the page down.
+    #[cfg(not(any(target_os = "macos", target_os = "ios", target_os = "android")))]
+    {
+        config = config.with_menu(Option::<dioxus::desktop::muda::Menu>::None);
+    }
+    config
+}
+
+#[cfg(all(feature = "mobile", not(feature = "desktop")))]
+fn mobile_config() -> dioxus::mobile::Config {
+    dioxus::mobile::Config::new().with_custom_index(index_html())
+}
+
+/// Sends a command to the engine through the bridge coroutine (no-op without one).
+pub fn send_command(command: Command) {
+    if let Some(bridge) = try_consume_context::<Coroutine<Command>>() {
+        bridge.send(command);
+    }
+}
+
+/// The root component: state, bridge, layout.
+#[component]
+pub fn App() -> Element {
+    let config = use_hook(|| consume_context::<LaunchConfig>().0);
+    let state = use_signal(ChatState::new);
+    let qa: Option<QaHook> = use_context_provider(QaHook::from_env);
+    use_coroutine(move |commands: UnboundedReceiver<Command>| bridge(config.clone(), commands, state, qa.clone()));
+    rsx! {
+        Shell { state, settings_open: SETTINGS_OPEN_AT_START }
+    }
+}
+
+/// How long closing the window waits for the engine to save and stop.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+
+/// The bridge's end of the engine: its handle and its event stream. Dropping it (the
+/// window closed, the virtual DOM went away) sends `Shutdown` — the engine saves the
+/// conversation first when a state file is configured — and waits up to
+/// [`SHUTDOWN_WAIT`] for the engine to finish, so the save is not cut off by the exit.
+struct EngineLink {
+    handle: EngineHandle,
+    events: Option<Fuse<EngineEvents>>,
+}
+
+impl Drop for EngineLink {
+    fn drop(&mut self) {
+        if self.handle.send(Command::Shutdown).is_err() {
+            return; // already gone
+        }
+        let Some(mut events) = self.events.take() else { return };
+        let (done, finished) = std::sync::mpsc::channel();
+        let drained = std::thread::Builder::new().name("engine-shutdown".into()).spawn(move || {
+            while futures::executor::block_on(events.next()).is_some() {}
+            let _ = done.send(());
+        });
+        if drained.is_ok() && finished.recv_timeout(SHUTDOWN_WAIT).is_err() {
+            tracing::warn!("the engine did not stop within {SHUTDOWN_WAIT:?}; closing anyway");
+        }
+    }
+}
+
+/// The bridge: spawns the engine, forwards commands, folds events into `state`.
+async fn bridge(
+    config: EngineConfig,
+    mut commands: UnboundedReceiver<Command>,
+    mut state: Signal<ChatState>,
+    qa: Option<QaHook>,
+) {
+    state.write().restore_available = config.state_file.is_some();
+    let (engine, events) = Engine::spawn(config);
+    let mut link = EngineLink { handle: engine.clone(), events: Some(events.fuse()) };
+    let Some(events) = link.events.as_mut() else { return };
+    let mut monitor = monitor::start(engine.clone(), None);
+    if let Some(qa) = &qa {
+        qa.report_status(state.peek().qa_status());
+    }
+    loop {
+        futures::select! {
+            command = commands.next() => {
+                let Some(command) = command else { break };
+                if let Command::Send { text } = &command {
+                    if !state.write().submit(text, &now_label()) {
+                        continue;
+                    }
+                }
+                if let Err(error) = engine.send(command) {
+                    state.write().apply_at(EngineEvent::Failed { error }, &now_label());
+                }
+            }
+            event = events.next() => {
+                let gone = event.is_none();
+                // Fold everything already waiting in one write: one re-render per batch.
+                let mut batch: Vec<EngineEvent> = event.into_iter().collect();
+                while let Some(Some(more)) = events.next().now_or_never() {
+                    batch.push(more);
+                }
+                let relayout = batch.iter().any(|e| {
+                    matches!(e, EngineEvent::Ready(_) | EngineEvent::Done { .. } | EngineEvent::ConversationReset)
+                });
+                // Watch against the ceiling of the policy in force.
+                let ceiling = batch.iter().rev().find_map(|e| match e {
+                    EngineEvent::Policy { policy, .. } => Some(policy.ceiling_bytes),
+                    _ => None,
+                });
+                if let Some(ceiling) = ceiling.filter(|c| Some(*c) != monitor.ceiling_bytes()) {
+                    drop(monitor);
+                    monitor = monitor::start(engine.clone(), Some(ceiling));
+                }
+                {
+                    let now = now_label();
+                    let mut s = state.write();
+                    for event in batch {
+                        s.apply_at(event, &now);
+                    }
+                    if gone && !matches!(s.phase, Phase::Failed(_)) {
+                        s.apply_at(EngineEvent::Failed { error: EngineError::EngineGone }, &now);
+                    }
+                }
+                if let Some(qa) = &qa {
+                    qa.report_status(state.peek().qa_status());
+                    if relayout {
+                        qa.remeasure();
+                    }
+                }
+                if gone {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The app's layout: top bar, chat, settings panel. Rendered by [`App`] with the live
+/// state, and by tests with a fixed one.
+#[component]
+pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
+    let mut open = use_signal(|| settings_open);
+    let s = state.read();
+    let ready = s.is_ready();
+    let (status_class, status_text) = match &s.phase {
+        Phase::Starting => ("status-loading", "Starting…".to_string()),
+        Phase::Loading { progress, .. } => ("status-loading", format!("Loading {:.0}%", progress * 100.0)),
+        Phase::Ready if s.generating() => ("status-busy", "Writing…".to_string()),
+        Phase::Ready => (
+            "status-ready",
+            s.model.as_ref().map(|m| m.name.clone()).unwrap_or_else(|| "Ready".into()),
+        ),
+        Phase::Failed(f) => ("status-failed", f.title.clone()),
+    };
+    rsx! {
+        div { class: if open() { "app settings-open" } else { "app" },
+            header { class: "topbar",
+                div { class: "brand",
+                    span { class: "brand-mark", aria_hidden: "true" }
+                    h1 { "pocketchat" }
+                }
+                span { class: "status-chip {status_class}", title: "{status_text}", "{status_text}" }
+                div { class: "topbar-actions",
+                    button { class: "btn ghost", r#type: "button", id: "new-chat",
+                        disabled: !ready,
+                        onclick: move |_| send_command(Command::NewConversation),
+                        onmounted: move |e: MountedEvent| super::qa::track("new_chat", e.data()),
+                        "New chat"
+                    }
+                    button { class: "btn ghost", r#type: "button", id: "settings-toggle",
+                        aria_pressed: "{open()}",
+                        onclick: move |_| open.toggle(),
+                        onmounted: move |e: MountedEvent| super::qa::track("settings_toggle", e.data()),
+                        "Settings"
+                    }
+                }
+            }
+            div { class: "layout",
+                ChatView { state }
+                if open() {
+                    SettingsPanel { state, on_close: move |_| open.set(false) }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! The chat view: the message list (auto-scrolled by the page script while the reader
+//! is at the bottom), the empty / loading / error states, and the composer (Enter
+//! sends, Shift+Enter adds a line, Stop while a reply streams).
+
+use dioxus::prelude::*;
+
+use crate::engine::Command;
+
+use super::app::send_command;
+use super::fmt::format_rate;
+use super::markdown;
+use super::notices::{LoadFailureCard, LoadingCard, NoticeView};
+use super::platform;
+use super::qa;
+use super::state::{ChatState, Entry, Message, Phase, Role};
+
+/// Messages, notices and the composer.
+#[component]
+pub fn ChatView(state: ReadSignal<ChatState>) -> Element {
+    let s = state.read();
+    let model_name = s.model.as_ref().map(|m| m.name.clone()).unwrap_or_default();
+    let awaiting = s.awaiting_reply;
+    rsx! {
+        section { class: "chat",
+            div { id: "messages", class: "messages", aria_live: "polite",
+                div { class: "messages-inner",
+                    match &s.phase {
+                        Phase::Starting => rsx! {
+                            div { class: "card loading-card", role: "status",
+                                div { class: "card-title", "Starting the engine…" }
+                            }
+                        },
+                        Phase::Loading { progress, message } => rsx! {
+                            LoadingCard { progress: *progress, message: message.clone() }
+                        },
+                        Phase::Failed(failure) => rsx! {
+                            LoadFailureCard { failure: failure.clone() }
+                        },
+                        Phase::Ready => rsx! {},
+                    }
+                    if s.entries.is_empty() && s.is_ready() {
+                        EmptyState { model_name }
+                    }
+                    for entry in s.entries.iter() {
+                        match entry {
+                            Entry::Message(m) => rsx! { MessageBubble { key: "{m.id}", message: m.clone() } },
+                            Entry::Notice(n) => rsx! { NoticeView { key: "{n.id}", notice: n.clone() } },
+                        }
+                    }
+                    if awaiting {
+                        div { class: "msg msg-assistant pending",
+                            div { class: "bubble", TypingDots {} }
+                        }
+                    }
+                }
+            }
+            Composer {
+                ready: s.is_ready(),
+                generating: s.generating(),
+                failed: matches!(s.phase, Phase::Failed(_)),
+            }
+        }
+    }
+}
+
+#[component]
+fn EmptyState(model_name: String) -> Element {
+    rsx! {
+        div { class: "empty",
+            div { class: "empty-mark", aria_hidden: "true", "◐" }
+            h2 { "What's on your mind?" }
+            p {
+                if model_name.is_empty() { "The model runs on this device." } else { "{model_name} runs on this device." }
+                " Nothing you type leaves it."
+            }
+        }
+    }
+}
+
+#[component]
+fn TypingDots() -> Element {
+    rsx! {
+        span { class: "typing", aria_label: "Writing",
+            span {} span {} span {}
+        }
+    }
+}
+
+/// One message; replies render Markdown and carry a copy button and a tok/s label.
+#[component]
+pub fn MessageBubble(message: Message) -> Element {
+    let mut copied = use_signal(|| false);
+    if message.role == Role::User {
+        return rsx! {
+            div { class: "msg msg-user",
+                div { class: "bubble", "{message.text}" }
+            }
+        };
+    }
+    let streaming = !message.finished;
+    let html = markdown::to_html(&message.text);
+    let text = message.text.clone();
+    let meta = match (message.tok_s, message.finished) {
+        (Some(rate), true) => Some(format!("{} · {}", tokens_label(message.tokens), format_rate(rate))),
+        (None, true) if message.tokens > 0 => Some(tokens_label(message.tokens)),
+        _ => None,
+    };
+    let class = match (streaming, message.error.is_some()) {
+        (true, _) => "msg msg-assistant streaming",
+        (false, true) => "msg msg-assistant failed",
+        (false, false) => "msg msg-assistant",
+    };
+    rsx! {
+        div { class,
+            div { class: "bubble",
+                if message.text.is_empty() && streaming {
+                    TypingDots {}
+                } else {
+                    div { class: "md", dangerous_inner_html: "{html}" }
+                }
+            }
+            if message.finished {
+                div { class: "msg-meta",
+                    if !message.text.is_empty() {
+                        button { class: "copy", r#type: "button", title: "Copy reply",
+                            onclick: move |_| {
+                                platform::copy_to_clipboard(&text);
+                                copied.set(true);
+                            },
+                            if copied() { "Copied" } else { "Copy" }
+                        }
+                    }
+                    if let Some(meta) = meta {
+                        span { class: "toks", "{meta}" }
+                    }
+                    if let Some(label) = message.done_label() {
+                        span { class: "done-label", "{label}" }
+                    }
+                    if let Some(error) = &message.error {
+                        span { class: "done-label error", "{error}" }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn tokens_label(n: usize) -> String {
+    if n == 1 { "1 token".to_string() } else { format!("{n} tokens") }
+}
+
+/// The input row. Enter sends, Shift+Enter inserts a newline; Stop while generating.
+#[component]
+pub fn Composer(ready: bool, generating: bool, failed: bool) -> Element {
+    let mut draft = use_signal(String::new);
+    let can_send = ready && !generating;
+    let mut submit = move || {
+        let text = draft.peek().trim().to_string();
+        if text.is_empty() || !can_send {
+            return;
+        }
+        send_command(Command::Send { text });
+        // The page script has already emptied the field (assets/page.js).
+        draft.set(String::new());
+    };
+    let rows = (draft.read().matches('\n').count() + 1).clamp(1, 6);
+    let placeholder = if failed {
+        "No model loaded"
+    } else if !ready {
+        "Loading the model…"
+    } else {
+        "Message pocketchat"
+    };
+    rsx! {
+        form { class: "composer",
+            onsubmit: move |e: FormEvent| {
+                e.prevent_default();
+                submit();
+            },
+            // Uncontrolled on purpose: writing `value` back on every input event races
+            // with fast typing over the webview bridge and drops characters. The page
+            // script clears the field when Enter sends (see assets/page.js).
+            textarea {
+                id: "composer-input",
+                class: "composer-input",
+                rows: "{rows}",
+                placeholder,
+                autofocus: true,
+                disabled: failed,
+                aria_label: "Message",
+                "data-can-send": if can_send { "true" } else { "false" },
+                oninput: move |e: FormEvent| draft.set(e.value()),
+                onkeydown: move |e: KeyboardEvent| {
+                    if e.key() == Key::Enter && !e.modifiers().contains(Modifiers::SHIFT) && !e.is_composing() {
+                        e.prevent_default();
+                        submit();
+                    }
+                },
+                onmounted: move |e: MountedEvent| qa::track("composer", e.data()),
+            }
+            if generating {
+                button { class: "btn stop", r#type: "button", id: "stop-button",
+                    onclick: move |_| send_command(Command::Stop),
+                    span { class: "stop-square", aria_hidden: "true" }
+                    "Stop"
+                }
+            } else {
+                button { class: "btn primary send", r#type: "submit", id: "send-button",
+                    disabled: !can_send || draft.read().trim().is_empty(),
+                    "Send"
+                }
+            }
+        }
+    }
+}

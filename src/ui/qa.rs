@@ -1,0 +1,166 @@
+//! The QA hook: when `POCKETCHAT_QA_STATUS` names a file, the app rewrites it as JSON
+//! after every engine event, so an end-to-end test driving the real window can read
+//! back what the user saw (replies finished, evictions, notices, errors).
+//!
+//! The file also carries the on-screen rectangles (CSS pixels, relative to the webview)
+//! of the controls a test clicks, measured when they mount, so the test does not depend
+//! on guessed coordinates.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use dioxus::prelude::{spawn, try_consume_context, MountedData};
+use serde::Serialize;
+
+use super::state::QaStatus;
+
+/// The environment variable naming the status file.
+pub const QA_STATUS_ENV: &str = "POCKETCHAT_QA_STATUS";
+
+/// A control's box in CSS pixels relative to the webview's top-left corner.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct QaRect {
+    pub x: f64,
+    pub y: f64,
+    pub width: f64,
+    pub height: f64,
+}
+
+#[derive(Serialize)]
+struct QaFile<'a> {
+    #[serde(flatten)]
+    status: &'a QaStatus,
+    /// Seconds since the Unix epoch when written.
+    written_at: f64,
+    rects: &'a BTreeMap<String, QaRect>,
+}
+
+#[derive(Default)]
+struct Inner {
+    status: Option<QaStatus>,
+    rects: BTreeMap<String, QaRect>,
+    mounted: BTreeMap<&'static str, Rc<MountedData>>,
+}
+
+/// Writes the status file. Cheap to clone (shared inside the UI thread).
+#[derive(Clone)]
+pub struct QaHook {
+    path: PathBuf,
+    inner: Rc<RefCell<Inner>>,
+}
+
+impl QaHook {
+    /// The hook named by `POCKETCHAT_QA_STATUS`, if set and non-empty.
+    pub fn from_env() -> Option<QaHook> {
+        let path = std::env::var_os(QA_STATUS_ENV).filter(|p| !p.is_empty())?;
+        Some(QaHook::new(PathBuf::from(path)))
+    }
+
+    pub fn new(path: PathBuf) -> QaHook {
+        QaHook { path, inner: Rc::new(RefCell::new(Inner::default())) }
+    }
+
+    /// Records the latest status and rewrites the file.
+    pub fn report_status(&self, status: QaStatus) {
+        self.inner.borrow_mut().status = Some(status);
+        self.write();
+    }
+
+    /// Records where a control is on screen and rewrites the file.
+    pub fn report_rect(&self, name: &str, rect: QaRect) {
+        self.inner.borrow_mut().rects.insert(name.to_string(), rect);
+        self.write();
+    }
+
+    /// Measures every tracked control again (after layout changes such as the model
+    /// becoming ready or a reply ending).
+    pub fn remeasure(&self) {
+        let mounted: Vec<_> = self.inner.borrow().mounted.iter().map(|(k, v)| (*k, v.clone())).collect();
+        for (name, data) in mounted {
+            self.measure(name, data);
+        }
+    }
+
+    fn measure(&self, name: &'static str, data: Rc<MountedData>) {
+        let hook = self.clone();
+        spawn(async move {
+            if let Ok(r) = data.get_client_rect().await {
+                let rect = QaRect { x: r.origin.x, y: r.origin.y, width: r.size.width, height: r.size.height };
+                hook.report_rect(name, rect);
+            }
+        });
+    }
+
+    fn write(&self) {
+        let inner = self.inner.borrow();
+        let empty = QaStatus {
+            phase: "starting".into(),
+            replies_done: 0,
+            done_reasons: vec![],
+            evictions: 0,
+            trims: 0,
+            restores: 0,
+            notices: vec![],
+            generating: false,
+            last_error: None,
+            messages: 0,
+            prompts: vec![],
+            last_reply: None,
+        };
+        let status = inner.status.as_ref().unwrap_or(&empty);
+        let written_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        let file = QaFile { status, written_at, rects: &inner.rects };
+        match serde_json::to_vec_pretty(&file) {
+            Ok(bytes) => {
+                if let Err(e) = write_atomically(&self.path, &bytes) {
+                    tracing::warn!("could not write the QA status to {}: {e}", self.path.display());
+                }
+            }
+            Err(e) => tracing::warn!("could not encode the QA status: {e}"),
+        }
+    }
+}
+
+/// Tracks a control's on-screen box for the status file, when the QA hook is on.
+/// Call from `onmounted`.
+pub fn track(name: &'static str, data: Rc<MountedData>) {
+    let Some(Some(hook)) = try_consume_context::<Option<QaHook>>() else {
+        return;
+    };
+    hook.inner.borrow_mut().mounted.insert(name, data.clone());
+    hook.measure(name, data);
+}
+
+/// Writes to a sibling temporary file and renames it, so readers never see half a file.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ui::state::ChatState;
+
+    #[test]
+    fn writes_status_and_rects_as_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("qa.json");
+        let hook = QaHook::new(path.clone());
+        hook.report_status(ChatState::new().qa_status());
+        hook.report_rect("simulate_warning", QaRect { x: 10.0, y: 20.0, width: 100.0, height: 40.0 });
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(v["replies_done"], 0);
+        assert_eq!(v["generating"], false);
+        assert_eq!(v["rects"]["simulate_warning"]["width"], 100.0);
+        assert!(v["written_at"].as_f64().unwrap() > 0.0);
+    }
+}

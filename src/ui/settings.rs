@@ -1,0 +1,266 @@
+//! The settings panel: a side panel on wide windows, a bottom sheet on phones (the
+//! stylesheet decides by width). It shows what the memory policy is doing — detected
+//! RAM and tier with the QA override selector, the loaded weights' real quantization,
+//! the model file, the live token count against the budget, KV cache bytes, predicted
+//! footprint against the tier's ceiling, resident memory, decode speed and a log of
+//! trims and evictions — and offers *Simulate memory warning* and *Reset context*.
+
+use dioxus::prelude::*;
+
+use crate::engine::Command;
+use crate::memory::RamTier;
+
+use super::app::send_command;
+use super::fmt::{format_bytes, format_ms, format_rate, percent};
+use super::qa;
+use super::state::{ChatState, LogKind};
+
+/// The reason the settings panel's button gives the engine.
+pub const SIMULATED_REASON: &str = "simulated from settings";
+
+#[component]
+pub fn SettingsPanel(state: ReadSignal<ChatState>, on_close: EventHandler<()>) -> Element {
+    let s = state.read();
+    let ready = s.is_ready();
+    rsx! {
+        div { class: "sheet-backdrop", onclick: move |_| on_close.call(()) }
+        aside { class: "settings", aria_label: "Settings",
+            div { class: "sheet-handle", aria_hidden: "true" }
+            header { class: "settings-head",
+                h2 { "Memory & model" }
+                button { class: "btn ghost close", r#type: "button", onclick: move |_| on_close.call(()), "Done" }
+            }
+            div { class: "settings-scroll",
+                section { class: "panel-section actions-section",
+                    button {
+                        id: "simulate-warning",
+                        class: "btn danger big",
+                        r#type: "button",
+                        disabled: !ready,
+                        onclick: move |_| send_command(Command::MemoryWarning { reason: SIMULATED_REASON.into() }),
+                        onmounted: move |e: MountedEvent| qa::track("simulate_warning", e.data()),
+                        "Simulate memory warning"
+                    }
+                    p { class: "hint", "Does what iOS's memory warning does: stops the reply, frees part of the context and says so." }
+                    button {
+                        id: "reset-context",
+                        class: "btn secondary",
+                        r#type: "button",
+                        disabled: !ready,
+                        onclick: move |_| send_command(Command::NewConversation),
+                        "Reset context"
+                    }
+                }
+                ContextSection { state }
+                DeviceSection { state }
+                ModelSection { state }
+                LogSection { state }
+                if let Some(error) = &s.last_error {
+                    section { class: "panel-section",
+                        h3 { "Last error" }
+                        p { class: "last-error", "{error}" }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A label and its value.
+#[component]
+fn Figure(name: String, label: String, value: String) -> Element {
+    rsx! {
+        div { class: "figure", "data-figure": "{name}",
+            span { class: "figure-label", "{label}" }
+            span { class: "figure-value", "{value}" }
+        }
+    }
+}
+
+/// A labelled bar: `used` of `total`.
+#[component]
+fn Meter(name: String, label: String, used: f64, total: f64, text: String) -> Element {
+    let pct = percent(used, total);
+    let level = if pct >= 90.0 { "high" } else if pct >= 70.0 { "mid" } else { "low" };
+    rsx! {
+        div { class: "meter meter-{level}", "data-figure": "{name}",
+            div { class: "meter-top",
+                span { class: "figure-label", "{label}" }
+                span { class: "figure-value", "{text}" }
+            }
+            div { class: "bar", role: "meter", aria_valuenow: "{used}", aria_valuemin: "0", aria_valuemax: "{total}",
+                div { class: "bar-fill", style: "width: {pct:.1}%" }
+            }
+        }
+    }
+}
+
+#[component]
+fn ContextSection(state: ReadSignal<ChatState>) -> Element {
+    let s = state.read();
+    let Some(stats) = s.stats.clone() else {
+        let budget = s.policy.map(|p| p.token_budget.to_string()).unwrap_or_else(|| "—".into());
+        return rsx! {
+            section { class: "panel-section",
+                h3 { "Context" }
+                Figure { name: "budget", label: "Token budget", value: "{budget}" }
+                p { class: "hint", "Figures appear after the first reply." }
+            }
+        };
+    };
+    let budget = if stats.budget > 0 { stats.budget } else { s.policy.map(|p| p.token_budget).unwrap_or(0) };
+    let ceiling = if stats.ceiling_bytes > 0 { stats.ceiling_bytes } else { s.policy.map(|p| p.ceiling_bytes).unwrap_or(0) };
+    rsx! {
+        section { class: "panel-section",
+            h3 { "Context" }
+            Meter {
+                name: "tokens",
+                label: "Tokens in context",
+                used: stats.context_tokens as f64,
+                total: budget as f64,
+                text: "{stats.context_tokens} / {budget}",
+            }
+            Meter {
+                name: "footprint",
+                label: "Predicted footprint",
+                used: stats.predicted_footprint_bytes as f64,
+                total: ceiling as f64,
+                text: "{format_bytes(stats.predicted_footprint_bytes)} of {format_bytes(ceiling)}",
+            }
+            if stats.tier_budget > 0 && stats.tier_budget != budget {
+                div { class: "budget-note", "data-figure": "budget-note",
+                    div { class: "figure-value", "{budget} of the tier's {stats.tier_budget} tokens" }
+                    if let Some(note) = &stats.budget_note {
+                        div { class: "hint", "{note}" }
+                    }
+                }
+            }
+            Figure { name: "kv-bytes", label: "KV cache", value: format_bytes(stats.kv_bytes) }
+            Figure {
+                name: "rss",
+                label: "Resident memory",
+                value: if stats.rss_bytes > 0 { format_bytes(stats.rss_bytes) } else { "—".to_string() },
+            }
+            Figure { name: "decode", label: "Decode", value: format_rate(stats.decode_tok_s) }
+            Figure { name: "ttft", label: "First token", value: format_ms(stats.ttft_ms) }
+            Figure {
+                name: "prefill",
+                label: "Last prefill",
+                value: if stats.prefill_tokens > 0 { format!("{} tokens in {}", stats.prefill_tokens, format_ms(stats.prefill_ms)) } else { "—".to_string() },
+            }
+        }
+    }
+}
+
+#[component]
+fn DeviceSection(state: ReadSignal<ChatState>) -> Element {
+    let s = state.read();
+    let Some(report) = s.tier.clone() else {
+        return rsx! {
+            section { class: "panel-section",
+                h3 { "Device" }
+                p { class: "hint", "Detecting memory…" }
+            }
+        };
+    };
+    let selected = report.overridden.map(|t| t.id()).unwrap_or("auto");
+    let policy = s.policy;
+    rsx! {
+        section { class: "panel-section",
+            h3 { "Device" }
+            Figure { name: "ram", label: "Physical memory", value: format_bytes(report.physical_bytes) }
+            Figure { name: "detected-tier", label: "Detected tier", value: report.detected.label() }
+            if let Some(bf16) = report.bf16 {
+                Figure { name: "bf16", label: "BF16 (newer chip)", value: if bf16 { "yes" } else { "no" } }
+            }
+            label { class: "figure select-row", r#for: "tier-override",
+                span { class: "figure-label", "Tier" }
+                select {
+                    id: "tier-override",
+                    class: "tier-select",
+                    value: "{selected}",
+                    onchange: move |e: FormEvent| {
+                        let tier = RamTier::parse(&e.value());
+                        send_command(Command::SetPolicy { tier });
+                    },
+                    option { value: "auto", selected: selected == "auto", "Auto ({report.detected.label()})" }
+                    for tier in RamTier::ALL {
+                        option { key: "{tier.id()}", value: tier.id(), selected: selected == tier.id(), "{tier.label()}" }
+                    }
+                }
+            }
+            if report.overridden.is_some() {
+                p { class: "hint override-note", "Overridden for QA — detected {report.detected.label()}." }
+            }
+            if let Some(p) = policy {
+                Figure { name: "policy", label: "Policy", value: format!("{} weights · {} tokens · {} ceiling", p.quant.label(), p.token_budget, format_bytes(p.ceiling_bytes)) }
+            }
+        }
+    }
+}
+
+#[component]
+fn ModelSection(state: ReadSignal<ChatState>) -> Element {
+    let s = state.read();
+    let Some(m) = s.model.clone() else {
+        return rsx! {
+            section { class: "panel-section",
+                h3 { "Model" }
+                p { class: "hint", "No model loaded yet." }
+            }
+        };
+    };
+    let file = std::path::Path::new(&m.path)
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_else(|| m.path.clone());
+    rsx! {
+        section { class: "panel-section",
+            h3 { "Model" }
+            Figure { name: "model-name", label: "Model", value: "{m.name}" }
+            div { class: "figure", "data-figure": "model-file", title: "{m.path}",
+                span { class: "figure-label", "File" }
+                span { class: "figure-value mono", "{file}" }
+            }
+            Figure { name: "model-size", label: "File size", value: format_bytes(m.file_bytes) }
+            Figure { name: "weights", label: "Weights (loaded)", value: "{m.weights_quant}" }
+            Figure { name: "arch", label: "Architecture", value: format!("{} · {} layers · {}", m.architecture, m.n_layers, m.n_params_hint) }
+            Figure { name: "kv-dtype", label: "KV cache", value: format!("{} · {} per token", m.kv_dtype, format_bytes(m.kv_bytes_per_token)) }
+            Figure { name: "device", label: "Runs on", value: "{m.device}" }
+        }
+    }
+}
+
+#[component]
+fn LogSection(state: ReadSignal<ChatState>) -> Element {
+    let s = state.read();
+    rsx! {
+        section { class: "panel-section",
+            h3 { "Trims and evictions" }
+            if let Some(save) = &s.last_save {
+                div { class: "figure", "data-figure": "last-save", title: "{save.path}",
+                    span { class: "figure-label", "Saved" }
+                    span { class: "figure-value", "{format_bytes(save.bytes)} in {format_ms(save.ms)} at {save.time}" }
+                }
+            }
+            if s.log.is_empty() {
+                p { class: "hint", "None yet." }
+            } else {
+                ol { class: "event-log",
+                    for (i, entry) in s.log.iter().enumerate().rev() {
+                        li {
+                            key: "{i}",
+                            class: match entry.kind {
+                                LogKind::Trim => "log-trim",
+                                LogKind::Eviction => "log-eviction",
+                                LogKind::Restore => "log-restore",
+                            },
+                            time { "{entry.time}" }
+                            span { "{entry.text}" }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

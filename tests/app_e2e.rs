@@ -1,0 +1,305 @@
+//! End to end: the real desktop app on the default model, under Xvfb, driven the way a
+//! person drives it — xdotool clicks into the composer, types a prompt and presses Enter,
+//! clicks **Simulate memory warning** while the reply streams, then sends a second
+//! prompt. It passes only when both replies finished and the eviction notice was shown,
+//! as the app itself reports in its QA status file (`POCKETCHAT_QA_STATUS`). Screenshots
+//! of the screen go to `target/e2e/`.
+//!
+//! Needs `xvfb-run`, `xdotool`, `xwd` and ImageMagick's `convert`. Without `xvfb-run`
+//! the test prints a loud SKIPPED banner and returns; anything else missing fails it.
+//! The model is `models/SmolLM2-135M-Instruct.Q4_1.gguf` (or `POCKETCHAT_MODEL`).
+
+#![cfg(feature = "desktop")]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Every eviction notice starts so ("… earlier messages were forgotten", or "… the reply
+/// was stopped; there was nothing older to forget" when the context had nothing to drop).
+const EVICTED_PREFIX: &str = "Memory limit reached";
+const FIRST_PROMPT: &str = "Write a long story about a lighthouse keeper and a storm.";
+const SECOND_PROMPT: &str = "Say hello in one short sentence.";
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+fn skip_loudly(why: &str) {
+    let bar = "!".repeat(78);
+    eprintln!("\n{bar}\n!! SKIPPED app_e2e: {why}\n!! The end-to-end app test did NOT run. Install xvfb (xvfb-run) to run it.\n{bar}\n");
+}
+
+/// `target/e2e/`, next to the binary under test (`target/<profile>/pocketchat`).
+fn out_dir() -> PathBuf {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_pocketchat"));
+    let target = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("target"));
+    let dir = target.join("e2e");
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Kills what it holds when the test ends, passing or not.
+struct Cleanup {
+    children: Vec<(&'static str, Child)>,
+    keep_file: Option<PathBuf>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(keep) = &self.keep_file {
+            let _ = fs::remove_file(keep);
+        }
+        // The app first, then Xvfb (xvfb-run exits once its command ends).
+        for (name, child) in self.children.iter_mut().rev() {
+            if child.try_wait().ok().flatten().is_none() {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
+            eprintln!("e2e: stopped {name}");
+        }
+    }
+}
+
+struct Screen {
+    display: String,
+    xauthority: String,
+}
+
+impl Screen {
+    fn run(&self, program: &str, args: &[&str]) -> String {
+        let out = Command::new(program)
+            .args(args)
+            .env("DISPLAY", &self.display)
+            .env("XAUTHORITY", &self.xauthority)
+            .output()
+            .unwrap_or_else(|e| panic!("could not run {program}: {e}"));
+        assert!(
+            out.status.success(),
+            "{program} {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Saves the window (`geometry`: x, y, width, height) as a PNG.
+    fn screenshot(&self, path: &Path, geometry: (i64, i64, i64, i64)) {
+        let (x, y, w, h) = geometry;
+        let crop = format!("{w}x{h}+{x}+{y}");
+        let xwd = Command::new("xwd")
+            .args(["-root", "-silent"])
+            .env("DISPLAY", &self.display)
+            .env("XAUTHORITY", &self.xauthority)
+            .output()
+            .expect("xwd");
+        assert!(xwd.status.success(), "xwd failed");
+        let mut convert = Command::new("convert")
+            .args(["xwd:-", "-crop", &crop, "+repage", &path.to_string_lossy()])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("convert (ImageMagick)");
+        use std::io::Write;
+        convert.stdin.take().unwrap().write_all(&xwd.stdout).unwrap();
+        assert!(convert.wait().unwrap().success(), "convert failed");
+        eprintln!("e2e: screenshot {}", path.display());
+    }
+
+    /// Clicks the middle of a control whose box the app reported (CSS px in the webview).
+    fn click(&self, origin: (i64, i64), rect: &Value) {
+        let x = origin.0 + (rect["x"].as_f64().unwrap() + rect["width"].as_f64().unwrap() / 2.0).round() as i64;
+        let y = origin.1 + (rect["y"].as_f64().unwrap() + rect["height"].as_f64().unwrap() / 2.0).round() as i64;
+        self.run("xdotool", &["mousemove", "--sync", &x.to_string(), &y.to_string()]);
+        self.run("xdotool", &["click", "1"]);
+    }
+
+    fn type_and_enter(&self, text: &str) {
+        self.run("xdotool", &["type", "--delay", "15", text]);
+        self.run("xdotool", &["key", "Return"]);
+    }
+}
+
+fn read_status(path: &Path) -> Option<Value> {
+    let bytes = fs::read(path).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Polls the status file until `done` holds; panics with the last status on timeout.
+fn wait_for(path: &Path, what: &str, timeout: Duration, app: &mut Child, done: impl Fn(&Value) -> bool) -> Value {
+    let start = Instant::now();
+    let mut last = Value::Null;
+    while start.elapsed() < timeout {
+        if let Some(status) = read_status(path) {
+            if done(&status) {
+                eprintln!("e2e: {what} after {:.1} s", start.elapsed().as_secs_f64());
+                return status;
+            }
+            last = status;
+        }
+        if let Ok(Some(code)) = app.try_wait() {
+            panic!("the app exited ({code}) while waiting for {what}; last status: {last:#}");
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    panic!("timed out after {timeout:?} waiting for {what}; last status: {last:#}");
+}
+
+/// The app window's position and size on the screen.
+fn window_geometry(screen: &Screen) -> (i64, i64, i64, i64) {
+    let ids = screen.run("xdotool", &["search", "--sync", "--onlyvisible", "--name", "^pocketchat$"]);
+    let id = ids.lines().next().expect("the pocketchat window").trim().to_string();
+    let geometry = screen.run("xdotool", &["getwindowgeometry", "--shell", &id]);
+    let field = |name: &str| -> i64 {
+        geometry
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    eprintln!("e2e: window {id}: {}", geometry.replace('\n', " "));
+    (field("X"), field("Y"), field("WIDTH"), field("HEIGHT"))
+}
+
+#[test]
+fn chat_evict_and_chat_again_in_the_real_window() {
+    if !have("xvfb-run") {
+        skip_loudly("xvfb-run is not installed");
+        return;
+    }
+    for tool in ["xdotool", "xwd", "convert"] {
+        assert!(have(tool), "{tool} is needed for the end-to-end test (apt install xdotool x11-apps imagemagick)");
+    }
+    let model = std::env::var_os("POCKETCHAT_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf"));
+    assert!(
+        model.exists(),
+        "the default model is missing at {} — run `cargo run --release -- fetch` (or set POCKETCHAT_MODEL)",
+        model.display()
+    );
+
+    let out = out_dir();
+    let work = tempfile::tempdir().unwrap();
+    let status_path = work.path().join("qa-status.json");
+    let display_file = work.path().join("display");
+    let keep_file = work.path().join("keep-xvfb");
+    fs::write(&keep_file, b"").unwrap();
+    let mut cleanup = Cleanup { children: Vec::new(), keep_file: Some(keep_file.clone()) };
+
+    // An X server that lives until `keep_file` disappears; it tells us its display.
+    let xvfb = Command::new("xvfb-run")
+        .args(["-a", "-s", "-screen 0 1280x800x24 -nolisten tcp", "sh", "-c"])
+        .arg(format!(
+            "echo \"$XAUTHORITY\" > '{0}.tmp'; echo \"$DISPLAY\" >> '{0}.tmp'; mv '{0}.tmp' '{0}'; while [ -e '{1}' ]; do sleep 0.2; done",
+            display_file.display(),
+            keep_file.display()
+        ))
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(out.join("xvfb.log")).unwrap())
+        .spawn()
+        .expect("xvfb-run");
+    cleanup.children.push(("xvfb-run", xvfb));
+    let start = Instant::now();
+    // xvfb-run's child learns the display and the X authority file; we pass both on.
+    let (xauthority, display) = loop {
+        if let Ok(d) = fs::read_to_string(&display_file) {
+            let mut lines = d.lines();
+            if let (Some(auth), Some(display)) = (lines.next(), lines.next()) {
+                break (auth.trim().to_string(), display.trim().to_string());
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "Xvfb did not start (see {}/xvfb.log)", out.display());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("e2e: Xvfb on {display} (auth {xauthority})");
+    let screen = Screen { display: display.clone(), xauthority: xauthority.clone() };
+
+    let log = fs::File::create(out.join("app.log")).unwrap();
+    let app = Command::new(env!("CARGO_BIN_EXE_pocketchat"))
+        .arg("app")
+        .arg("--model")
+        .arg(&model)
+        .env("DISPLAY", &display)
+        .env("XAUTHORITY", &xauthority)
+        .env_remove("WAYLAND_DISPLAY")
+        .env("POCKETCHAT_QA_STATUS", &status_path)
+        // A fresh conversation: no state restored from an earlier run.
+        .env("POCKETCHAT_STATE_FILE", work.path().join("conversation.pcstate"))
+        .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("the pocketchat binary");
+    cleanup.children.push(("pocketchat app", app));
+    let app = &mut cleanup.children.last_mut().unwrap().1;
+
+    // 1. The model loads and the controls are on screen.
+    let status = wait_for(&status_path, "the model to be ready", Duration::from_secs(240), app, |s| {
+        s["phase"] == "ready" && s["rects"]["composer"].is_object() && s["rects"]["simulate_warning"].is_object()
+    });
+    assert_eq!(status["last_error"], Value::Null, "{status:#}");
+    let window = window_geometry(&screen);
+    let origin = (window.0, window.1);
+    std::thread::sleep(Duration::from_millis(300));
+    screen.screenshot(&out.join("01-ready.png"), window);
+
+    // 2. First prompt, typed into the composer and sent with Enter.
+    screen.click(origin, &status["rects"]["composer"]);
+    screen.type_and_enter(FIRST_PROMPT);
+    wait_for(&status_path, "the first reply to stream", Duration::from_secs(120), app, |s| {
+        s["generating"] == true && s["last_reply"].as_str().is_some_and(|r| r.trim().len() >= 12)
+    });
+
+    // 3. Simulate memory warning, mid-reply (measured again in case the layout moved).
+    let rect = read_status(&status_path).unwrap()["rects"]["simulate_warning"].clone();
+    screen.click(origin, &rect);
+    let status = wait_for(&status_path, "the eviction", Duration::from_secs(60), app, |s| {
+        s["evictions"].as_u64() >= Some(1) && s["generating"] == false
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    screen.screenshot(&out.join("02-evicted.png"), window);
+    assert_eq!(
+        status["done_reasons"][0], "MemoryWarning",
+        "the warning should interrupt the first reply: {status:#}"
+    );
+
+    // 4. Second prompt: the chat goes on after the eviction.
+    let rect = status["rects"]["composer"].clone();
+    screen.click(origin, &rect);
+    screen.type_and_enter(SECOND_PROMPT);
+    let status = wait_for(&status_path, "the second reply", Duration::from_secs(240), app, |s| {
+        s["replies_done"].as_u64() >= Some(2) && s["generating"] == false
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    screen.screenshot(&out.join("03-second-reply.png"), window);
+    fs::copy(&status_path, out.join("qa-status.json")).unwrap();
+
+    eprintln!("e2e: final status {status:#}");
+    assert!(status["replies_done"].as_u64().unwrap() >= 2, "{status:#}");
+    assert!(status["evictions"].as_u64().unwrap() >= 1, "{status:#}");
+    let notices: Vec<&str> = status["notices"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(
+        notices.iter().any(|n| n.starts_with(EVICTED_PREFIX)),
+        "the eviction notice was shown: {notices:?}"
+    );
+    let prompts: Vec<&str> = status["prompts"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(prompts, [FIRST_PROMPT, SECOND_PROMPT], "what was typed arrived whole");
+    assert_eq!(status["last_error"], Value::Null, "{status:#}");
+    let second = status["last_reply"].as_str().unwrap_or_default();
+    assert!(!second.trim().is_empty(), "the second reply has text: {status:#}");
+    let reasons = status["done_reasons"].as_array().unwrap();
+    assert!(
+        matches!(reasons[1].as_str(), Some("EndOfTurn" | "MaxTokens" | "BudgetExhausted")),
+        "the second reply finished normally: {status:#}"
+    );
+    assert!(out.join("03-second-reply.png").exists());
+}

@@ -1,0 +1,421 @@
+//! The app's components rendered to HTML with dioxus-ssr, for the states a user meets:
+//! empty chat, model loading, a streaming reply, a finished Markdown reply, trimmed and
+//! evicted notices, a missing model, a failed load, a failed turn, and the settings panel
+//! with its figures. The state is built the way the app builds it: by applying engine
+//! events to a `ChatState`.
+
+#![cfg(feature = "ui")]
+
+use dioxus::prelude::*;
+use pocketchat::engine::template::{Message as TemplateMessage, Role as TemplateRole};
+use pocketchat::engine::{DoneReason, EngineError, EngineEvent, ModelInfo, Stats};
+use pocketchat::memory::{Policy, RamTier, TierReport, GIB, MIB};
+use pocketchat::ui::state::{ChatState, EVICTED_TEXT, FETCH_COMMAND};
+use pocketchat::ui::Shell;
+
+#[derive(Props, Clone, PartialEq)]
+struct Fixture {
+    state: ChatState,
+    settings_open: bool,
+}
+
+fn root(f: Fixture) -> Element {
+    rsx! { Shell { state: f.state, settings_open: f.settings_open } }
+}
+
+/// Renders the whole window for `state`.
+fn render(state: &ChatState, settings_open: bool) -> String {
+    let mut dom = VirtualDom::new_with_props(root, Fixture { state: state.clone(), settings_open });
+    dom.rebuild_in_place();
+    dioxus_ssr::render(&dom)
+}
+
+/// The HTML with the common entities decoded, for assertions on visible text.
+fn text(html: &str) -> String {
+    html.replace("&#60;", "<")
+        .replace("&#62;", ">")
+        .replace("&#34;", "\"")
+        .replace("&#39;", "'")
+        .replace("&#x27;", "'")
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
+        .replace("&#38;", "&")
+}
+
+fn count(html: &str, needle: &str) -> usize {
+    html.matches(needle).count()
+}
+
+fn model_info() -> ModelInfo {
+    ModelInfo {
+        path: "/home/me/pocketchat/models/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
+        file_bytes: 98_037_696,
+        architecture: "llama".into(),
+        name: "SmolLM2 135M Instruct".into(),
+        weights_quant: "Q4_1".into(),
+        n_layers: 30,
+        n_params_hint: "135M".into(),
+        context_length: 8192,
+        kv_dtype: "f16".into(),
+        kv_bytes_per_token: 23_040,
+        device: "cpu".into(),
+    }
+}
+
+fn ready() -> ChatState {
+    let mut s = ChatState::new();
+    s.apply(EngineEvent::Loading { progress: 0.3, message: "reading weights".into() });
+    s.apply(EngineEvent::Ready(model_info()));
+    s
+}
+
+fn tok(s: &mut ChatState, t: &str) {
+    s.apply(EngineEvent::Token { text: t.into() });
+}
+
+fn stats() -> Stats {
+    Stats {
+        context_tokens: 120,
+        budget: 1024,
+        kv_bytes: 120 * 23_040,
+        predicted_footprint_bytes: 250 * MIB,
+        ceiling_bytes: 3 * GIB,
+        rss_bytes: 180 * MIB,
+        prefill_tokens: 42,
+        prefill_ms: 87.0,
+        ttft_ms: 95.0,
+        decode_tok_s: 31.46,
+        generated_tokens: 17,
+        ..Stats::default()
+    }
+}
+
+/// A conversation whose first reply was interrupted by a memory warning.
+fn evicted() -> ChatState {
+    let mut s = ready();
+    s.submit("Tell me a story", "12:00:00");
+    s.apply_at(EngineEvent::ReplyStarted { prompt: "Tell me a story".into() }, "12:00:00");
+    tok(&mut s, "Once upon a time");
+    s.apply_at(
+        EngineEvent::Evicted {
+            reason: "simulated from settings".into(),
+            before_tokens: 900,
+            after_tokens: 450,
+            freed_bytes: 20 * MIB,
+        },
+        "12:00:03",
+    );
+    s.apply(EngineEvent::Done { reason: DoneReason::MemoryWarning });
+    s
+}
+
+#[test]
+fn empty_chat_invites_a_message() {
+    let html = render(&ready(), false);
+    let t = text(&html);
+    assert!(t.contains("What's on your mind?"), "{t}");
+    assert!(t.contains("SmolLM2 135M Instruct runs on this device."), "{t}");
+    assert!(html.contains("class=\"empty\""), "{html}");
+    assert!(html.contains("status-ready"), "{html}");
+    assert!(html.contains("id=\"composer-input\""), "{html}");
+    assert!(html.contains("placeholder=\"Message pocketchat\""), "{html}");
+    assert!(html.contains("id=\"send-button\""), "{html}");
+    assert!(!html.contains("id=\"stop-button\""), "{html}");
+    assert!(!html.contains("class=\"settings\""), "settings closed: {html}");
+    assert_eq!(count(&html, "class=\"msg "), 0);
+}
+
+#[test]
+fn loading_shows_progress() {
+    let mut s = ChatState::new();
+    s.apply(EngineEvent::Loading { progress: 0.42, message: "reading weights".into() });
+    let html = render(&s, false);
+    let t = text(&html);
+    assert!(t.contains("Loading the model…"), "{t}");
+    assert!(t.contains("reading weights"), "{t}");
+    assert!(t.contains("42%"), "{t}");
+    assert!(html.contains("width: 42%"), "{html}");
+    assert!(html.contains("class=\"status-chip status-loading\""), "{html}");
+    assert!(html.contains("placeholder=\"Loading the model…\""), "{html}");
+    assert!(!html.contains("class=\"empty\""), "{html}");
+}
+
+#[test]
+fn streaming_reply_has_stop_and_no_copy_yet() {
+    let mut s = ready();
+    s.submit("Hi <there>", "10:00:00");
+    s.apply(EngineEvent::ReplyStarted { prompt: "Hi <there>".into() });
+    tok(&mut s, "Hello");
+    tok(&mut s, ", wor");
+    let html = render(&s, false);
+    assert!(html.contains("msg msg-user"), "{html}");
+    assert!(!html.contains("<there>"), "user text is escaped: {html}");
+    assert!(text(&html).contains("Hi <there>"), "{html}");
+    assert!(html.contains("msg msg-assistant streaming"), "{html}");
+    assert!(text(&html).contains("Hello, wor"), "{html}");
+    assert!(html.contains("id=\"stop-button\""), "{html}");
+    assert!(!html.contains("id=\"send-button\""), "{html}");
+    assert!(!html.contains(">Copy<"), "no copy button while streaming: {html}");
+    assert!(html.contains("status-busy"), "{html}");
+}
+
+#[test]
+fn waiting_for_the_first_token_shows_dots() {
+    let mut s = ready();
+    s.submit("Hi", "");
+    let html = render(&s, false);
+    assert!(html.contains("msg msg-assistant pending"), "{html}");
+    assert!(html.contains("class=\"typing\""), "{html}");
+}
+
+#[test]
+fn finished_reply_renders_markdown_with_copy_and_speed() {
+    let mut s = ready();
+    s.submit("Show me", "");
+    s.apply(EngineEvent::ReplyStarted { prompt: "Show me".into() });
+    for piece in [
+        "Here is **bold** text.\n\n",
+        "- first\n- second\n\n",
+        "```rust\nfn main() {}\n```\n\n",
+        "<script>alert(1)</script>",
+    ] {
+        tok(&mut s, piece);
+    }
+    s.apply(EngineEvent::Stats(stats()));
+    s.apply(EngineEvent::Done { reason: DoneReason::EndOfTurn });
+    let html = render(&s, false);
+    assert!(html.contains("<strong>bold</strong>"), "{html}");
+    assert!(html.contains("<li>first</li>"), "{html}");
+    assert!(html.contains("<pre><code class=\"language-rust\">fn main() {}"), "{html}");
+    assert!(!html.contains("<script>"), "raw HTML must be escaped: {html}");
+    assert!(html.contains("&lt;script&gt;"), "{html}");
+    assert!(html.contains(">Copy<"), "{html}");
+    assert!(html.contains("class=\"toks\""), "{html}");
+    assert!(html.contains("17 tokens · 31.5 tok/s"), "the engine's token count wins: {html}");
+    assert!(!html.contains("streaming"), "{html}");
+    assert!(html.contains("id=\"send-button\""), "{html}");
+}
+
+#[test]
+fn trimmed_notice_is_inline() {
+    let mut s = ready();
+    s.submit("Next question", "");
+    s.apply(EngineEvent::ReplyStarted { prompt: "Next question".into() });
+    s.apply_at(EngineEvent::Trimmed { dropped_tokens: 312, kept_tokens: 388 }, "12:05:00");
+    tok(&mut s, "Sure.");
+    let html = render(&s, false);
+    let t = text(&html);
+    assert!(html.contains("notice notice-trimmed"), "{html}");
+    assert!(t.contains("Earlier messages were trimmed to fit the budget (312 tokens dropped)"), "{t}");
+    assert!(t.contains("388 tokens kept"), "{t}");
+    assert!(t.contains("12:05:00"), "{t}");
+    // The notice sits between the prompt and the reply.
+    let user = html.find("msg msg-user").unwrap();
+    let notice = html.find("notice-trimmed").unwrap();
+    let reply = html.find("msg msg-assistant").unwrap();
+    assert!(user < notice && notice < reply, "{html}");
+}
+
+#[test]
+fn evicted_notice_says_memory_limit_reached() {
+    let html = render(&evicted(), false);
+    let t = text(&html);
+    assert!(html.contains("notice notice-evicted"), "{html}");
+    assert!(html.contains("role=\"alert\""), "{html}");
+    assert!(t.contains(EVICTED_TEXT), "{t}");
+    assert!(t.contains("900 → 450 tokens, 20.0 MiB freed · simulated from settings"), "{t}");
+    assert!(t.contains("Interrupted by a memory warning"), "{t}");
+    assert!(t.contains("Once upon a time"), "{t}");
+    assert!(html.contains("id=\"send-button\""), "the chat goes on: {html}");
+}
+
+#[test]
+fn missing_model_tells_how_to_fetch_it() {
+    let mut s = ChatState::new();
+    s.apply(EngineEvent::Failed {
+        error: EngineError::ModelMissing { path: "models/SmolLM2-135M-Instruct.Q4_1.gguf".into() },
+    });
+    let html = render(&s, false);
+    let t = text(&html);
+    assert!(html.contains("card error-card model-missing"), "{html}");
+    assert!(t.contains("No model installed"), "{t}");
+    assert!(html.contains(&format!("<code>{FETCH_COMMAND}</code>")), "{html}");
+    assert!(t.contains("models/SmolLM2-135M-Instruct.Q4_1.gguf"), "{t}");
+    assert!(html.contains("status-failed"), "{html}");
+    assert!(html.contains("placeholder=\"No model loaded\""), "{html}");
+    assert!(html.contains("disabled"), "{html}");
+    assert!(!html.contains("class=\"empty\""), "{html}");
+}
+
+#[test]
+fn load_failure_shows_the_engine_message() {
+    let mut s = ChatState::new();
+    s.apply(EngineEvent::Loading { progress: 0.1, message: "opening".into() });
+    s.apply(EngineEvent::Failed {
+        error: EngineError::BadModelFile { path: "broken.gguf".into(), message: "bad magic 0x0".into() },
+    });
+    let html = render(&s, false);
+    let t = text(&html);
+    assert!(html.contains("card error-card load-failed"), "{html}");
+    assert!(t.contains("The model could not be loaded"), "{t}");
+    assert!(t.contains("broken.gguf is not a usable GGUF model file: bad magic 0x0"), "{t}");
+    assert!(!t.contains(FETCH_COMMAND), "{t}");
+}
+
+#[test]
+fn failed_turn_is_an_inline_error() {
+    let mut s = ready();
+    s.submit("hi", "");
+    s.apply(EngineEvent::ReplyStarted { prompt: "hi".into() });
+    tok(&mut s, "Partial");
+    s.apply(EngineEvent::Failed { error: EngineError::Inference("shape mismatch".into()) });
+    let html = render(&s, false);
+    let t = text(&html);
+    assert!(html.contains("notice notice-error"), "{html}");
+    assert!(t.contains("This reply failed: inference failed: shape mismatch"), "{t}");
+    assert!(html.contains("msg msg-assistant failed"), "{html}");
+    assert!(html.contains("id=\"send-button\""), "{html}");
+    assert!(html.contains("status-ready"), "{html}");
+}
+
+#[test]
+fn settings_panel_shows_the_figures() {
+    let mut s = evicted();
+    s.apply(EngineEvent::Policy {
+        report: TierReport {
+            physical_bytes: 7 * GIB + GIB / 2,
+            detected: RamTier::Phone8Gb,
+            overridden: Some(RamTier::Phone6Gb),
+            bf16: Some(true),
+        },
+        policy: Policy::for_tier(RamTier::Phone6Gb),
+    });
+    s.apply_at(EngineEvent::Trimmed { dropped_tokens: 64, kept_tokens: 200 }, "12:07:30");
+    s.apply(EngineEvent::Stats(stats()));
+    let html = render(&s, true);
+    let t = text(&html);
+
+    assert!(html.contains("class=\"settings\""), "{html}");
+    assert!(html.contains("id=\"simulate-warning\""), "{html}");
+    assert!(html.contains("btn danger big"), "{html}");
+    assert!(t.contains("Simulate memory warning"), "{t}");
+    assert!(html.contains("id=\"reset-context\""), "{html}");
+    assert!(t.contains("Reset context"), "{t}");
+
+    // Device and tier, detected and overridden kept apart.
+    assert!(t.contains("7.5 GiB"), "{t}");
+    assert!(t.contains("Auto (8 GB class)"), "{t}");
+    assert!(t.contains("Overridden for QA — detected 8 GB class."), "{t}");
+    assert!(html.contains("value=\"6gb\" selected"), "the override is selected: {html}");
+    assert!(t.contains("4-bit weights · 1024 tokens · 3.0 GiB ceiling"), "{t}");
+
+    // Model.
+    assert!(t.contains("SmolLM2-135M-Instruct.Q4_1.gguf"), "{t}");
+    assert!(t.contains("93.5 MiB"), "{t}");
+    assert!(t.contains("Weights (loaded)"), "{t}");
+    assert!(html.contains(">Q4_1<"), "{html}");
+    assert!(t.contains("f16 · 22.5 KiB per token"), "{t}");
+
+    // Context and memory.
+    assert!(t.contains("120 / 1024"), "{t}");
+    assert!(html.contains("width: 11.7%"), "token bar: {html}");
+    assert!(t.contains("2.6 MiB"), "KV bytes: {t}");
+    assert!(t.contains("250.0 MiB of 3.0 GiB"), "{t}");
+    assert!(t.contains("180.0 MiB"), "RSS: {t}");
+    assert!(t.contains("31.5 tok/s"), "{t}");
+    assert!(t.contains("42 tokens in 87 ms"), "{t}");
+
+    // The log, newest first, with times.
+    let trim = t.find("Trimmed 64 tokens to fit the budget, kept 200").expect("trim logged");
+    let evict = t.find("Memory warning (simulated from settings): 900 → 450 tokens, 20.0 MiB freed").expect("eviction logged");
+    assert!(trim < evict, "newest first: {t}");
+    assert!(html.contains("class=\"log-eviction\""), "{html}");
+    assert!(t.contains("12:07:30") && t.contains("12:00:03"), "{t}");
+}
+
+#[test]
+fn settings_before_the_model_is_ready() {
+    let html = render(&ChatState::new(), true);
+    let t = text(&html);
+    assert!(t.contains("Detecting memory…"), "{t}");
+    assert!(t.contains("No model loaded yet."), "{t}");
+    assert!(t.contains("None yet."), "{t}");
+    // The QA buttons wait for the engine.
+    let button = html.find("id=\"simulate-warning\"").unwrap();
+    let tag_start = html[..button].rfind('<').unwrap();
+    let tag_end = button + html[button..].find('>').unwrap();
+    assert!(html[tag_start..tag_end].contains("disabled"), "{}", &html[tag_start..tag_end]);
+}
+
+#[test]
+fn new_chat_and_reset_empty_the_transcript() {
+    let mut s = evicted();
+    s.apply(EngineEvent::ConversationReset);
+    let html = render(&s, false);
+    assert!(html.contains("class=\"empty\""), "{html}");
+    assert_eq!(count(&html, "class=\"notice "), 0, "{html}");
+}
+
+#[test]
+fn eviction_offers_restore_when_the_engine_saved_first() {
+    let mut s = ready();
+    s.restore_available = true;
+    s.apply(EngineEvent::ReplyStarted { prompt: "q".into() });
+    tok(&mut s, "a");
+    s.apply(EngineEvent::Evicted { reason: "simulated".into(), before_tokens: 40, after_tokens: 0, freed_bytes: MIB });
+    s.apply(EngineEvent::Done { reason: DoneReason::MemoryWarning });
+    let html = render(&s, false);
+    assert!(html.contains("btn secondary restore"), "{html}");
+    assert!(html.contains(">Restore<"), "{html}");
+    // Without a saved copy there is nothing to offer.
+    assert!(!render(&evicted(), false).contains(">Restore<"));
+}
+
+#[test]
+fn restored_conversation_is_shown_with_a_notice_and_logged() {
+    let mut s = ready();
+    s.apply_at(
+        EngineEvent::Restored {
+            messages: vec![
+                TemplateMessage::new(TemplateRole::System, "You are helpful."),
+                TemplateMessage::new(TemplateRole::User, "What is **2+2**?"),
+                TemplateMessage::new(TemplateRole::Assistant, "It is **4**."),
+            ],
+            tokens: 42,
+        },
+        "08:00:00",
+    );
+    s.apply_at(EngineEvent::Saved { path: "/data/conversation.pcstate".into(), bytes: 968_460, ms: 12.0 }, "08:01:00");
+    let html = render(&s, true);
+    let t = text(&html);
+    assert!(!t.contains("You are helpful."), "the system prompt is not a bubble: {t}");
+    assert!(t.contains("What is **2+2**?"), "user text stays literal: {t}");
+    assert!(html.contains("It is <strong>4</strong>."), "replies render Markdown: {html}");
+    assert!(t.contains("Conversation restored"), "{t}");
+    assert!(t.contains("2 messages, 42 tokens, no re-prefill"), "{t}");
+    assert!(html.contains("class=\"log-restore\""), "{html}");
+    assert!(t.contains("945.8 KiB in 12 ms at 08:01:00"), "{t}");
+}
+
+#[test]
+fn settings_explain_a_budget_below_the_tier() {
+    let mut s = ready();
+    s.apply(EngineEvent::Stats(Stats {
+        budget: 512,
+        tier_budget: 1024,
+        budget_note: Some("only 300 MiB of headroom left".into()),
+        ..stats()
+    }));
+    let html = render(&s, true);
+    let t = text(&html);
+    assert!(t.contains("120 / 512"), "the bar uses the budget in force: {t}");
+    assert!(html.contains("data-figure=\"budget-note\""), "{html}");
+    assert!(t.contains("512 of the tier's 1024 tokens"), "{t}");
+    assert!(t.contains("only 300 MiB of headroom left"), "{t}");
+    // No note when the budget is the tier's.
+    let mut plain = ready();
+    plain.apply(EngineEvent::Stats(Stats { tier_budget: 1024, ..stats() }));
+    assert!(!render(&plain, true).contains("budget-note"));
+}
