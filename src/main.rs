@@ -84,7 +84,8 @@ impl Args {
             return Ok(PathBuf::from(p));
         }
         let path = catalog::default_model_path();
-        if !path.exists() && std::env::var_os("POCKETCHAT_NO_FETCH").is_none() {
+        let is_catalog_default = path == catalog::default_entry().path_in(&catalog::models_dir());
+        if !path.exists() && is_catalog_default && std::env::var_os("POCKETCHAT_NO_FETCH").is_none() {
             eprintln!("The default model is missing; fetching it into {} …", catalog::models_dir().display());
             return catalog::fetch_default(&catalog::models_dir()).context("fetching the default model");
         }

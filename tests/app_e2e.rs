@@ -57,11 +57,19 @@ struct Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        if let Some(keep) = &self.keep_file {
-            let _ = fs::remove_file(keep);
-        }
-        // The app first, then Xvfb (xvfb-run exits once its command ends).
+        // The app first; then Xvfb, by letting xvfb-run's command end (removing the keep
+        // file), so xvfb-run stops its X server itself. Killing xvfb-run instead would
+        // leave the server running.
         for (name, child) in self.children.iter_mut().rev() {
+            if *name == "xvfb-run" {
+                if let Some(keep) = self.keep_file.take() {
+                    let _ = fs::remove_file(keep);
+                }
+                let start = Instant::now();
+                while child.try_wait().ok().flatten().is_none() && start.elapsed() < Duration::from_secs(10) {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
             if child.try_wait().ok().flatten().is_none() {
                 let _ = child.kill();
             }

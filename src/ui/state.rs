@@ -311,6 +311,8 @@ impl ChatState {
             }
             EngineEvent::ReplyStarted { prompt } => {
                 self.awaiting_reply = false;
+                // Restoring now would throw the new turn away: the offer ends here.
+                self.clear_restorable();
                 if self.pending_user.take().is_none() {
                     // Sent by someone else (CLI, tests): show the prompt too.
                     let msg = self.new_message(Role::User, prompt, now, true);
@@ -937,8 +939,12 @@ mod tests {
         s.apply(EngineEvent::Evicted { reason: "r".into(), before_tokens: 40, after_tokens: 0, freed_bytes: 1 });
         s.apply(EngineEvent::Done { reason: DoneReason::MemoryWarning });
         assert!(s.notices().last().unwrap().restorable);
+        s.apply(EngineEvent::ReplyStarted { prompt: "c".into() });
+        assert_eq!(s.notices().filter(|n| n.restorable).count(), 0, "a new turn ends the offer");
+        s.apply(EngineEvent::Done { reason: DoneReason::EndOfTurn });
+        s.apply(EngineEvent::Evicted { reason: "r".into(), before_tokens: 30, after_tokens: 0, freed_bytes: 1 });
         s.apply(EngineEvent::Evicted { reason: "r".into(), before_tokens: 0, after_tokens: 0, freed_bytes: 0 });
-        assert_eq!(s.notices().filter(|n| n.restorable).count(), 0, "nothing new was saved");
+        assert_eq!(s.notices().filter(|n| n.restorable).count(), 0, "only the newest eviction, and only when it dropped something");
 
         s.apply_at(
             EngineEvent::Restored {
