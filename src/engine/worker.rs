@@ -358,7 +358,7 @@ impl Worker {
             path: path.display().to_string(),
             file_bytes: c.file_bytes,
             architecture: c.architecture.clone(),
-            name: c.name.clone(),
+            name: display_name(&path).unwrap_or_else(|| c.name.clone()),
             weights_quant,
             n_layers: c.n_layers,
             n_params_hint: String::new(),
@@ -635,6 +635,13 @@ impl Worker {
             }
         }
     }
+}
+
+/// The catalog's name for a known model file ("SmolLM2-135M-Instruct"), which reads
+/// better than the GGUF's `general.name`.
+fn display_name(path: &std::path::Path) -> Option<String> {
+    let file = path.file_name()?.to_str()?;
+    crate::catalog::catalog().models.iter().find(|e| e.file == file).map(|e| e.name.clone())
 }
 
 /// Where the conversation is kept just before a memory-warning eviction.
