@@ -234,3 +234,59 @@ fn bad_model_files_give_clear_errors() {
     handle.send(Command::Send { text: "hi".into() }).unwrap();
     assert!(matches!(events.recv_blocking().unwrap(), EngineEvent::Failed { .. }));
 }
+
+#[test]
+fn tier_policy_picks_the_weights_and_a_qa_override_switches_them() {
+    use pocketchat::memory::{RamTier, WeightQuant};
+    let mut config = EngineConfig::new(default_model());
+    config.tier_override = Some(RamTier::Phone8Gb);
+    config.follow_policy_quant = true;
+    let (handle, mut events) = Engine::spawn(config);
+    let mut ready = |events: &mut EngineEvents| -> (pocketchat::engine::ModelInfo, pocketchat::memory::Policy) {
+        let mut info = None;
+        loop {
+            match events.recv_blocking().expect("engine stopped") {
+                EngineEvent::Ready(i) => info = Some(i),
+                EngineEvent::Policy { policy, .. } => return (info.expect("Ready before Policy"), policy),
+                EngineEvent::Failed { error } => panic!("{error}"),
+                _ => {}
+            }
+        }
+    };
+    let (info, policy) = ready(&mut events);
+    assert_eq!((policy.quant, policy.token_budget), (WeightQuant::Q8, 2048));
+    assert_eq!(info.weights_quant, "Q8_0 (requantized from Q4_1)");
+    handle.send(Command::SetPolicy { tier: Some(RamTier::Phone6Gb) }).unwrap();
+    let (info, policy) = ready(&mut events);
+    assert_eq!((policy.quant, policy.token_budget), (WeightQuant::Q4, 1024));
+    assert_eq!(info.weights_quant, "Q4_1");
+    handle.send(Command::Shutdown).unwrap();
+}
+
+#[test]
+fn f16_kv_cache_halves_the_bytes_and_keeps_the_answer() {
+    let tok = tokenizer();
+    let prompt = chat_prompt_ids(&tok, "Which city is the capital of France?");
+    let model = Model::load(&default_model(), &Device::Cpu, MatmulKernel::Fast, |_| {}).unwrap();
+    assert_eq!(model.kv_bytes_per_token(DType::F16) * 2, model.kv_bytes_per_token(DType::F32));
+    let run = |dtype: DType| {
+        let mut state = model.make_state(256, dtype);
+        let mut next = argmax(&model.forward(&prompt, &mut state).unwrap()).unwrap();
+        let mut out = vec![next];
+        while out.len() < 32 {
+            next = argmax(&model.forward(&[next], &mut state).unwrap()).unwrap();
+            out.push(next);
+        }
+        (out, state.bytes())
+    };
+    let (f32_ids, f32_bytes) = run(DType::F32);
+    let (f16_ids, f16_bytes) = run(DType::F16);
+    assert_eq!(f16_bytes * 2, f32_bytes);
+    let same = f32_ids.iter().zip(&f16_ids).take_while(|(a, b)| a == b).count();
+    println!("f16 KV: first {same} of 32 greedy tokens equal f32; {f16_bytes} vs {f32_bytes} bytes");
+    assert!(same >= 8, "f16 KV diverged after {same} tokens");
+    let f16_text = tok.decode(&f16_ids).unwrap();
+    println!("f32: {:?}\nf16: {f16_text:?}", tok.decode(&f32_ids).unwrap());
+    // Measured: "Le Grand Château, also known as the City of Light, is the capital of France."
+    assert!(f16_text.contains("capital of France"), "{f16_text}");
+}

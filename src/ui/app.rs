@@ -20,7 +20,7 @@ use crate::engine::{Command, Engine, EngineConfig, EngineError, EngineEvent, Eng
 
 use super::chat::ChatView;
 use super::clock::now_label;
-use super::monitor;
+use super::{lifecycle, monitor};
 use super::qa::QaHook;
 use super::settings::SettingsPanel;
 use super::state::{ChatState, Phase};
@@ -184,6 +184,7 @@ async fn bridge(
     let mut link = EngineLink { handle: engine.clone(), events: Some(events.fuse()) };
     let Some(events) = link.events.as_mut() else { return };
     let mut monitor = monitor::start(engine.clone(), None);
+    let _lifecycle = lifecycle::save_when_backgrounded(engine.clone());
     if let Some(qa) = &qa {
         qa.report_status(state.peek().qa_status());
     }

@@ -11,6 +11,7 @@ pub mod chat;
 mod clock;
 pub mod fmt;
 pub mod markdown;
+mod lifecycle;
 mod monitor;
 pub mod notices;
 mod platform;
