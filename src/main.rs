@@ -93,7 +93,7 @@ impl Args {
     }
 
     fn config(&self) -> Result<EngineConfig> {
-        let mut c = EngineConfig::new(self.model()?).with_env_overrides();
+        let mut c = EngineConfig::new(self.model()?);
         c.temperature = self.parsed("--temperature", 0.0)?;
         c.max_tokens = self.parsed("--max-tokens", c.max_tokens)?;
         if let Some(b) = self.value("--budget") {

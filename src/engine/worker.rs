@@ -103,17 +103,6 @@ impl EngineConfig {
             headroom: Arc::new(memory::process::available_bytes),
         }
     }
-
-    /// Applies `POCKETCHAT_TIER` (a QA override; absurd values are ignored with a warning).
-    pub fn with_env_overrides(mut self) -> Self {
-        if let Ok(v) = std::env::var("POCKETCHAT_TIER") {
-            match RamTier::parse(&v) {
-                Some(t) => self.tier_override = Some(t),
-                None => tracing::warn!("ignoring POCKETCHAT_TIER={v:?} (expected 6gb, 8gb or desktop)"),
-            }
-        }
-        self
-    }
 }
 
 /// Sends commands to the engine thread. Cheap to clone.
@@ -223,9 +212,10 @@ impl Worker {
         events: fmpsc::UnboundedSender<EngineEvent>,
         interrupt: Arc<AtomicBool>,
     ) -> Worker {
+        // Detection also applies `POCKETCHAT_TIER`; an explicit override wins over both.
         let mut report = TierReport::detect();
         if config.tier_override.is_some() {
-            report.overridden = config.tier_override;
+            report = report.with_override(config.tier_override);
         }
         let policy = Policy::for_tier(report.effective());
         Worker {
@@ -437,7 +427,7 @@ impl Worker {
     }
 
     fn set_policy(&mut self, tier: Option<RamTier>) {
-        self.report.overridden = tier;
+        self.report = self.report.clone().with_override(tier);
         let old = self.policy;
         self.policy = Policy::for_tier(self.report.effective());
         if self.config.follow_policy_quant && old.quant != self.policy.quant {
