@@ -1,29 +1,19 @@
-//! One quantized linear layer, run by our own CPU kernel where it is faster
-//! ([`super::qlinear`]) or by candle's `QMatMul` everywhere else.
+//! One quantized linear layer: pocketchat's CPU kernel where it applies
+//! ([`super::qlinear`]), candle's `QMatMul` everywhere else or when asked.
 
 use std::sync::Arc;
 
-use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
-use candle_core::{Module, Tensor};
+use candle_core::quantized::QTensor;
 
 use super::model::MatmulKernel;
+use super::qlinear::{QLinear, QLinearBackend};
 
-pub struct Linear {
-    dtype: GgmlDType,
-    inner: QMatMul,
-}
+pub type Linear = QLinear;
 
-impl Linear {
-    pub fn new(w: Arc<QTensor>, _kernel: MatmulKernel) -> candle_core::Result<Linear> {
-        let dtype = w.dtype();
-        Ok(Linear { dtype, inner: QMatMul::from_arc(w)? })
-    }
-
-    pub fn dtype(&self) -> GgmlDType {
-        self.dtype
-    }
-
-    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        self.inner.forward(x)
-    }
+pub fn linear(w: Arc<QTensor>, kernel: MatmulKernel) -> candle_core::Result<Linear> {
+    let backend = match kernel {
+        MatmulKernel::Fast => QLinearBackend::Auto,
+        MatmulKernel::Candle => QLinearBackend::Candle,
+    };
+    QLinear::with_backend(w, backend)
 }

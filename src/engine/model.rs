@@ -20,7 +20,7 @@ use std::sync::Arc;
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor, D};
 
-use super::linear::Linear;
+use super::linear::{linear, Linear};
 use super::state::State;
 use super::{EngineError, Result};
 
@@ -157,7 +157,7 @@ impl Loader<'_> {
 
     fn linear(&mut self, name: &str, kernel: MatmulKernel) -> Result<Linear> {
         let q = self.qtensor(name)?;
-        Linear::new(Arc::new(q), kernel).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
+        linear(Arc::new(q), kernel).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
     }
 }
 
@@ -234,7 +234,7 @@ impl Model {
         let output = if ld.has("output.weight") {
             ld.linear("output.weight", kernel)?
         } else {
-            Linear::new(embeddings.clone(), kernel)?
+            linear(embeddings.clone(), kernel)?
         };
         let positions = context_length.clamp(1, MAX_ROPE_POSITIONS);
         let (cos, sin) = rope_tables(head_dim, rope_freq_base, positions, device)?;
@@ -345,8 +345,9 @@ impl Model {
             let attn = self.attention(i, layer, &h, state, pos, &cos, &sin, mask.as_ref())?;
             x = (x + attn)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.config.rms_eps)?;
-            let gate = layer.w_gate.forward(&h)?;
-            let up = layer.w_up.forward(&h)?;
+            let [gate, up]: [Tensor; 2] = Linear::forward_many(&[&layer.w_gate, &layer.w_up], &h)?
+                .try_into()
+                .expect("two layers, two outputs");
             let mlp = layer.w_down.forward(&(candle_nn::ops::silu(&gate)? * up)?)?;
             x = (x + mlp)?;
         }
@@ -384,9 +385,12 @@ impl Model {
                 None => Ok(t),
             }
         };
-        let q = with_bias(layer.wq.forward(h)?, &layer.bq)?;
-        let k = with_bias(layer.wk.forward(h)?, &layer.bk)?;
-        let v = with_bias(layer.wv.forward(h)?, &layer.bv)?;
+        // One activation quantization and one parallel region for q, k and v.
+        let [q, k, v]: [Tensor; 3] =
+            Linear::forward_many(&[&layer.wq, &layer.wk, &layer.wv], h)?.try_into().expect("three layers, three outputs");
+        let q = with_bias(q, &layer.bq)?;
+        let k = with_bias(k, &layer.bk)?;
+        let v = with_bias(v, &layer.bv)?;
         // (n, heads·hd) → (1, heads, n, hd)
         let q = q.reshape((1, n, c.n_heads, c.head_dim))?.transpose(1, 2)?.contiguous()?;
         let k = k.reshape((1, n, c.n_kv_heads, c.head_dim))?.transpose(1, 2)?.contiguous()?;
