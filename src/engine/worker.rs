@@ -565,6 +565,10 @@ impl Worker {
             if l.tokenizer.is_stop(next) {
                 break DoneReason::EndOfTurn;
             }
+            // Every emitted token is also fed, so the cache always encodes the reply text.
+            if l.session.state.len() + 1 > l.session.state.max_tokens() {
+                break DoneReason::BudgetExhausted;
+            }
             if generated == 0 {
                 ttft_ms = started.elapsed().as_secs_f64() * 1e3;
             }
@@ -574,9 +578,6 @@ impl Worker {
                 self.emit(EngineEvent::Token { text });
             }
             let l = self.loaded.as_mut().expect("decode runs with a model");
-            if l.session.state.len() + 1 > l.session.state.max_tokens() {
-                break DoneReason::BudgetExhausted;
-            }
             logits = with_autorelease_pool(|| l.model.forward(&[next], &mut l.session.state))?;
             if generated >= self.config.max_tokens {
                 break DoneReason::MaxTokens;
@@ -589,13 +590,10 @@ impl Worker {
             }
         };
         let l = self.loaded.as_mut().expect("decode runs with a model");
-        // Text of tokens that were sampled but not fed stays out of the reply; the rest
-        // (an incomplete character held back) is flushed now.
-        if reason != DoneReason::BudgetExhausted || generated > 0 {
-            if let Some(text) = detok.flush(&l.tokenizer)? {
-                reply.push_str(&text);
-                self.emit(EngineEvent::Token { text });
-            }
+        // An incomplete character held back at the end of the reply.
+        if let Some(text) = detok.flush(&l.tokenizer)? {
+            reply.push_str(&text);
+            self.emit(EngineEvent::Token { text });
         }
         let decode_s = decode_start.elapsed().as_secs_f64();
         Ok((reason, reply, generated, decode_s, ttft_ms, interruption))
