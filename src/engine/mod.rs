@@ -4,6 +4,7 @@
 //!
 //! Nothing here imports the UI.
 
+mod attention;
 pub mod budget;
 mod detokenizer;
 mod error;

@@ -84,6 +84,9 @@ pub struct Model {
     output: Linear,
     cos: Tensor,
     sin: Tensor,
+    /// `Candle` keeps every op on candle's own kernels (bit-faithful to the reference);
+    /// `Fast` also takes the plain-Rust decode attention.
+    kernel: MatmulKernel,
 }
 
 /// Opens and parses a GGUF header, mapping IO and format errors to user-facing ones.
@@ -275,6 +278,7 @@ impl Model {
             output,
             cos,
             sin,
+            kernel,
         })
     }
 
@@ -401,6 +405,14 @@ impl Model {
             (candle_nn::rotary_emb::rope_i(&q, cos, sin)?, candle_nn::rotary_emb::rope_i(&k, cos, sin)?)
         };
         state.write(index, pos, &k, &v)?;
+        if self.kernel == MatmulKernel::Fast && n == 1 && mask.is_none() {
+            // One new token on the CPU with an f32 cache: one plain loop instead of a dozen ops
+            // (sums in another order than candle's gemm, so only with the fast kernels).
+            let (k_buf, v_buf) = state.buffers(index);
+            if let Some(out) = super::attention::try_decode_attention(&q, k_buf, v_buf, pos + 1) {
+                return Ok(layer.wo.forward(&out)?);
+            }
+        }
         let (keys, values) = state.live(index, pos + n)?; // (n_kv, L, hd) in f32
         let group = self.group();
         let q = q.reshape((c.n_kv_heads, group * n, c.head_dim))?;

@@ -178,6 +178,13 @@ impl State {
         Ok((k, v))
     }
 
+    /// The whole K/V buffers of a layer, `(1, n_kv_heads, capacity, head_dim)` in the
+    /// cache dtype; positions past the live ones hold stale data.
+    pub(crate) fn buffers(&self, index: usize) -> (&Tensor, &Tensor) {
+        let layer = self.layers[index].as_ref().expect("reserve() runs before buffers()");
+        (&layer.k, &layer.v)
+    }
+
     /// Records the token ids whose K/V were just written by every layer.
     pub(crate) fn commit(&mut self, tokens: &[u32]) {
         self.tokens.extend_from_slice(tokens);
