@@ -417,12 +417,9 @@ impl Model {
         let group = self.group();
         let q = q.reshape((c.n_kv_heads, group * n, c.head_dim))?;
         let scale = 1.0 / (c.head_dim as f64).sqrt();
-        let scores = (q.matmul(&keys.t()?)? * scale)?;
-        let scores = match mask {
-            Some(m) => scores.broadcast_add(m)?,
-            None => scores,
-        };
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        // Each step consumes the previous scores so at most two score matrices are alive at
+        // once (a long prefill's scores are the largest scratch buffers of a forward).
+        let probs = softmax_owned(masked(scaled(q.matmul(&keys.t()?)?, scale)?, mask)?)?;
         let out = probs.matmul(&values)?; // (n_kv, group·n, hd)
         let out = out.reshape((c.n_heads, n, c.head_dim))?.transpose(0, 1)?.reshape((n, c.n_heads * c.head_dim))?;
         Ok(layer.wo.forward(&out)?)
@@ -457,6 +454,21 @@ impl Model {
         }
         Ok(())
     }
+}
+
+fn scaled(scores: Tensor, scale: f64) -> candle_core::Result<Tensor> {
+    scores * scale
+}
+
+fn masked(scores: Tensor, mask: Option<&Tensor>) -> candle_core::Result<Tensor> {
+    match mask {
+        Some(m) => scores.broadcast_add(m),
+        None => Ok(scores),
+    }
+}
+
+fn softmax_owned(scores: Tensor) -> candle_core::Result<Tensor> {
+    candle_nn::ops::softmax_last_dim(&scores)
 }
 
 /// The RoPE cos/sin tables, `(positions, head_dim / 2)`.
