@@ -261,7 +261,7 @@ fn chat(args: &Args) -> Result<()> {
             let Some(event) = events.recv_blocking() else { bail!("the engine stopped") };
             match event {
                 EngineEvent::Token { text } => {
-                    if first_token && warn_every.is_some_and(|n| (turn + 1) % n == 0) {
+                    if first_token && warn_every.is_some_and(|n| (turn + 1).is_multiple_of(n)) {
                         handle.send(Command::MemoryWarning { reason: "simulated mid-reply (--simulate-warning-every)".into() })?;
                     }
                     first_token = false;

@@ -117,7 +117,7 @@ pub fn quantize_q8_0(src: &Path, dst: &Path) -> Result<QuantizeReport, CatalogEr
 /// Whether a tensor becomes Q8_0: 2-D weight matrices stored in 4 or 5 bits, and the
 /// token embedding when it is 4/5-bit or float. K-quants, Q8 and 1-D tensors stay.
 fn should_requantize(name: &str, dtype: GgmlDType, dims: &[usize]) -> bool {
-    let matrix = dims.len() == 2 && dims[1] % GgmlDType::Q8_0.block_size() == 0;
+    let matrix = dims.len() == 2 && dims[1].is_multiple_of(GgmlDType::Q8_0.block_size());
     let low_bit = matches!(dtype, GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1);
     let float = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
     matrix && (low_bit || (name == "token_embd.weight" && float))

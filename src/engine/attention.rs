@@ -38,7 +38,7 @@ pub(crate) fn decode_attention(
     len: usize,
     out: &mut [f32],
 ) {
-    assert!(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "heads must split into kv groups");
+    assert!(n_kv_heads > 0 && n_heads.is_multiple_of(n_kv_heads), "heads must split into kv groups");
     assert!(len > 0 && len <= capacity, "need 1..=capacity live positions");
     assert_eq!(q.len(), n_heads * head_dim);
     assert_eq!(out.len(), n_heads * head_dim);

@@ -25,6 +25,9 @@ pub(crate) struct Anchor {
     message: usize,
 }
 
+/// Text to feed, split at turn anchors: `(byte offset in the rendered text, token ids)`.
+type Pieces = Vec<(usize, Vec<u32>)>;
+
 /// How the cache is cut when turns are dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TrimMode {
@@ -189,7 +192,7 @@ impl Session {
     /// The text to feed for a new user message, split at turn anchors and tokenized:
     /// `(byte offset in the rendered text, ids)`. The first piece belongs to the previous
     /// turn (or is the system prompt when starting from scratch).
-    fn pieces_for(&self, tok: &TextTokenizer, user_text: &str) -> Result<(Vec<(usize, Vec<u32>)>, bool)> {
+    fn pieces_for(&self, tok: &TextTokenizer, user_text: &str) -> Result<(Pieces, bool)> {
         let mut messages = self.messages.clone();
         messages.push(Message::new(Role::User, user_text));
         let full = self.template.render(&messages, true)?;
@@ -211,7 +214,7 @@ impl Session {
         Ok((pieces, from_scratch))
     }
 
-    fn feed(&mut self, model: &Model, user_text: &str, pieces: Vec<(usize, Vec<u32>)>, from_scratch: bool) -> Result<candle_core::Tensor> {
+    fn feed(&mut self, model: &Model, user_text: &str, pieces: Pieces, from_scratch: bool) -> Result<candle_core::Tensor> {
         let mut messages = self.messages.clone();
         messages.push(Message::new(Role::User, user_text));
         let full = self.template.render(&messages, true)?;
