@@ -24,7 +24,6 @@ fn main() {
         name: "SmolLM2 135M Instruct".into(),
         weights_quant: "Q4_1".into(),
         n_layers: 30,
-        n_params_hint: "135M".into(),
         context_length: 8192,
         kv_dtype: "f32".into(),
         kv_bytes_per_token: 46_080,

@@ -56,7 +56,6 @@ fn model_info() -> ModelInfo {
         name: "SmolLM2 135M Instruct".into(),
         weights_quant: "Q4_1".into(),
         n_layers: 30,
-        n_params_hint: "135M".into(),
         context_length: 8192,
         kv_dtype: "f16".into(),
         kv_bytes_per_token: 23_040,

@@ -84,7 +84,6 @@ pub struct ModelInfo {
     /// The real dtype of the loaded matmul weights, e.g. "Q4_1" or "Q8_0 (requantized from Q4_1)".
     pub weights_quant: String,
     pub n_layers: usize,
-    pub n_params_hint: String,
     pub context_length: usize,
     pub kv_dtype: String,
     pub kv_bytes_per_token: u64,

@@ -351,7 +351,6 @@ impl Worker {
             name: display_name(&path).unwrap_or_else(|| c.name.clone()),
             weights_quant,
             n_layers: c.n_layers,
-            n_params_hint: String::new(),
             context_length: c.context_length,
             kv_dtype: format!("{:?}", self.config.kv_dtype),
             kv_bytes_per_token: model.kv_bytes_per_token(self.config.kv_dtype.dtype()),

@@ -224,7 +224,7 @@ fn ModelSection(state: ReadSignal<ChatState>) -> Element {
             }
             Figure { name: "model-size", label: "File size", value: format_bytes(m.file_bytes) }
             Figure { name: "weights", label: "Weights (loaded)", value: "{m.weights_quant}" }
-            Figure { name: "arch", label: "Architecture", value: format!("{} · {} layers · {}", m.architecture, m.n_layers, m.n_params_hint) }
+            Figure { name: "arch", label: "Architecture", value: format!("{} · {} layers", m.architecture, m.n_layers) }
             Figure { name: "kv-dtype", label: "KV cache", value: format!("{} · {} per token", m.kv_dtype, format_bytes(m.kv_bytes_per_token)) }
             Figure { name: "device", label: "Runs on", value: "{m.device}" }
         }
