@@ -343,10 +343,11 @@ impl Model {
         let mut x = self.embeddings.embedding(&ids)?; // (n, d)
         let cos = self.cos.narrow(0, pos, n)?;
         let sin = self.sin.narrow(0, pos, n)?;
-        let mask = if n > 1 { Some(causal_mask(n, pos, self.group(), &self.device)?) } else { None };
+        // Built on first use: the fast attention kernels mask as they go.
+        let mask = std::cell::OnceCell::new();
         for (i, layer) in self.layers.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.config.rms_eps)?;
-            let attn = self.attention(i, layer, &h, state, pos, &cos, &sin, mask.as_ref())?;
+            let attn = self.attention(i, layer, &h, state, pos, &cos, &sin, &mask)?;
             x = (x + attn)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.config.rms_eps)?;
             let [gate, up]: [Tensor; 2] = Linear::forward_many(&[&layer.w_gate, &layer.w_up], &h)?
@@ -379,7 +380,7 @@ impl Model {
         pos: usize,
         cos: &Tensor,
         sin: &Tensor,
-        mask: Option<&Tensor>,
+        mask: &std::cell::OnceCell<Tensor>,
     ) -> Result<Tensor> {
         let c = &self.config;
         let n = h.dim(0)?;
@@ -405,14 +406,29 @@ impl Model {
             (candle_nn::rotary_emb::rope_i(&q, cos, sin)?, candle_nn::rotary_emb::rope_i(&k, cos, sin)?)
         };
         state.write(index, pos, &k, &v)?;
-        if self.kernel == MatmulKernel::Fast && n == 1 && mask.is_none() {
-            // One new token on the CPU with an f32 cache: one plain loop instead of a dozen ops
+        if self.kernel == MatmulKernel::Fast {
+            // On the CPU with an f32 cache: plain-Rust kernels instead of a dozen candle ops
             // (sums in another order than candle's gemm, so only with the fast kernels).
             let (k_buf, v_buf) = state.buffers(index);
-            if let Some(out) = super::attention::try_decode_attention(&q, k_buf, v_buf, pos + 1) {
+            let fast = if n == 1 {
+                super::attention::try_decode_attention(&q, k_buf, v_buf, pos + 1)
+            } else {
+                super::attention::try_prefill_attention(&q, k_buf, v_buf, pos)
+            };
+            if let Some(out) = fast {
                 return Ok(layer.wo.forward(&out)?);
             }
         }
+        let mask = match n {
+            1 => None,
+            _ => Some(match mask.get() {
+                Some(m) => m,
+                None => {
+                    let m = causal_mask(n, pos, self.group(), &self.device)?;
+                    mask.get_or_init(|| m)
+                }
+            }),
+        };
         let (keys, values) = state.live(index, pos + n)?; // (n_kv, L, hd) in f32
         let group = self.group();
         let q = q.reshape((c.n_kv_heads, group * n, c.head_dim))?;

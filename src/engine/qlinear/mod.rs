@@ -531,12 +531,12 @@ fn quantize_rows(
 
 /// A raw pointer the pool's workers may share; each writes a disjoint part.
 #[derive(Clone, Copy)]
-struct SendPtr<T>(*mut T);
+pub(crate) struct SendPtr<T>(pub(crate) *mut T);
 unsafe impl<T> Send for SendPtr<T> {}
 unsafe impl<T> Sync for SendPtr<T> {}
 impl<T> SendPtr<T> {
     // a method, so closures capture the Sync wrapper and not its raw field
-    fn get(self) -> *mut T {
+    pub(crate) fn get(self) -> *mut T {
         self.0
     }
 }

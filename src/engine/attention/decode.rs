@@ -4,12 +4,14 @@
 //! cached position. Candle spends about a dozen small ops (narrow, squeeze, to_dtype,
 //! matmul, scale, softmax, matmul, reshape, transpose, contiguous…) on it per layer, each
 //! with its own allocation and dispatch; one loop over the cache buffers is cheaper.
-//! Everything else (prefill, other devices, f16 caches) keeps the candle path in
-//! [`super::model`].
+//! Several new tokens take [`super::prefill`]; other devices and f16 caches keep the
+//! candle path in `engine::model`.
 
 use std::cell::RefCell;
 
-use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
+use candle_core::{DType, Device, Tensor};
+
+use super::cpu_f32;
 
 /// Attention of one query token against the first `len` cached positions.
 ///
@@ -135,16 +137,6 @@ pub(crate) fn try_decode_attention(q: &Tensor, k: &Tensor, v: &Tensor, len: usiz
         decode_attention(q, k, v, n_heads, n_kv_heads, capacity, head_dim, len, &mut out);
     }
     Tensor::from_vec(out, (1, n_heads * head_dim), &Device::Cpu).ok()
-}
-
-/// The `count` contiguous f32 elements a CPU tensor's layout points at.
-fn cpu_f32<'a>(storage: &'a Storage, layout: &candle_core::Layout, count: usize) -> Option<&'a [f32]> {
-    match storage {
-        Storage::Cpu(CpuStorage::F32(data)) if layout.is_contiguous() => {
-            data.get(layout.start_offset()..layout.start_offset() + count)
-        }
-        _ => None,
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,440 @@
+//! Attention of several new tokens against the cache, fused and tiled (the flash-attention
+//! scheme on the CPU).
+//!
+//! The candle path builds the whole score matrix, `(n_heads · n) × L` floats per layer
+//! (11.8 MB for 128 new tokens after 2,432 cached ones), then scales it, adds a causal
+//! mask, softmaxes it and multiplies it by V: five passes over a buffer far larger than
+//! the caches, each a fresh allocation. That is why the time to first token grew with the
+//! conversation. Here every score lives only in a small block:
+//!
+//! ```text
+//!   unit = one K/V head × up to TOKENS new tokens; its rows are the `group` query heads
+//!          that share the K/V head, for each of those tokens
+//!   for each block of BLOCK_KEYS keys up to the unit's last allowed position:
+//!       kᵀ block                        (hd × BLOCK_KEYS, transposed once, shared by all rows)
+//!       s = q · kᵀ                      (ROWS × BLOCK_KEYS register tile, q pre-scaled by 1/√hd)
+//!       causal: key j is seen by the query at position p only if j ≤ p
+//!       online softmax: m' = max(m, max s); o ← o·e^(m−m'); l ← l·e^(m−m') + Σ e^(s−m')
+//!       o += e^(s−m') · v block
+//!   out = o / l
+//! ```
+//!
+//! Units run on candle's barrier pool. The sums run in another order than candle's
+//! (per key block, with a polynomial `exp`), so results agree with the candle path to
+//! float rounding, not bit for bit; see the tests.
+
+use candle_core::{DType, Device, Tensor};
+
+use super::cpu_f32;
+use crate::engine::qlinear::SendPtr;
+
+/// New tokens per work unit.
+const TOKENS: usize = 32;
+/// Query rows per register tile.
+const ROWS: usize = 4;
+/// Keys per block.
+const BLOCK_KEYS: usize = 32;
+/// Below this many multiply-adds (`rows × keys × hd`) one thread does it all.
+const PAR_MIN_MACS: usize = 1 << 18;
+
+/// Sizes of one layer's prefill attention.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Dims {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Positions each cache buffer holds.
+    pub capacity: usize,
+    /// Cached positions before the new tokens.
+    pub pos: usize,
+    /// New tokens; their K/V are already in the cache at `pos..pos + n`.
+    pub n: usize,
+}
+
+/// The fast path on candle tensors: `q` is `(1, n_heads, n, hd)` after RoPE, `k` and `v`
+/// the cache buffers `(1, n_kv_heads, capacity, hd)` with the new tokens' entries written
+/// at `pos..pos + n`. Returns `(n, n_heads · hd)`.
+///
+/// `None` when anything is not as expected (not CPU, not f32, not contiguous, a head size
+/// other than 64 or 128); the caller then takes the candle path.
+pub(crate) fn try_prefill_attention(q: &Tensor, k: &Tensor, v: &Tensor, pos: usize) -> Option<Tensor> {
+    if !matches!(q.device(), Device::Cpu) || [q, k, v].iter().any(|t| t.dtype() != DType::F32) {
+        return None;
+    }
+    let (one, n_heads, n, head_dim) = q.dims4().ok()?;
+    let (one_k, n_kv_heads, capacity, hd_k) = k.dims4().ok()?;
+    if one != 1 || one_k != 1 || hd_k != head_dim || v.dims() != k.dims() || !matches!(head_dim, 64 | 128) {
+        return None;
+    }
+    if n == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 || pos + n > capacity {
+        return None;
+    }
+    let dims = Dims { n_heads, n_kv_heads, head_dim, capacity, pos, n };
+    let mut out = vec![0.0f32; n * n_heads * head_dim];
+    {
+        let (qs, ql) = q.storage_and_layout();
+        let (ks, kl) = k.storage_and_layout();
+        let (vs, vl) = v.storage_and_layout();
+        let q = cpu_f32(&qs, ql, n_heads * n * head_dim)?;
+        let k = cpu_f32(&ks, kl, n_kv_heads * capacity * head_dim)?;
+        let v = cpu_f32(&vs, vl, n_kv_heads * capacity * head_dim)?;
+        prefill_attention(q, k, v, dims, &mut out);
+    }
+    Tensor::from_vec(out, (n, n_heads * head_dim), &Device::Cpu).ok()
+}
+
+/// `q`: `(n_heads, n, hd)`; `k`, `v`: `(n_kv_heads, capacity, hd)`; `out`: `(n, n_heads · hd)`.
+/// `head_dim` must be 64 or 128.
+pub(crate) fn prefill_attention(q: &[f32], k: &[f32], v: &[f32], d: Dims, out: &mut [f32]) {
+    assert!(d.n_kv_heads > 0 && d.n_heads.is_multiple_of(d.n_kv_heads), "heads must split into kv groups");
+    assert!(d.n > 0 && d.pos + d.n <= d.capacity, "new tokens must fit the cache");
+    assert_eq!(q.len(), d.n_heads * d.n * d.head_dim);
+    assert_eq!(out.len(), d.n * d.n_heads * d.head_dim);
+    assert!(k.len() >= d.n_kv_heads * d.capacity * d.head_dim && v.len() >= d.n_kv_heads * d.capacity * d.head_dim);
+
+    let blocks = d.n.div_ceil(TOKENS);
+    let units = d.n_kv_heads * blocks;
+    let out_ptr = SendPtr(out.as_mut_ptr());
+    let run = |range: std::ops::Range<usize>| {
+        for u in range {
+            let (kv, block) = (u / blocks, u % blocks);
+            let tokens = block * TOKENS..d.n.min((block + 1) * TOKENS);
+            // SAFETY: a unit writes only the output slots of its own heads and tokens, which no
+            // other unit writes; `out` outlives the pool call.
+            let out = unsafe { std::slice::from_raw_parts_mut(out_ptr.get(), d.n * d.n_heads * d.head_dim) };
+            match d.head_dim {
+                64 => unit::<64>(q, k, v, d, kv, tokens, out),
+                128 => unit::<128>(q, k, v, d, kv, tokens, out),
+                other => unreachable!("head size {other} is checked by the caller"),
+            }
+        }
+    };
+    let macs = d.n_heads * d.n * (d.pos + d.n) * d.head_dim;
+    let pool = candle_core::utils::barrier_pool();
+    if macs < PAR_MIN_MACS || pool.n_workers() == 0 || units == 1 {
+        run(0..units);
+    } else {
+        pool.execute_chunked(units, run);
+    }
+}
+
+/// One unit: K/V head `kv`, new tokens `tokens`, every query head of the group.
+#[allow(clippy::too_many_arguments)]
+fn unit<const HD: usize>(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    d: Dims,
+    kv: usize,
+    tokens: std::ops::Range<usize>,
+    out: &mut [f32],
+) {
+    let group = d.n_heads / d.n_kv_heads;
+    let n_tok = tokens.len();
+    let rows = group * n_tok;
+    let padded = rows.div_ceil(ROWS) * ROWS;
+    let scale = 1.0 / (HD as f32).sqrt();
+
+    // Row r is query head `kv·group + r / n_tok` at new token `tokens.start + r % n_tok`;
+    // padding rows are zero queries allowed to see every key, and are dropped at the end.
+    let mut qs = vec![[0.0f32; HD]; padded];
+    let mut limit = vec![d.pos + tokens.end; padded];
+    for r in 0..rows {
+        let (head, t) = (kv * group + r / n_tok, tokens.start + r % n_tok);
+        let src = &q[(head * d.n + t) * HD..][..HD];
+        for (dst, &x) in qs[r].iter_mut().zip(src) {
+            *dst = x * scale;
+        }
+        limit[r] = d.pos + t + 1;
+    }
+    let base = kv * d.capacity * HD;
+    let keys = &k[base..base + (d.pos + tokens.end) * HD];
+    let values = &v[base..base + (d.pos + tokens.end) * HD];
+
+    let mut acc = Accumulators { o: vec![[0.0f32; HD]; padded], max: vec![f32::NEG_INFINITY; padded], sum: vec![0.0; padded] };
+    run_rows::<HD>(&qs, &limit, keys, values, &mut acc);
+
+    for r in 0..rows {
+        let (head, t) = (kv * group + r / n_tok, tokens.start + r % n_tok);
+        let inv = 1.0 / acc.sum[r];
+        let dst = &mut out[(t * d.n_heads + head) * HD..][..HD];
+        for (dst, &o) in dst.iter_mut().zip(&acc.o[r]) {
+            *dst = o * inv;
+        }
+    }
+}
+
+/// Per-row running state of the online softmax.
+struct Accumulators<const HD: usize> {
+    /// Σ e^(s − max) · v so far.
+    o: Vec<[f32; HD]>,
+    /// Largest score so far.
+    max: Vec<f32>,
+    /// Σ e^(s − max) so far.
+    sum: Vec<f32>,
+}
+
+/// Picks the multiply-add this CPU does in one instruction, then runs the key loop.
+fn run_rows<const HD: usize>(q: &[[f32; HD]], limit: &[usize], keys: &[f32], values: &[f32], acc: &mut Accumulators<HD>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn with_fma<const HD: usize>(
+                q: &[[f32; HD]],
+                limit: &[usize],
+                keys: &[f32],
+                values: &[f32],
+                acc: &mut Accumulators<HD>,
+            ) {
+                key_loop::<HD, Fused>(q, limit, keys, values, acc)
+            }
+            // SAFETY: the CPU has AVX2 and FMA (checked just above).
+            return unsafe { with_fma(q, limit, keys, values, acc) };
+        }
+        key_loop::<HD, Separate>(q, limit, keys, values, acc)
+    }
+    #[cfg(target_arch = "aarch64")]
+    key_loop::<HD, Fused>(q, limit, keys, values, acc); // FMA is part of every aarch64 CPU
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    key_loop::<HD, Separate>(q, limit, keys, values, acc);
+}
+
+/// The key-block loop of the module docs over `q.len()` rows (a multiple of [`ROWS`]).
+#[inline(always)]
+fn key_loop<const HD: usize, F: MulAdd>(
+    q: &[[f32; HD]],
+    limit: &[usize],
+    keys: &[f32],
+    values: &[f32],
+    acc: &mut Accumulators<HD>,
+) {
+    let n_keys = keys.len() / HD;
+    let mut kt = [[0.0f32; BLOCK_KEYS]; HD];
+    for start in (0..n_keys).step_by(BLOCK_KEYS) {
+        let width = BLOCK_KEYS.min(n_keys - start);
+        for (c, key) in keys[start * HD..(start + width) * HD].chunks_exact(HD).enumerate() {
+            for (row, &x) in kt.iter_mut().zip(key) {
+                row[c] = x;
+            }
+        }
+        if width < BLOCK_KEYS {
+            kt.iter_mut().for_each(|row| row[width..].fill(0.0));
+        }
+        let block_values = &values[start * HD..(start + width) * HD];
+        for r0 in (0..q.len()).step_by(ROWS) {
+            let mut s = scores::<HD, F>(&q[r0..r0 + ROWS], &kt);
+            for (i, s) in s.iter_mut().enumerate() {
+                let r = r0 + i;
+                let seen = width.min(limit[r].saturating_sub(start));
+                softmax_step(s, seen, &mut acc.max[r], &mut acc.sum[r], &mut acc.o[r]);
+            }
+            accumulate_values::<HD, F>(&s, block_values, &mut acc.o[r0..r0 + ROWS]);
+        }
+    }
+}
+
+/// `s[r][c] = q[r] · kᵀ[·][c]`: a register tile of ROWS × BLOCK_KEYS sums.
+#[inline(always)]
+fn scores<const HD: usize, F: MulAdd>(q: &[[f32; HD]], kt: &[[f32; BLOCK_KEYS]; HD]) -> [[f32; BLOCK_KEYS]; ROWS] {
+    let mut s = [[0.0f32; BLOCK_KEYS]; ROWS];
+    for (d, kt_d) in kt.iter().enumerate() {
+        for (s_r, q_r) in s.iter_mut().zip(q) {
+            let x = q_r[d];
+            for (s, &k) in s_r.iter_mut().zip(kt_d) {
+                *s = F::mul_add(x, k, *s);
+            }
+        }
+    }
+    s
+}
+
+/// Online-softmax update of one row for one key block whose first `seen` keys it may see:
+/// turns `s` into the block's weights `e^(s − max)` (0 for unseen keys) and rescales the
+/// row's running sums to the new maximum. Branch-free over the block so it vectorizes.
+#[inline(always)]
+fn softmax_step<const HD: usize>(s: &mut [f32; BLOCK_KEYS], seen: usize, max: &mut f32, sum: &mut f32, o: &mut [f32; HD]) {
+    if seen == 0 {
+        s.fill(0.0);
+        return;
+    }
+    for (c, s) in s.iter_mut().enumerate() {
+        *s = if c < seen { *s } else { f32::NEG_INFINITY };
+    }
+    let new_max = max.max(lanes(s, f32::NEG_INFINITY, f32::max));
+    for s in s.iter_mut() {
+        *s = exp(*s - new_max);
+    }
+    let block_sum = lanes(s, 0.0, |a, b| a + b);
+    if new_max > *max {
+        let shrink = exp(*max - new_max); // 0 for the first block (max = -inf)
+        *sum *= shrink;
+        o.iter_mut().for_each(|x| *x *= shrink);
+        *max = new_max;
+    }
+    *sum += block_sum;
+}
+
+/// Folds a block with `op` in 16 independent lanes, then folds the lanes: the compiler
+/// keeps the lanes in one SIMD register instead of a serial chain.
+#[inline(always)]
+fn lanes(s: &[f32; BLOCK_KEYS], init: f32, op: impl Fn(f32, f32) -> f32) -> f32 {
+    const LANES: usize = 16;
+    let mut acc = [init; LANES];
+    for chunk in s.chunks_exact(LANES) {
+        for (a, &x) in acc.iter_mut().zip(chunk) {
+            *a = op(*a, x);
+        }
+    }
+    acc.into_iter().fold(init, op)
+}
+
+/// `o[r] += Σ_c p[r][c] · v[c]`, in 32-wide column strips so a strip's ROWS accumulators
+/// stay in registers.
+#[inline(always)]
+fn accumulate_values<const HD: usize, F: MulAdd>(p: &[[f32; BLOCK_KEYS]; ROWS], v: &[f32], o: &mut [[f32; HD]]) {
+    const STRIP: usize = 32;
+    for col in (0..HD).step_by(STRIP) {
+        let mut a = [[0.0f32; STRIP]; ROWS];
+        for (a, o) in a.iter_mut().zip(o.iter()) {
+            a.copy_from_slice(&o[col..col + STRIP]);
+        }
+        for (c, v_c) in v.chunks_exact(HD).enumerate() {
+            let v_c = &v_c[col..col + STRIP];
+            for (a, p) in a.iter_mut().zip(p) {
+                let w = p[c];
+                for (a, &x) in a.iter_mut().zip(v_c) {
+                    *a = F::mul_add(w, x, *a);
+                }
+            }
+        }
+        for (a, o) in a.iter().zip(o.iter_mut()) {
+            o[col..col + STRIP].copy_from_slice(a);
+        }
+    }
+}
+
+/// `a · b + c`, as one instruction where the CPU has it.
+trait MulAdd {
+    fn mul_add(a: f32, b: f32, c: f32) -> f32;
+}
+
+/// Fused multiply-add; only where the target has the instruction (otherwise a libm call).
+struct Fused;
+impl MulAdd for Fused {
+    #[inline(always)]
+    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+}
+
+/// A multiply then an add.
+#[allow(dead_code)] // unused on aarch64
+struct Separate;
+impl MulAdd for Separate {
+    #[inline(always)]
+    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        a * b + c
+    }
+}
+
+/// `e^x` for `x ≤ 0` (larger x are clamped at 88), in branch-free arithmetic the compiler
+/// vectorizes; within 4 ulp of `f32::exp` on that range, and 0 below -87.
+#[inline(always)]
+fn exp(x: f32) -> f32 {
+    const LOG2_E: f32 = std::f32::consts::LOG2_E;
+    // ln 2 split so that n · LN2_HI is exact for |n| < 2^11 (Cody–Waite reduction).
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // Adding 1.5 · 2^23 rounds to an integer and leaves it in the low mantissa bits.
+    const ROUND: f32 = 12_582_912.0;
+    let below = x < -87.0;
+    let x = x.clamp(-87.0, 88.0);
+    let t = x * LOG2_E + ROUND;
+    let n = t - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO; // |r| ≤ ln2 / 2
+    // e^r by its Taylor series to r^6 (relative error < 2e-7 on |r| ≤ 0.347).
+    let p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    let n = t.to_bits() as i32 - ROUND.to_bits() as i32;
+    let e = p * f32::from_bits(((n + 127) << 23) as u32);
+    if below {
+        0.0
+    } else {
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The candle path of `engine::model` for one layer, head by head:
+    /// `softmax(q kᵀ / √hd + causal mask) v`.
+    fn reference(q: &Tensor, k: &Tensor, v: &Tensor, group: usize, pos: usize) -> Tensor {
+        let (_, n_heads, n, hd) = q.dims4().unwrap();
+        let len = pos + n;
+        let mask: Vec<f32> =
+            (0..n).flat_map(|i| (0..len).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 })).collect();
+        let mask = Tensor::from_vec(mask, (n, len), &Device::Cpu).unwrap();
+        let heads: Vec<Tensor> = (0..n_heads)
+            .map(|h| {
+                let q_h = q.narrow(1, h, 1).unwrap().squeeze(0).unwrap().squeeze(0).unwrap(); // (n, hd)
+                let kv = h / group;
+                let k_h = k.narrow(1, kv, 1).unwrap().narrow(2, 0, len).unwrap().squeeze(0).unwrap().squeeze(0).unwrap();
+                let v_h = v.narrow(1, kv, 1).unwrap().narrow(2, 0, len).unwrap().squeeze(0).unwrap().squeeze(0).unwrap();
+                let s = ((q_h.matmul(&k_h.t().unwrap()).unwrap() * (1.0 / (hd as f64).sqrt())).unwrap() + &mask).unwrap();
+                candle_nn::ops::softmax_last_dim(&s).unwrap().matmul(&v_h.contiguous().unwrap()).unwrap() // (n, hd)
+            })
+            .collect();
+        Tensor::cat(&heads, 1).unwrap() // (n, n_heads · hd)
+    }
+
+    fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap()
+    }
+
+    #[test]
+    fn matches_the_candle_path() {
+        let dev = Device::Cpu;
+        // SmolLM2's shape (9 heads over 3 K/V heads of 64) and a 128-wide one; token counts
+        // that do and do not fill whole units, caches that do and do not fill whole key blocks.
+        for (n_heads, n_kv, hd) in [(9, 3, 64), (4, 2, 128)] {
+            let capacity = 320;
+            let k = Tensor::randn(0f32, 1.0, (1, n_kv, capacity, hd), &dev).unwrap();
+            let v = Tensor::randn(0f32, 1.0, (1, n_kv, capacity, hd), &dev).unwrap();
+            for (pos, n) in [(0, 2), (0, 37), (5, 8), (100, 1), (250, 70)] {
+                // Larger queries than unit variance so some rows are sharply peaked.
+                let q = Tensor::randn(0f32, 3.0, (1, n_heads, n, hd), &dev).unwrap();
+                let fast = try_prefill_attention(&q, &k, &v, pos).expect("fast path applies");
+                let want = reference(&q, &k, &v, n_heads / n_kv, pos);
+                assert_eq!(fast.dims(), &[n, n_heads * hd]);
+                let diff = max_abs_diff(&fast, &want);
+                assert!(diff <= 2e-5, "heads {n_heads}/{n_kv} hd {hd} pos {pos} n {n}: max abs diff {diff}");
+            }
+        }
+    }
+
+    #[test]
+    fn declines_what_it_cannot_do() {
+        let dev = Device::Cpu;
+        let q = Tensor::zeros((1, 4, 3, 64), DType::F32, &dev).unwrap();
+        let k = Tensor::zeros((1, 2, 16, 64), DType::F32, &dev).unwrap();
+        assert!(try_prefill_attention(&q, &k.to_dtype(DType::F16).unwrap(), &k, 2).is_none());
+        let odd_head = Tensor::zeros((1, 2, 16, 48), DType::F32, &dev).unwrap();
+        assert!(try_prefill_attention(&Tensor::zeros((1, 4, 3, 48), DType::F32, &dev).unwrap(), &odd_head, &odd_head, 2).is_none());
+        assert!(try_prefill_attention(&q, &k, &k, 14).is_none()); // 14 + 3 > 16
+        assert!(try_prefill_attention(&q, &k, &k, 13).is_some());
+    }
+
+    #[test]
+    fn exp_is_within_four_ulp() {
+        let mut x = -87.0f32;
+        while x <= 0.0 {
+            let (got, want) = (exp(x), x.exp());
+            assert!((got - want).abs() <= 4.0 * f32::EPSILON * want, "exp({x}) = {got}, want {want}");
+            x += 0.001_3;
+        }
+        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp(0.0), 1.0);
+    }
+}
