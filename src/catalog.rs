@@ -383,7 +383,7 @@ pub fn sha256_file(path: impl AsRef<Path>) -> io::Result<String> {
 /// The operating systems whose data folders differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Os {
-    MacOs,
+    Mac,
     Ios,
     Other,
 }
@@ -393,7 +393,7 @@ impl Os {
         if cfg!(target_os = "ios") {
             Os::Ios
         } else if cfg!(target_os = "macos") {
-            Os::MacOs
+            Os::Mac
         } else {
             Os::Other
         }
@@ -416,7 +416,7 @@ fn resolve_models_dir(
     }
     let home = home.filter(|h| !h.is_empty()).map(PathBuf::from);
     match os {
-        Os::MacOs => match home {
+        Os::Mac => match home {
             Some(h) => h.join("Library/Application Support/pocketchat/models"),
             None => PathBuf::from("models"),
         },
@@ -575,7 +575,7 @@ mod tests {
             "an empty override is ignored"
         );
         assert_eq!(
-            resolve_models_dir(None, None, Os::MacOs, s("/Users/u"), None),
+            resolve_models_dir(None, None, Os::Mac, s("/Users/u"), None),
             PathBuf::from("/Users/u/Library/Application Support/pocketchat/models")
         );
         assert_eq!(
