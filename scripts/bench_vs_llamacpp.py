@@ -7,6 +7,10 @@ prints the median of each metric and the ratio ours / llama.cpp (above 1.0 means
 pocketchat is faster for tok/s). Peak RSS is measured the same way for both, from the
 process's rusage (the peer's includes its Python interpreter and numpy).
 
+With --turns K > 1 each pair also runs scripts/llamacpp_turns.py (C), llama.cpp on the
+same K-turn conversation as `pocketchat bench --turns K`, and prints both engines' time to
+first token of turn 1 and turn K and decode speed at turn K.
+
   cargo build --release
   python3 scripts/bench_vs_llamacpp.py --prompt-tokens 128 --gen 128 --threads 2 --pairs 3
 
@@ -95,7 +99,7 @@ def main():
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--turns", type=int, default=10,
-                    help="pocketchat turns (time to first token per turn); llama.cpp does one")
+                    help="turns of one conversation, for time to first token per turn")
     ap.add_argument("--pairs", type=int, default=3, help="A B pairs (default 3)")
     ap.add_argument("--bin", default=os.path.join(REPO, "target", "release", "pocketchat"))
     ap.add_argument("--peer", default=os.path.join(REPO, "..", "shared", "bench", "llamacpp_peer.py"))
@@ -127,21 +131,30 @@ def main():
     peer_cmd = [sys.executable, peer, model, "--prompt-tokens", str(a.prompt_tokens),
                 "--gen", str(a.gen), "--threads", str(a.threads)]
 
-    ours, theirs = [], []
+    turns_cmd = [sys.executable, os.path.join(REPO, "scripts", "llamacpp_turns.py"), model,
+                 "--prompt-tokens", str(a.prompt_tokens), "--gen", str(a.gen),
+                 "--threads", str(a.threads), "--turns", str(a.turns)]
+    runs = [("pocketchat", ours_cmd), ("llama.cpp", peer_cmd)]
+    if a.turns > 1:
+        runs.append(("llama.cpp turns", turns_cmd))
+    ours, theirs, their_turns = [], [], []
+    into_by_name = {"pocketchat": ours, "llama.cpp": theirs, "llama.cpp turns": their_turns}
     for i in range(a.pairs):
-        for name, cmd, into in (("pocketchat", ours_cmd, ours), ("llama.cpp", peer_cmd, theirs)):
+        for name, cmd in runs:
+            into = into_by_name[name]
             res, rss, wall = run_measured(cmd)
             res["_rss"] = rss  # the same measurement for both
             res["_wall_s"] = wall
             into.append(res)
-            print(f"pair {i + 1}/{a.pairs} {name:10s} prefill {res.get('prefill_tok_s')} tok/s, "
-                  f"decode {res.get('decode_tok_s')} tok/s, {wall:.1f} s", file=sys.stderr)
+            print(f"pair {i + 1}/{a.pairs} {name:15s} prefill {res.get('prefill_tok_s', '-')} tok/s, "
+                  f"decode {res.get('decode_tok_s')} tok/s, ttft {res.get('ttft_ms', '-')}, {wall:.1f} s",
+                  file=sys.stderr)
 
     def col(runs, key):
         return median([r.get(key) for r in runs])
 
-    def ttft(runs, turn):
-        return median([(r.get("ttft_ms") or [None])[turn] for r in runs])
+    def at_turn(runs, key, turn):
+        return median([(r.get(key) or [None])[turn] for r in runs])
 
     rows = [
         ("prefill tok/s", col(ours, "prefill_tok_s"), col(theirs, "prefill_tok_s"), ""),
@@ -150,15 +163,27 @@ def main():
         ("wall s", col(ours, "_wall_s"), col(theirs, "_wall_s"), ""),
     ]
     print(f"\nmodel {os.path.basename(model)}, prompt {a.prompt_tokens}, gen {a.gen}, "
-          f"threads {a.threads}, {a.pairs} pairs (A B alternating), medians")
+          f"threads {a.threads}, {a.pairs} pairs (A B{" C" if their_turns else ""} alternating), medians")
     print(f"{'metric':<16}{'pocketchat':>12}{'llama.cpp':>12}{'ours/peer':>11}")
     for name, o, t, unit in rows:
         ratio = f"{o / t:.2f}x" if o is not None and t else "-"
         print(f"{name:<16}{fmt(o, unit):>12}{fmt(t, unit):>12}{ratio:>11}")
-    t1, tk = ttft(ours, 0), ttft(ours, -1)
-    if t1 is not None and tk is not None:
-        k = min(len(r.get("ttft_ms") or []) for r in ours)
-        print(f"TTFT turn 1 {t1:.1f} ms, turn {k} {tk:.1f} ms: turn {k} / turn 1 = {tk / t1:.2f}x")
+    if their_turns:
+        k = a.turns
+        o1, ok = at_turn(ours, "ttft_ms", 0), at_turn(ours, "ttft_ms", -1)
+        p1, pk = at_turn(their_turns, "ttft_ms", 0), at_turn(their_turns, "ttft_ms", -1)
+        od, pd = at_turn(ours, "decode_tok_s_by_turn", -1), at_turn(their_turns, "decode_tok_s", -1)
+        print(f"\n{k} turns of {a.prompt_tokens} new + {a.gen} generated tokens on one context "
+              f"({k * (a.prompt_tokens + a.gen + 1)} tokens at the end), medians")
+        print(f"{'metric':<22}{'pocketchat':>12}{'llama.cpp':>12}{'peer/ours':>11}")
+        for name, o, t in ((f"TTFT turn 1 ms", o1, p1), (f"TTFT turn {k} ms", ok, pk)):
+            print(f"{name:<22}{o:>12.1f}{t:>12.1f}{t / o:>10.2f}x")
+        print(f"{f'turn {k} / turn 1':<22}{ok / o1:>11.2f}x{pk / p1:>11.2f}x")
+        print(f"{f'decode tok/s turn {k}':<22}{od:>12.1f}{pd:>12.1f}{'':>11}  ours/peer {od / pd:.2f}x")
+    else:
+        t1, tk = at_turn(ours, "ttft_ms", 0), at_turn(ours, "ttft_ms", -1)
+        if t1 is not None and tk is not None:
+            print(f"TTFT turn 1 {t1:.1f} ms")
     if ours and theirs:
         same = ours[0].get("first_generated_ids") == theirs[0].get("first_generated_ids")
         print(f"first generated ids: pocketchat {ours[0].get('first_generated_ids')}, "
@@ -169,7 +194,7 @@ def main():
     print("(peak RSS from rusage; llama.cpp's includes its Python interpreter and numpy;"
           " wall includes model load and, for pocketchat, all turns)")
     if a.json:
-        print(json.dumps({"pocketchat": ours, "llama.cpp": theirs}))
+        print(json.dumps({"pocketchat": ours, "llama.cpp": theirs, "llama.cpp turns": their_turns}))
     return 0
 
 

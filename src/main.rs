@@ -367,7 +367,7 @@ fn bench(args: &Args) -> Result<()> {
         (1..=prompt_tokens).map(|i| (((i + turn * prompt_tokens) * 37) % (vocab - 100) + 1) as u32).collect()
     };
     let (mut prefill_tok_s, mut decode_tok_s) = (0.0, 0.0);
-    let mut ttft_ms = Vec::new();
+    let (mut ttft_ms, mut decode_by_turn) = (Vec::new(), Vec::new());
     let mut first_ids = Vec::new();
     for turn in 0..turns {
         let t = Instant::now();
@@ -382,6 +382,7 @@ fn bench(args: &Args) -> Result<()> {
             generated.push(next);
         }
         let decode_s = t.elapsed().as_secs_f64();
+        decode_by_turn.push(gen as f64 / decode_s);
         if turn == 0 {
             prefill_tok_s = prompt_tokens as f64 / prefill_s;
             decode_tok_s = gen as f64 / decode_s;
@@ -398,6 +399,7 @@ fn bench(args: &Args) -> Result<()> {
         "prefill_tok_s": prefill_tok_s,
         "decode_tok_s": decode_tok_s,
         "ttft_ms": ttft_ms,
+        "decode_tok_s_by_turn": decode_by_turn,
         "context_tokens": state.len(),
         "kv_bytes": state.bytes(),
         "peak_rss_bytes": memory::process::peak_rss_bytes(),
