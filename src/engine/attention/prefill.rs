@@ -25,7 +25,7 @@
 
 use candle_core::{DType, Device, Tensor};
 
-use super::cpu_f32;
+use super::{cpu_f32, exp, for_each_unit, mul_add, Dims};
 use crate::engine::qlinear::SendPtr;
 
 /// New tokens per work unit.
@@ -40,23 +40,6 @@ const ROWS: usize = 4;
 const BLOCK_KEYS: usize = 64;
 #[cfg(not(target_feature = "avx512f"))]
 const BLOCK_KEYS: usize = 16;
-/// Below this many multiply-adds (`rows × keys × hd`) one thread does it all.
-const PAR_MIN_MACS: usize = 1 << 18;
-
-/// Sizes of one layer's prefill attention.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Dims {
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-    /// Positions each cache buffer holds.
-    pub capacity: usize,
-    /// Cached positions before the new tokens.
-    pub pos: usize,
-    /// New tokens; their K/V are already in the cache at `pos..pos + n`.
-    pub n: usize,
-}
-
 /// The fast path on candle tensors: `q` is `(1, n_heads, n, hd)` after RoPE, `k` and `v`
 /// the cache buffers `(1, n_kv_heads, capacity, hd)` with the new tokens' entries written
 /// at `pos..pos + n`. Returns `(n, n_heads · hd)`.
@@ -108,16 +91,6 @@ pub(crate) fn prefill_attention(q: &[f32], k: &[f32], v: &[f32], d: Dims, out: &
 thread_local! {
     /// The transposed keys of the layer being computed, reused across layers and forwards.
     static KEYS_T: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Runs `f(unit)` for `units` units, on the pool when there is `macs` work enough for it.
-fn for_each_unit(units: usize, macs: usize, f: impl Fn(usize) + Sync) {
-    let pool = candle_core::utils::barrier_pool();
-    if macs < PAR_MIN_MACS || pool.n_workers() == 0 || units == 1 {
-        (0..units).for_each(f);
-    } else {
-        pool.execute_chunked(units, |range| range.for_each(&f));
-    }
 }
 
 /// Fills `kt` with the live keys of every K/V head as blocks of `hd × BLOCK_KEYS`
@@ -201,7 +174,7 @@ fn unit<const HD: usize>(
     let kt = &kt[..n_keys.div_ceil(BLOCK_KEYS)];
 
     let mut acc = Accumulators { o: vec![[0.0f32; HD]; padded], max: vec![f32::NEG_INFINITY; padded], sum: vec![0.0; padded] };
-    run_rows::<HD>(&qs, &limit, kt, values, &mut acc);
+    key_loop::<HD>(&qs, &limit, kt, values, &mut acc);
 
     for r in 0..rows {
         let (head, t) = (kv * group + r / n_tok, tokens.start + r % n_tok);
@@ -223,38 +196,12 @@ struct Accumulators<const HD: usize> {
     sum: Vec<f32>,
 }
 
-/// Picks the multiply-add this CPU does in one instruction, then runs the key loop.
-fn run_rows<const HD: usize>(q: &[[f32; HD]], limit: &[usize], kt: &[KeysT<HD>], values: &[f32], acc: &mut Accumulators<HD>) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            #[target_feature(enable = "avx2,fma")]
-            unsafe fn with_fma<const HD: usize>(
-                q: &[[f32; HD]],
-                limit: &[usize],
-                kt: &[KeysT<HD>],
-                values: &[f32],
-                acc: &mut Accumulators<HD>,
-            ) {
-                key_loop::<HD, Fused>(q, limit, kt, values, acc)
-            }
-            // SAFETY: the CPU has AVX2 and FMA (checked just above).
-            return unsafe { with_fma(q, limit, kt, values, acc) };
-        }
-        key_loop::<HD, Separate>(q, limit, kt, values, acc)
-    }
-    #[cfg(target_arch = "aarch64")]
-    key_loop::<HD, Fused>(q, limit, kt, values, acc); // FMA is part of every aarch64 CPU
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    key_loop::<HD, Separate>(q, limit, kt, values, acc);
-}
-
 /// `BLOCK_KEYS` keys transposed: `[d][c]` is component `d` of key `c`.
 type KeysT<const HD: usize> = [[f32; BLOCK_KEYS]; HD];
 
 /// The key-block loop of the module docs over `q.len()` rows (a multiple of [`ROWS`]).
 #[inline(always)]
-fn key_loop<const HD: usize, F: MulAdd>(
+fn key_loop<const HD: usize>(
     q: &[[f32; HD]],
     limit: &[usize],
     kt: &[KeysT<HD>],
@@ -267,13 +214,13 @@ fn key_loop<const HD: usize, F: MulAdd>(
         let width = BLOCK_KEYS.min(n_keys - start);
         let block_values = &values[start * HD..(start + width) * HD];
         for r0 in (0..q.len()).step_by(ROWS) {
-            let mut s = scores::<HD, F>(&q[r0..r0 + ROWS], kt);
+            let mut s = scores::<HD>(&q[r0..r0 + ROWS], kt);
             for (i, s) in s.iter_mut().enumerate() {
                 let r = r0 + i;
                 let seen = width.min(limit[r].saturating_sub(start));
-                softmax_step::<HD, F>(s, seen, &mut acc.max[r], &mut acc.sum[r], &mut acc.o[r]);
+                softmax_step::<HD>(s, seen, &mut acc.max[r], &mut acc.sum[r], &mut acc.o[r]);
             }
-            accumulate_values::<HD, F>(&s, block_values, &mut acc.o[r0..r0 + ROWS]);
+            accumulate_values::<HD>(&s, block_values, &mut acc.o[r0..r0 + ROWS]);
         }
     }
 }
@@ -285,13 +232,13 @@ fn key_loop<const HD: usize, F: MulAdd>(
 /// the unit (measured: 3× slower prefill attention).
 #[inline(always)]
 #[allow(clippy::needless_range_loop)]
-fn scores<const HD: usize, F: MulAdd>(q: &[[f32; HD]], kt: &KeysT<HD>) -> [[f32; BLOCK_KEYS]; ROWS] {
+fn scores<const HD: usize>(q: &[[f32; HD]], kt: &KeysT<HD>) -> [[f32; BLOCK_KEYS]; ROWS] {
     let mut s = [[0.0f32; BLOCK_KEYS]; ROWS];
     for (d, kt_d) in kt.iter().enumerate() {
         for (s_r, q_r) in s.iter_mut().zip(q) {
             let x = q_r[d];
             for c in 0..BLOCK_KEYS {
-                s_r[c] = F::mul_add(x, kt_d[c], s_r[c]);
+                s_r[c] = mul_add(x, kt_d[c], s_r[c]);
             }
         }
     }
@@ -302,7 +249,7 @@ fn scores<const HD: usize, F: MulAdd>(q: &[[f32; HD]], kt: &KeysT<HD>) -> [[f32;
 /// turns `s` into the block's weights `e^(s − max)` (0 for unseen keys) and rescales the
 /// row's running sums to the new maximum. Branch-free over the block so it vectorizes.
 #[inline(always)]
-fn softmax_step<const HD: usize, F: MulAdd>(s: &mut [f32; BLOCK_KEYS], seen: usize, max: &mut f32, sum: &mut f32, o: &mut [f32; HD]) {
+fn softmax_step<const HD: usize>(s: &mut [f32; BLOCK_KEYS], seen: usize, max: &mut f32, sum: &mut f32, o: &mut [f32; HD]) {
     if seen == 0 {
         s.fill(0.0);
         return;
@@ -312,11 +259,11 @@ fn softmax_step<const HD: usize, F: MulAdd>(s: &mut [f32; BLOCK_KEYS], seen: usi
     }
     let new_max = max.max(lanes(s, f32::NEG_INFINITY, f32::max));
     for s in s.iter_mut() {
-        *s = exp::<F>(*s - new_max);
+        *s = exp(*s - new_max);
     }
     let block_sum = lanes(s, 0.0, |a, b| a + b);
     if new_max > *max {
-        let shrink = exp::<F>(*max - new_max); // 0 for the first block (max = -inf)
+        let shrink = exp(*max - new_max); // 0 for the first block (max = -inf)
         *sum *= shrink;
         o.iter_mut().for_each(|x| *x *= shrink);
         *max = new_max;
@@ -342,7 +289,7 @@ fn lanes(s: &[f32; BLOCK_KEYS], init: f32, op: impl Fn(f32, f32) -> f32) -> f32 
 /// stay in registers.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)]
-fn accumulate_values<const HD: usize, F: MulAdd>(p: &[[f32; BLOCK_KEYS]; ROWS], v: &[f32], o: &mut [[f32; HD]]) {
+fn accumulate_values<const HD: usize>(p: &[[f32; BLOCK_KEYS]; ROWS], v: &[f32], o: &mut [[f32; HD]]) {
     const STRIP: usize = BLOCK_KEYS;
     for col in (0..HD).step_by(STRIP) {
         let mut a = [[0.0f32; STRIP]; ROWS];
@@ -354,68 +301,13 @@ fn accumulate_values<const HD: usize, F: MulAdd>(p: &[[f32; BLOCK_KEYS]; ROWS], 
             for (a, p) in a.iter_mut().zip(p) {
                 let w = p[c];
                 for e in 0..STRIP {
-                    a[e] = F::mul_add(w, v_c[e], a[e]);
+                    a[e] = mul_add(w, v_c[e], a[e]);
                 }
             }
         }
         for (a, o) in a.iter().zip(o.iter_mut()) {
             o[col..col + STRIP].copy_from_slice(a);
         }
-    }
-}
-
-/// `a · b + c`, as one instruction where the CPU has it.
-trait MulAdd {
-    fn mul_add(a: f32, b: f32, c: f32) -> f32;
-}
-
-/// Fused multiply-add; only where the target has the instruction (otherwise a libm call).
-struct Fused;
-impl MulAdd for Fused {
-    #[inline(always)]
-    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
-        a.mul_add(b, c)
-    }
-}
-
-/// A multiply then an add.
-#[cfg_attr(target_arch = "aarch64", allow(dead_code))] // aarch64 always fuses
-struct Separate;
-impl MulAdd for Separate {
-    #[inline(always)]
-    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
-        a * b + c
-    }
-}
-
-/// `e^x` for `x ≤ 0` (larger x are clamped at 88), in branch-free arithmetic the compiler
-/// vectorizes; within 4 ulp of `f32::exp` on that range, and 0 below -87.
-#[inline(always)]
-fn exp<F: MulAdd>(x: f32) -> f32 {
-    const LOG2_E: f32 = std::f32::consts::LOG2_E;
-    // ln 2 split so that n · LN2_HI is exact for |n| < 2^11 (Cody–Waite reduction).
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    // Adding 1.5 · 2^23 rounds to an integer and leaves it in the low mantissa bits.
-    const ROUND: f32 = 12_582_912.0;
-    let below = x < -87.0;
-    let x = x.clamp(-87.0, 88.0);
-    let t = x * LOG2_E + ROUND;
-    let n = t - ROUND;
-    let r = x - n * LN2_HI - n * LN2_LO; // |r| ≤ ln2 / 2
-    // e^r by its Taylor series to r^6 (relative error < 2e-7 on |r| ≤ 0.347).
-    let p = F::mul_add(r, 1.0 / 720.0, 1.0 / 120.0);
-    let p = F::mul_add(p, r, 1.0 / 24.0);
-    let p = F::mul_add(p, r, 1.0 / 6.0);
-    let p = F::mul_add(p, r, 0.5);
-    let p = F::mul_add(p, r, 1.0);
-    let p = F::mul_add(p, r, 1.0);
-    let n = t.to_bits() as i32 - ROUND.to_bits() as i32;
-    let e = p * f32::from_bits(((n + 127) << 23) as u32);
-    if below {
-        0.0
-    } else {
-        e
     }
 }
 
@@ -479,20 +371,6 @@ mod tests {
         assert!(try_prefill_attention(&Tensor::zeros((1, 4, 3, 48), DType::F32, &dev).unwrap(), &odd_head, &odd_head, 2).is_none());
         assert!(try_prefill_attention(&q, &k, &k, 14).is_none()); // 14 + 3 > 16
         assert!(try_prefill_attention(&q, &k, &k, 13).is_some());
-    }
-
-    #[test]
-    fn exp_is_within_four_ulp() {
-        let mut x = -87.0f32;
-        while x <= 0.0 {
-            let want = x.exp();
-            for got in [exp::<Separate>(x), exp::<Fused>(x)] {
-                assert!((got - want).abs() <= 4.0 * f32::EPSILON * want, "exp({x}) = {got}, want {want}");
-            }
-            x += 0.001_3;
-        }
-        assert_eq!(exp::<Separate>(f32::NEG_INFINITY), 0.0);
-        assert_eq!(exp::<Fused>(0.0), 1.0);
     }
 }
 
