@@ -2,7 +2,7 @@
 //! kernel set (`MatmulKernel::Fast`); every other case takes the candle path in
 //! `engine::model`.
 //!
-//! - [`decode`]: one new token, a loop over the cached positions.
+//! - [`decode`]: one new token, split over chunks of the cached positions.
 //! - [`prefill`]: several new tokens, a fused tiled kernel that never materializes the
 //!   score matrix.
 
@@ -14,7 +14,6 @@ pub(crate) use prefill::try_prefill_attention;
 
 use candle_core::{CpuStorage, Storage};
 
-
 /// The `count` contiguous f32 elements a CPU tensor's layout points at.
 fn cpu_f32<'a>(storage: &'a Storage, layout: &candle_core::Layout, count: usize) -> Option<&'a [f32]> {
     match storage {
@@ -25,7 +24,8 @@ fn cpu_f32<'a>(storage: &'a Storage, layout: &candle_core::Layout, count: usize)
     }
 }
 
-/// Below this many multiply-adds (`rows × keys × hd`) one thread does it all.
+/// Below this many multiply-adds in a call, one thread does it all (a pool hand-off costs
+/// more than it saves).
 const PAR_MIN_MACS: usize = 1 << 18;
 
 /// Sizes of one layer's attention: `n` new tokens after `pos` cached ones.
@@ -51,7 +51,6 @@ fn for_each_unit(units: usize, macs: usize, f: impl Fn(usize) + Sync) {
         pool.execute_chunked(units, |range| range.for_each(&f));
     }
 }
-
 
 /// `a · b + c`: one fused instruction where the target has it (aarch64 always; x86-64 when
 /// built with FMA, as `.cargo/config.toml` does for this machine's CPU), otherwise a

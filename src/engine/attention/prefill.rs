@@ -40,6 +40,7 @@ const ROWS: usize = 4;
 const BLOCK_KEYS: usize = 64;
 #[cfg(not(target_feature = "avx512f"))]
 const BLOCK_KEYS: usize = 16;
+
 /// The fast path on candle tensors: `q` is `(1, n_heads, n, hd)` after RoPE, `k` and `v`
 /// the cache buffers `(1, n_kv_heads, capacity, hd)` with the new tokens' entries written
 /// at `pos..pos + n`. Returns `(n, n_heads · hd)`.
@@ -128,18 +129,16 @@ fn attend(q: &[f32], kt: &[f32], v: &[f32], d: Dims, out: &mut [f32]) {
         let (kv, block) = (u / token_blocks, u % token_blocks);
         let tokens = block * TOKENS..d.n.min((block + 1) * TOKENS);
         let kt = &kt[kv * kt_per_head..][..kt_per_head];
-        // SAFETY: a unit writes only the output slots of its own heads and tokens, which no
-        // other unit writes; `out` outlives the pool call.
-        let out = unsafe { std::slice::from_raw_parts_mut(out_ptr.get(), d.n * d.n_heads * d.head_dim) };
         match d.head_dim {
-            64 => unit::<64>(q, kt, v, d, kv, tokens, out),
-            128 => unit::<128>(q, kt, v, d, kv, tokens, out),
+            64 => unit::<64>(q, kt, v, d, kv, tokens, out_ptr),
+            128 => unit::<128>(q, kt, v, d, kv, tokens, out_ptr),
             other => unreachable!("head size {other} is checked by the caller"),
         }
     });
 }
 
-/// One unit: K/V head `kv`, new tokens `tokens`, every query head of the group.
+/// One unit: K/V head `kv`, new tokens `tokens`, every query head of the group; writes
+/// their rows of `out`.
 #[allow(clippy::too_many_arguments)]
 fn unit<const HD: usize>(
     q: &[f32],
@@ -148,7 +147,7 @@ fn unit<const HD: usize>(
     d: Dims,
     kv: usize,
     tokens: std::ops::Range<usize>,
-    out: &mut [f32],
+    out: SendPtr<f32>,
 ) {
     let group = d.n_heads / d.n_kv_heads;
     let n_tok = tokens.len();
@@ -179,7 +178,9 @@ fn unit<const HD: usize>(
     for r in 0..rows {
         let (head, t) = (kv * group + r / n_tok, tokens.start + r % n_tok);
         let inv = 1.0 / acc.sum[r];
-        let dst = &mut out[(t * d.n_heads + head) * HD..][..HD];
+        // SAFETY: `out` is `(n, n_heads · HD)` and outlives the pool call; this row's slot
+        // (token t, head `head`) belongs to this unit alone.
+        let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add((t * d.n_heads + head) * HD), HD) };
         for (dst, &o) in dst.iter_mut().zip(&acc.o[r]) {
             *dst = o * inv;
         }
