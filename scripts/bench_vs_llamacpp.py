@@ -163,7 +163,7 @@ def main():
         ("wall s", col(ours, "_wall_s"), col(theirs, "_wall_s"), ""),
     ]
     print(f"\nmodel {os.path.basename(model)}, prompt {a.prompt_tokens}, gen {a.gen}, "
-          f"threads {a.threads}, {a.pairs} pairs (A B{" C" if their_turns else ""} alternating), medians")
+          f"threads {a.threads}, {a.pairs} pairs (A B{' C' if their_turns else ''} alternating), medians")
     print(f"{'metric':<16}{'pocketchat':>12}{'llama.cpp':>12}{'ours/peer':>11}")
     for name, o, t, unit in rows:
         ratio = f"{o / t:.2f}x" if o is not None and t else "-"

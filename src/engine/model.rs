@@ -85,7 +85,7 @@ pub struct Model {
     cos: Tensor,
     sin: Tensor,
     /// `Candle` keeps every op on candle's own kernels (bit-faithful to the reference);
-    /// `Fast` also takes the plain-Rust decode attention.
+    /// `Fast` also takes the plain-Rust attention kernels of `engine::attention`.
     kernel: MatmulKernel,
 }
 
@@ -407,15 +407,10 @@ impl Model {
         };
         state.write(index, pos, &k, &v)?;
         if self.kernel == MatmulKernel::Fast {
-            // On the CPU with an f32 cache: plain-Rust kernels instead of a dozen candle ops
+            // On the CPU: plain-Rust kernels instead of a dozen candle ops
             // (sums in another order than candle's gemm, so only with the fast kernels).
             let (k_buf, v_buf) = state.buffers(index);
-            let fast = if n == 1 {
-                super::attention::try_decode_attention(&q, k_buf, v_buf, pos + 1)
-            } else {
-                super::attention::try_prefill_attention(&q, k_buf, v_buf, pos)
-            };
-            if let Some(out) = fast {
+            if let Some(out) = super::attention::try_attention(&q, k_buf, v_buf, pos) {
                 return Ok(layer.wo.forward(&out)?);
             }
         }

@@ -19,13 +19,12 @@
 //!   out = o / l
 //! ```
 //!
+//! An f16 cache is converted to f32 once per layer, while the keys are transposed.
 //! Units run on candle's barrier pool. The sums run in another order than candle's
 //! (per key block, with a polynomial `exp`), so results agree with the candle path to
 //! float rounding, not bit for bit; see the tests.
 
-use candle_core::{DType, Device, Tensor};
-
-use super::{cpu_f32, exp, for_each_unit, mul_add, Dims};
+use super::{exp, for_each_unit, mul_add, Dims, Kv};
 use crate::engine::qlinear::SendPtr;
 
 /// New tokens per work unit.
@@ -41,86 +40,72 @@ const BLOCK_KEYS: usize = 64;
 #[cfg(not(target_feature = "avx512f"))]
 const BLOCK_KEYS: usize = 16;
 
-/// The fast path on candle tensors: `q` is `(1, n_heads, n, hd)` after RoPE, `k` and `v`
-/// the cache buffers `(1, n_kv_heads, capacity, hd)` with the new tokens' entries written
-/// at `pos..pos + n`. Returns `(n, n_heads · hd)`.
-///
-/// `None` when anything is not as expected (not CPU, not f32, not contiguous, a head size
-/// other than 64 or 128); the caller then takes the candle path.
-pub(crate) fn try_prefill_attention(q: &Tensor, k: &Tensor, v: &Tensor, pos: usize) -> Option<Tensor> {
-    if !matches!(q.device(), Device::Cpu) || [q, k, v].iter().any(|t| t.dtype() != DType::F32) {
-        return None;
-    }
-    let (one, n_heads, n, head_dim) = q.dims4().ok()?;
-    let (one_k, n_kv_heads, capacity, hd_k) = k.dims4().ok()?;
-    if one != 1 || one_k != 1 || hd_k != head_dim || v.dims() != k.dims() || !matches!(head_dim, 64 | 128) {
-        return None;
-    }
-    if n == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 || pos + n > capacity {
-        return None;
-    }
-    let dims = Dims { n_heads, n_kv_heads, head_dim, capacity, pos, n };
-    let mut out = vec![0.0f32; n * n_heads * head_dim];
-    {
-        let (qs, ql) = q.storage_and_layout();
-        let (ks, kl) = k.storage_and_layout();
-        let (vs, vl) = v.storage_and_layout();
-        let q = cpu_f32(&qs, ql, n_heads * n * head_dim)?;
-        let k = cpu_f32(&ks, kl, n_kv_heads * capacity * head_dim)?;
-        let v = cpu_f32(&vs, vl, n_kv_heads * capacity * head_dim)?;
-        prefill_attention(q, k, v, dims, &mut out);
-    }
-    Tensor::from_vec(out, (n, n_heads * head_dim), &Device::Cpu).ok()
-}
-
 /// `q`: `(n_heads, n, hd)`; `k`, `v`: `(n_kv_heads, capacity, hd)`; `out`: `(n, n_heads · hd)`.
 /// `head_dim` must be 64 or 128.
-pub(crate) fn prefill_attention(q: &[f32], k: &[f32], v: &[f32], d: Dims, out: &mut [f32]) {
+pub(crate) fn prefill_attention(q: &[f32], k: Kv, v: Kv, d: Dims, out: &mut [f32]) {
     assert!(d.n_kv_heads > 0 && d.n_heads.is_multiple_of(d.n_kv_heads), "heads must split into kv groups");
     assert!(d.n > 0 && d.pos + d.n <= d.capacity, "new tokens must fit the cache");
     assert_eq!(q.len(), d.n_heads * d.n * d.head_dim);
     assert_eq!(out.len(), d.n * d.n_heads * d.head_dim);
     assert!(k.len() >= d.n_kv_heads * d.capacity * d.head_dim && v.len() >= d.n_kv_heads * d.capacity * d.head_dim);
 
-    KEYS_T.with(|cell| {
-        let mut kt = cell.borrow_mut();
-        transpose_keys(k, d, &mut kt);
-        attend(q, &kt, v, d, out);
+    SCRATCH.with(|cell| {
+        let (kt, v_f32) = &mut *cell.borrow_mut();
+        prepare(k, v, d, kt, v_f32);
+        match v {
+            // f32 values are read in place, `capacity` positions apart per head.
+            Kv::F32(v) => attend(q, kt, v, d.capacity, d, out),
+            Kv::F16(_) => attend(q, kt, v_f32, d.pos + d.n, d, out),
+        }
     });
 }
 
 thread_local! {
-    /// The transposed keys of the layer being computed, reused across layers and forwards.
-    static KEYS_T: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The layer's transposed keys, and its values as f32 when the cache is f16; reused
+    /// across layers and forwards.
+    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// Fills `kt` with the live keys of every K/V head as blocks of `hd × BLOCK_KEYS`
-/// (zero-padded), so the score tiles read keys along their vector lanes; done once per
-/// layer, not once per unit.
-fn transpose_keys(k: &[f32], d: Dims, kt: &mut Vec<f32>) {
-    let hd = d.head_dim;
-    let blocks = (d.pos + d.n).div_ceil(BLOCK_KEYS);
+/// (zero-padded), so the score tiles read keys along their vector lanes, and, for an f16
+/// cache, `v_f32` with the live values as `(n_kv_heads, pos + n, hd)`. Once per layer,
+/// not once per unit.
+fn prepare(k: Kv, v: Kv, d: Dims, kt: &mut Vec<f32>, v_f32: &mut Vec<f32>) {
+    let (hd, live) = (d.head_dim, d.pos + d.n);
+    let blocks = live.div_ceil(BLOCK_KEYS);
     let block_len = hd * BLOCK_KEYS;
     kt.clear();
     kt.resize(d.n_kv_heads * blocks * block_len, 0.0);
-    let kt_ptr = SendPtr(kt.as_mut_ptr());
-    for_each_unit(d.n_kv_heads * blocks, d.n_kv_heads * (d.pos + d.n) * hd, |u| {
+    v_f32.clear();
+    if let Kv::F16(_) = v {
+        v_f32.resize(d.n_kv_heads * live * hd, 0.0);
+    }
+    let (kt_ptr, v_ptr) = (SendPtr(kt.as_mut_ptr()), SendPtr(v_f32.as_mut_ptr()));
+    for_each_unit(d.n_kv_heads * blocks, d.n_kv_heads * live * hd, |u| {
         let (kv, block) = (u / blocks, u % blocks);
         let first = block * BLOCK_KEYS;
-        let width = BLOCK_KEYS.min(d.pos + d.n - first);
-        let keys = &k[(kv * d.capacity + first) * hd..][..width * hd];
-        // SAFETY: unit u writes only its own block; `kt` outlives the pool call.
+        let width = BLOCK_KEYS.min(live - first);
+        let rows = (kv * d.capacity + first) * hd..(kv * d.capacity + first + width) * hd;
+        let mut k_f32 = Vec::new();
+        let keys = k.f32s(rows.clone(), &mut k_f32);
+        // SAFETY: unit u writes only its own key block and its own value rows; both
+        // buffers outlive the pool call.
         let dst = unsafe { std::slice::from_raw_parts_mut(kt_ptr.get().add(u * block_len), block_len) };
         for (c, key) in keys.chunks_exact(hd).enumerate() {
             for (dst, &x) in dst.chunks_exact_mut(BLOCK_KEYS).zip(key) {
                 dst[c] = x;
             }
         }
+        if let Kv::F16(v) = v {
+            let dst = unsafe { std::slice::from_raw_parts_mut(v_ptr.get().add((kv * live + first) * hd), width * hd) };
+            half::slice::HalfFloatSliceExt::convert_to_f32_slice(&v[rows], dst);
+        }
     });
 }
 
-/// The units of the module docs, given the transposed keys.
-fn attend(q: &[f32], kt: &[f32], v: &[f32], d: Dims, out: &mut [f32]) {
+/// The units of the module docs, given the transposed keys and f32 values whose heads
+/// start `v_stride` positions apart.
+fn attend(q: &[f32], kt: &[f32], v: &[f32], v_stride: usize, d: Dims, out: &mut [f32]) {
     let token_blocks = d.n.div_ceil(TOKENS);
     let kt_per_head = kt.len() / d.n_kv_heads;
     let out_ptr = SendPtr(out.as_mut_ptr());
@@ -130,15 +115,15 @@ fn attend(q: &[f32], kt: &[f32], v: &[f32], d: Dims, out: &mut [f32]) {
         let tokens = block * TOKENS..d.n.min((block + 1) * TOKENS);
         let kt = &kt[kv * kt_per_head..][..kt_per_head];
         match d.head_dim {
-            64 => unit::<64>(q, kt, v, d, kv, tokens, out_ptr),
-            128 => unit::<128>(q, kt, v, d, kv, tokens, out_ptr),
+            64 => unit::<64>(q, kt, &v[kv * v_stride * 64..], d, kv, tokens, out_ptr),
+            128 => unit::<128>(q, kt, &v[kv * v_stride * 128..], d, kv, tokens, out_ptr),
             other => unreachable!("head size {other} is checked by the caller"),
         }
     });
 }
 
-/// One unit: K/V head `kv`, new tokens `tokens`, every query head of the group; writes
-/// their rows of `out`.
+/// One unit: K/V head `kv` (whose values start `v`), new tokens `tokens`, every query
+/// head of the group; writes their rows of `out`.
 #[allow(clippy::too_many_arguments)]
 fn unit<const HD: usize>(
     q: &[f32],
@@ -168,7 +153,7 @@ fn unit<const HD: usize>(
         limit[r] = d.pos + t + 1;
     }
     let n_keys = d.pos + tokens.end;
-    let values = &v[kv * d.capacity * HD..][..n_keys * HD];
+    let values = &v[..n_keys * HD];
     let kt = kt.as_chunks::<BLOCK_KEYS>().0.as_chunks::<HD>().0;
     let kt = &kt[..n_keys.div_ceil(BLOCK_KEYS)];
 
@@ -309,94 +294,5 @@ fn accumulate_values<const HD: usize>(p: &[[f32; BLOCK_KEYS]; ROWS], v: &[f32], 
         for (a, o) in a.iter().zip(o.iter_mut()) {
             o[col..col + STRIP].copy_from_slice(a);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The candle path of `engine::model` for one layer, head by head:
-    /// `softmax(q kᵀ / √hd + causal mask) v`.
-    fn reference(q: &Tensor, k: &Tensor, v: &Tensor, group: usize, pos: usize) -> Tensor {
-        let (_, n_heads, n, hd) = q.dims4().unwrap();
-        let len = pos + n;
-        let mask: Vec<f32> =
-            (0..n).flat_map(|i| (0..len).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 })).collect();
-        let mask = Tensor::from_vec(mask, (n, len), &Device::Cpu).unwrap();
-        let heads: Vec<Tensor> = (0..n_heads)
-            .map(|h| {
-                let q_h = q.narrow(1, h, 1).unwrap().squeeze(0).unwrap().squeeze(0).unwrap(); // (n, hd)
-                let kv = h / group;
-                let k_h = k.narrow(1, kv, 1).unwrap().narrow(2, 0, len).unwrap().squeeze(0).unwrap().squeeze(0).unwrap();
-                let v_h = v.narrow(1, kv, 1).unwrap().narrow(2, 0, len).unwrap().squeeze(0).unwrap().squeeze(0).unwrap();
-                let s = ((q_h.matmul(&k_h.t().unwrap()).unwrap() * (1.0 / (hd as f64).sqrt())).unwrap() + &mask).unwrap();
-                candle_nn::ops::softmax_last_dim(&s).unwrap().matmul(&v_h.contiguous().unwrap()).unwrap() // (n, hd)
-            })
-            .collect();
-        Tensor::cat(&heads, 1).unwrap() // (n, n_heads · hd)
-    }
-
-    fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap()
-    }
-
-    #[test]
-    fn matches_the_candle_path() {
-        let dev = Device::Cpu;
-        // SmolLM2's shape (9 heads over 3 K/V heads of 64) and a 128-wide one; token counts
-        // that do and do not fill whole units, caches that do and do not fill whole key blocks.
-        for (n_heads, n_kv, hd) in [(9, 3, 64), (4, 2, 128)] {
-            let capacity = 320;
-            let k = Tensor::randn(0f32, 1.0, (1, n_kv, capacity, hd), &dev).unwrap();
-            let v = Tensor::randn(0f32, 1.0, (1, n_kv, capacity, hd), &dev).unwrap();
-            for (pos, n) in [(0, 2), (0, 37), (5, 8), (100, 1), (250, 70)] {
-                // Larger queries than unit variance so some rows are sharply peaked.
-                let q = Tensor::randn(0f32, 3.0, (1, n_heads, n, hd), &dev).unwrap();
-                let fast = try_prefill_attention(&q, &k, &v, pos).expect("fast path applies");
-                let want = reference(&q, &k, &v, n_heads / n_kv, pos);
-                assert_eq!(fast.dims(), &[n, n_heads * hd]);
-                let diff = max_abs_diff(&fast, &want);
-                assert!(diff <= 2e-5, "heads {n_heads}/{n_kv} hd {hd} pos {pos} n {n}: max abs diff {diff}");
-            }
-        }
-    }
-
-    #[test]
-    fn declines_what_it_cannot_do() {
-        let dev = Device::Cpu;
-        let q = Tensor::zeros((1, 4, 3, 64), DType::F32, &dev).unwrap();
-        let k = Tensor::zeros((1, 2, 16, 64), DType::F32, &dev).unwrap();
-        assert!(try_prefill_attention(&q, &k.to_dtype(DType::F16).unwrap(), &k, 2).is_none());
-        let odd_head = Tensor::zeros((1, 2, 16, 48), DType::F32, &dev).unwrap();
-        assert!(try_prefill_attention(&Tensor::zeros((1, 4, 3, 48), DType::F32, &dev).unwrap(), &odd_head, &odd_head, 2).is_none());
-        assert!(try_prefill_attention(&q, &k, &k, 14).is_none()); // 14 + 3 > 16
-        assert!(try_prefill_attention(&q, &k, &k, 13).is_some());
-    }
-}
-
-#[cfg(test)]
-mod speed {
-    use super::*;
-
-    /// Not a check: `cargo test --release --lib prefill_speed -- --ignored --nocapture`
-    /// prints this kernel's multiply-add rate at turn 10 of the 128 + 128 bench.
-    #[test]
-    #[ignore]
-    fn prefill_speed() {
-        let (n_heads, n_kv, hd, pos, n) = (9, 3, 64, 2432, 128);
-        let dev = Device::Cpu;
-        let q = Tensor::randn(0f32, 1.0, (1, n_heads, n, hd), &dev).unwrap();
-        let k = Tensor::randn(0f32, 1.0, (1, n_kv, pos + n, hd), &dev).unwrap();
-        let v = Tensor::randn(0f32, 1.0, (1, n_kv, pos + n, hd), &dev).unwrap();
-        try_prefill_attention(&q, &k, &v, pos).unwrap();
-        let t = std::time::Instant::now();
-        let layers = 30;
-        for _ in 0..layers {
-            try_prefill_attention(&q, &k, &v, pos).unwrap();
-        }
-        let s = t.elapsed().as_secs_f64();
-        let macs = 2.0 * (n_heads * n * (pos + n / 2) * hd * layers) as f64;
-        println!("{layers} layers: {:.1} ms, {:.1} G multiply-adds/s", s * 1e3, macs / s / 1e9);
     }
 }
