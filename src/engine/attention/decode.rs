@@ -1,10 +1,10 @@
-//! Single-token decode attention in plain Rust, for the CPU with an f32 KV cache.
+//! Single-token decode attention in plain Rust, for the CPU.
 //!
 //! For one new token, self-attention is a few dot products and axpys per cached position.
 //! Candle spends about a dozen small ops (narrow, squeeze, to_dtype, matmul, scale,
 //! softmax, matmul, reshape, transpose, contiguous…) on it per layer, each with its own
-//! allocation and dispatch. Late in a conversation the cost is reading the cache itself
-//! (2.5K positions of SmolLM2 are 3.9 MB of K/V per layer), so:
+//! allocation and dispatch. Late in a conversation attention is a large share of a decode
+//! step (2.5K positions of SmolLM2 are 3.9 MB of f32 K/V per layer), so:
 //!
 //! ```text
 //!   unit = one K/V head × one chunk of CHUNK cached positions
@@ -17,7 +17,7 @@
 //!
 //! An f16 cache is converted to f32 a chunk at a time, inside the unit that reads it.
 
-use super::{exp, for_each_unit, mul_add, Dims, Kv};
+use super::{exp, for_each_unit, lanes, mul_add, Dims, Kv};
 use crate::engine::qlinear::SendPtr;
 
 /// Cached positions per unit.
@@ -99,9 +99,9 @@ fn chunk_partials<const HD: usize>(q: &[[f32; HD]], keys: &[f32], values: &[f32]
     }
     for (s, p) in scores.iter_mut().zip(out.iter_mut()) {
         let s = &mut s[..keys.len()];
-        p.max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+        p.max = lanes(s, f32::NEG_INFINITY, f32::max);
         s.iter_mut().for_each(|x| *x = exp(*x - p.max));
-        p.sum = s.iter().sum();
+        p.sum = lanes(s, 0.0, |a, b| a + b);
     }
     for (j, v_j) in values.iter().enumerate() {
         for (p, s) in out.iter_mut().zip(&scores) {

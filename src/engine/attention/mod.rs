@@ -126,6 +126,25 @@ fn for_each_unit(units: usize, macs: usize, f: impl Fn(usize) + Sync) {
     }
 }
 
+/// Folds `s` with `op` in 16 independent lanes, then folds the lanes: the compiler keeps
+/// the lanes in SIMD registers instead of one serial chain of dependent operations.
+#[inline(always)]
+fn lanes(s: &[f32], init: f32, op: impl Fn(f32, f32) -> f32) -> f32 {
+    const LANES: usize = 16;
+    let mut acc = [init; LANES];
+    let chunks = s.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for (a, &x) in acc.iter_mut().zip(chunk) {
+            *a = op(*a, x);
+        }
+    }
+    for (a, &x) in acc.iter_mut().zip(rest) {
+        *a = op(*a, x);
+    }
+    acc.into_iter().fold(init, op)
+}
+
 /// `a · b + c`: one fused instruction where the target has it (aarch64 always; x86-64 when
 /// built with FMA, as `.cargo/config.toml` does for this machine's CPU), otherwise a
 /// multiply and an add (`f32::mul_add` would be a slow libm call there).

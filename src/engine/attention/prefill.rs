@@ -24,7 +24,7 @@
 //! (per key block, with a polynomial `exp`), so results agree with the candle path to
 //! float rounding, not bit for bit; see the tests.
 
-use super::{exp, for_each_unit, mul_add, Dims, Kv};
+use super::{exp, for_each_unit, lanes, mul_add, Dims, Kv};
 use crate::engine::qlinear::SendPtr;
 
 /// New tokens per work unit.
@@ -34,7 +34,7 @@ const ROWS: usize = 4;
 /// Keys per block, and value columns per strip. A tile of ROWS × this many accumulators
 /// then takes half the vector registers: 16 of 32 with AVX-512 (measured here: 64 keys ran
 /// about 5% faster than 32), 8 of 16 with AVX2, 16 of 32 with NEON (not measured). A
-/// multiple of 16, the lanes of [`lanes`].
+/// multiple of 16, the lanes of `lanes`.
 #[cfg(target_feature = "avx512f")]
 const BLOCK_KEYS: usize = 64;
 #[cfg(not(target_feature = "avx512f"))]
@@ -255,20 +255,6 @@ fn softmax_step<const HD: usize>(s: &mut [f32; BLOCK_KEYS], seen: usize, max: &m
         *max = new_max;
     }
     *sum += block_sum;
-}
-
-/// Folds a block with `op` in 16 independent lanes, then folds the lanes: the compiler
-/// keeps the lanes in one SIMD register instead of a serial chain.
-#[inline(always)]
-fn lanes(s: &[f32; BLOCK_KEYS], init: f32, op: impl Fn(f32, f32) -> f32) -> f32 {
-    const LANES: usize = 16;
-    let mut acc = [init; LANES];
-    for chunk in s.chunks_exact(LANES) {
-        for (a, &x) in acc.iter_mut().zip(chunk) {
-            *a = op(*a, x);
-        }
-    }
-    acc.into_iter().fold(init, op)
 }
 
 /// `o[r] += Σ_c p[r][c] · v[c]`, in column strips of BLOCK_KEYS so a strip's ROWS accumulators
