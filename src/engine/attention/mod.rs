@@ -145,6 +145,22 @@ fn lanes(s: &[f32], init: f32, op: impl Fn(f32, f32) -> f32) -> f32 {
     acc.into_iter().fold(init, op)
 }
 
+/// Asks for the cache lines of the `floats` floats at `p`: a hint, which never faults, so
+/// `p` may point past the end of a buffer. A no-op off x86-64.
+#[inline(always)]
+fn prefetch(p: *const f32, floats: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for line in (0..floats).step_by(16) {
+        // SAFETY: a prefetch only hints the cache; any address is allowed.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line) as *const i8);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, floats);
+}
+
 /// `a · b + c`: one fused instruction where the target has it (aarch64 always; x86-64 when
 /// built with FMA, as `.cargo/config.toml` does for this machine's CPU), otherwise a
 /// multiply and an add (`f32::mul_add` would be a slow libm call there).
