@@ -414,16 +414,10 @@ impl Model {
                 return Ok(layer.wo.forward(&out)?);
             }
         }
-        let mask = match n {
-            1 => None,
-            _ => Some(match mask.get() {
-                Some(m) => m,
-                None => {
-                    let m = causal_mask(n, pos, self.group(), &self.device)?;
-                    mask.get_or_init(|| m)
-                }
-            }),
-        };
+        if n > 1 && mask.get().is_none() {
+            let _ = mask.set(causal_mask(n, pos, self.group(), &self.device)?);
+        }
+        let mask = mask.get();
         let (keys, values) = state.live(index, pos + n)?; // (n_kv, L, hd) in f32
         let group = self.group();
         let q = q.reshape((c.n_kv_heads, group * n, c.head_dim))?;
