@@ -21,7 +21,7 @@ use super::{exp, for_each_unit, lanes, mul_add, prefetch, Dims, Kv};
 use crate::engine::qlinear::SendPtr;
 
 /// Cached positions per unit.
-const CHUNK: usize = 256;
+const CHUNK: usize = 128;
 /// How far ahead (in floats, 4 KiB) the K and V rows are prefetched: the hardware
 /// prefetcher did not keep up with these reads here (decode at a 2K context ~115 → ~130
 /// tok/s).
@@ -63,7 +63,10 @@ fn decode<const HD: usize>(q: &[f32], k: Kv, v: Kv, d: Dims, out: &mut [f32]) {
     // partials[(kv · chunks + chunk) · group + h]
     let mut partials = vec![empty; d.n_kv_heads * chunks * group];
     let partials_ptr = SendPtr(partials.as_mut_ptr());
-    for_each_unit(d.n_kv_heads * chunks, d.n_heads * len * HD, |u| {
+    // Decode's multiply-adds each come with a cache read, so it pays to split them over
+    // the pool from a quarter of the usual amount (measured: ~3% faster decode at a few
+    // hundred cached tokens, none slower at 2K).
+    for_each_unit(d.n_kv_heads * chunks, 4 * d.n_heads * len * HD, |u| {
         let (kv, chunk) = (u / chunks, u % chunks);
         let positions = chunk * CHUNK..len.min((chunk + 1) * CHUNK);
         let rows = (kv * d.capacity + positions.start) * HD..(kv * d.capacity + positions.end) * HD;
