@@ -78,11 +78,11 @@ fn decode<const HD: usize>(q: &[f32], k: Kv, v: Kv, d: Dims, out: &mut [f32]) {
     });
     for (h, out) in out.chunks_exact_mut(HD).enumerate() {
         let (kv, g) = (h / group, h % group);
-        let parts: Vec<&Partial<HD>> = (0..chunks).map(|c| &partials[(kv * chunks + c) * group + g]).collect();
-        let max = parts.iter().fold(f32::NEG_INFINITY, |m, p| m.max(p.max));
+        let parts = || (0..chunks).map(|c| &partials[(kv * chunks + c) * group + g]);
+        let max = parts().fold(f32::NEG_INFINITY, |m, p| m.max(p.max));
         let mut sum = 0.0;
         out.fill(0.0);
-        for p in parts {
+        for p in parts() {
             let w = exp(p.max - max);
             sum += w * p.sum;
             for (o, &x) in out.iter_mut().zip(&p.o) {
