@@ -17,7 +17,7 @@
 //!
 //! An f16 cache is converted to f32 a chunk at a time, inside the unit that reads it.
 
-use super::{exp, for_each_unit, lanes, mul_add, prefetch, Dims, Kv};
+use super::{exp, for_each_unit, lanes, max, mul_add, prefetch, Dims, Kv};
 use crate::engine::qlinear::SendPtr;
 
 /// Cached positions per unit.
@@ -107,7 +107,7 @@ fn chunk_partials<const HD: usize>(q: &[[f32; HD]], keys: &[f32], values: &[f32]
     }
     for (s, p) in scores.iter_mut().zip(out.iter_mut()) {
         let s = &mut s[..keys.len()];
-        p.max = lanes(s, f32::NEG_INFINITY, f32::max);
+        p.max = lanes(s, f32::NEG_INFINITY, max);
         s.iter_mut().for_each(|x| *x = exp(*x - p.max));
         p.sum = lanes(s, 0.0, |a, b| a + b);
     }

@@ -24,7 +24,7 @@
 //! (per key block, with a polynomial `exp`), so results agree with the candle path to
 //! float rounding, not bit for bit; see the tests.
 
-use super::{exp, for_each_unit, lanes, mul_add, Dims, Kv};
+use super::{exp, fold_lanes, for_each_unit, max, mul_add, Dims, Kv};
 use crate::engine::qlinear::SendPtr;
 
 /// New tokens per work unit.
@@ -157,12 +157,13 @@ fn unit<const HD: usize>(
     let kt = kt.as_chunks::<BLOCK_KEYS>().0.as_chunks::<HD>().0;
     let kt = &kt[..n_keys.div_ceil(BLOCK_KEYS)];
 
-    let mut acc = Accumulators { o: vec![[0.0f32; HD]; padded], max: vec![f32::NEG_INFINITY; padded], sum: vec![0.0; padded] };
+    let mut acc =
+        Accumulators { o: vec![[0.0f32; HD]; padded], max: vec![f32::NEG_INFINITY; padded], sum: vec![[0.0; SUM_LANES]; padded] };
     key_loop::<HD>(&qs, &limit, kt, values, &mut acc);
 
     for r in 0..rows {
         let (head, t) = (kv * group + r / n_tok, tokens.start + r % n_tok);
-        let inv = 1.0 / acc.sum[r];
+        let inv = 1.0 / fold_lanes(acc.sum[r], |a, b| a + b);
         // SAFETY: `out` is `(n, n_heads · HD)` and outlives the pool call; this row's slot
         // (token t, head `head`) belongs to this unit alone.
         let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add((t * d.n_heads + head) * HD), HD) };
@@ -178,9 +179,12 @@ struct Accumulators<const HD: usize> {
     o: Vec<[f32; HD]>,
     /// Largest score so far.
     max: Vec<f32>,
-    /// Σ e^(s − max) so far.
-    sum: Vec<f32>,
+    /// Σ e^(s − max) so far, in SUM_LANES partial sums: folding them once at the end
+    /// instead of per block keeps a horizontal add out of the key loop.
+    sum: Vec<[f32; SUM_LANES]>,
 }
+
+const SUM_LANES: usize = 16;
 
 /// `BLOCK_KEYS` keys transposed: `[d][c]` is component `d` of key `c`.
 type KeysT<const HD: usize> = [[f32; BLOCK_KEYS]; HD];
@@ -235,26 +239,44 @@ fn scores<const HD: usize>(q: &[[f32; HD]], kt: &KeysT<HD>) -> [[f32; BLOCK_KEYS
 /// turns `s` into the block's weights `e^(s − max)` (0 for unseen keys) and rescales the
 /// row's running sums to the new maximum. Branch-free over the block so it vectorizes.
 #[inline(always)]
-fn softmax_step<const HD: usize>(s: &mut [f32; BLOCK_KEYS], seen: usize, max: &mut f32, sum: &mut f32, o: &mut [f32; HD]) {
+#[allow(clippy::needless_range_loop)]
+fn softmax_step<const HD: usize>(
+    s: &mut [f32; BLOCK_KEYS],
+    seen: usize,
+    row_max: &mut f32,
+    sum: &mut [f32; SUM_LANES],
+    o: &mut [f32; HD],
+) {
     if seen == 0 {
         s.fill(0.0);
         return;
     }
-    for (c, s) in s.iter_mut().enumerate() {
-        *s = if c < seen { *s } else { f32::NEG_INFINITY };
+    // Only the blocks at a unit's causal edge are partly seen.
+    s[seen..].fill(f32::NEG_INFINITY);
+    let mut block_max = [f32::NEG_INFINITY; SUM_LANES];
+    for chunk in s.as_chunks::<SUM_LANES>().0 {
+        for i in 0..SUM_LANES {
+            block_max[i] = max(block_max[i], chunk[i]);
+        }
     }
-    let new_max = max.max(lanes(s, f32::NEG_INFINITY, f32::max));
+    let new_max = max(*row_max, fold_lanes(block_max, max));
     for s in s.iter_mut() {
         *s = exp(*s - new_max);
     }
-    let block_sum = lanes(s, 0.0, |a, b| a + b);
-    if new_max > *max {
-        let shrink = exp(*max - new_max); // 0 for the first block (max = -inf)
-        *sum *= shrink;
+    if new_max > *row_max {
+        let shrink = exp(*row_max - new_max); // 0 for the first block (max = -inf)
+        sum.iter_mut().for_each(|x| *x *= shrink);
         o.iter_mut().for_each(|x| *x *= shrink);
-        *max = new_max;
+        *row_max = new_max;
     }
-    *sum += block_sum;
+    // On a local copy, indexed: LLVM left the same loop scalar over `sum` in place.
+    let mut lanes = *sum;
+    for chunk in s.as_chunks::<SUM_LANES>().0 {
+        for i in 0..SUM_LANES {
+            lanes[i] += chunk[i];
+        }
+    }
+    *sum = lanes;
 }
 
 /// `o[r] += Σ_c p[r][c] · v[c]`, in column strips of BLOCK_KEYS so a strip's ROWS accumulators
