@@ -11,7 +11,7 @@ With --turns K > 1 each pair also runs scripts/llamacpp_turns.py (C), llama.cpp 
 same K-turn conversation as `pocketchat bench --turns K`, and prints both engines' time to
 first token of turn 1 and turn K and decode speed at turn K.
 
-  cargo build --release
+  cargo build --release --no-default-features   # the headless binary: no GTK/WebKit in its RSS
   python3 scripts/bench_vs_llamacpp.py --prompt-tokens 128 --gen 128 --threads 2 --pairs 3
 
 llama.cpp comes from the llama-cpp-python package; the peer script's docstring says how
@@ -112,7 +112,7 @@ def main():
         print(f"no model at {model}; fetch it with scripts/fetch-model.sh", file=sys.stderr)
         return 1
     if not os.path.isfile(a.bin):
-        print(f"no binary at {a.bin}; build it with `cargo build --release`", file=sys.stderr)
+        print(f"no binary at {a.bin}; build it with `cargo build --release --no-default-features`", file=sys.stderr)
         return 1
     if not os.path.isfile(peer):
         print(f"no peer script at {peer} (expected ../shared beside the checkout)", file=sys.stderr)
