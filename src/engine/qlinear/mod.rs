@@ -34,6 +34,8 @@ mod scalar;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 
@@ -78,6 +80,9 @@ pub(crate) enum Isa {
     Avx2,
     /// [`Isa::Avx2`] plus AVX-VNNI `vpdpbusd`.
     AvxVnni,
+    /// [`Isa::Avx2`] plus AVX-512 F/BW/VNNI: 512-bit Q4_1 tiles (Q8_0 keeps the 256-bit
+    /// kernel, with AVX-VNNI where the CPU has it).
+    Avx512Vnni,
     /// aarch64 NEON.
     Neon,
     /// NEON plus the `sdot` dot-product instruction.
@@ -95,6 +100,12 @@ impl Isa {
                     && is_x86_feature_detected!("fma")
                     && is_x86_feature_detected!("f16c")
                 {
+                    if is_x86_feature_detected!("avx512f")
+                        && is_x86_feature_detected!("avx512bw")
+                        && is_x86_feature_detected!("avx512vnni")
+                    {
+                        return Isa::Avx512Vnni;
+                    }
                     if is_x86_feature_detected!("avxvnni") {
                         return Isa::AvxVnni;
                     }
@@ -120,7 +131,8 @@ impl Isa {
         let best = Isa::detect();
         let mut v = vec![best];
         match best {
-            Isa::AvxVnni => v.push(Isa::Avx2),
+            Isa::Avx512Vnni if is_x86_feature_detected!("avxvnni") => v.extend([Isa::AvxVnni, Isa::Avx2]),
+            Isa::Avx512Vnni | Isa::AvxVnni => v.push(Isa::Avx2),
             Isa::NeonDot => v.push(Isa::Neon),
             _ => {}
         }
@@ -134,7 +146,7 @@ impl Isa {
         match self {
             // SAFETY: `Isa::detect` only returns instruction sets this CPU supports.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::quantize_row(x, qs, ds, with_sum) },
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => unsafe { avx2::quantize_row(x, qs, ds, with_sum) },
             #[cfg(target_arch = "aarch64")]
             Isa::Neon | Isa::NeonDot => unsafe { neon::quantize_row(x, qs, ds, with_sum) },
             _ => scalar::quantize_row(x, qs, ds, with_sum),
@@ -162,9 +174,17 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             (Isa::AvxVnni, Kind::Q4_1) => avx2::q4_1_rows_vnni(w41, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512Vnni, Kind::Q4_1) => avx512::q4_1_rows(w41, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
             (Isa::Avx2, Kind::Q8_0) => avx2::q8_0_rows(w80, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
             (Isa::AvxVnni, Kind::Q8_0) => avx2::q8_0_rows_vnni(w80, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512Vnni, Kind::Q8_0) if is_x86_feature_detected!("avxvnni") => {
+                avx2::q8_0_rows_vnni(w80, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512Vnni, Kind::Q8_0) => avx2::q8_0_rows(w80, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "aarch64")]
             (Isa::Neon, Kind::Q4_1) => neon::q4_1_rows(w41, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "aarch64")]
