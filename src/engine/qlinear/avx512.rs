@@ -49,6 +49,9 @@ unsafe fn weight_quants(blk: *const BlockQ4_1, pair: bool) -> __m512i {
 
 impl TileKernel for Q4_1 {
     type Block = BlockQ4_1;
+    /// 2 × 8 accumulators plus the row and column operands fit the 32 registers (measured:
+    /// ~10% faster prefill matmuls than 2 × 4).
+    const PREFILL_COLS: usize = 8;
 
     #[inline(always)]
     unsafe fn tile<const R: usize, const C: usize>(

@@ -63,6 +63,9 @@ impl Acts<'_> {
 /// Returns the `R x C` dot products.
 pub trait TileKernel {
     type Block;
+    /// Activation rows per prefill tile (4 or 8): as many as keep the tile's accumulators
+    /// in registers.
+    const PREFILL_COLS: usize = 4;
     /// # Safety
     /// Every `w[r]` points at `nb` blocks, every `qs[c]` at `32 * nb` quants and every
     /// `ds[c]` at `nb` scale pairs; the CPU supports the kernel's instruction set.
@@ -76,14 +79,12 @@ pub trait TileKernel {
 
 /// Weight rows per tile for single-row (decode) matmuls: these rows share each activation load.
 pub const DECODE_ROWS: usize = 4;
-/// Activation rows per tile for prefill: these share each unpacked weight block.
-pub const PREFILL_COLS: usize = 4;
 
 /// Runs weight rows `rows` against all activation rows, writing `dst[i * ldd + r]`.
 ///
 /// Decode (`m == 1`) walks the rows four at a time so that one activation load serves four
-/// weight rows; prefill keeps a tile of four activation rows hot in L1 and walks the rows of
-/// this unit in pairs, so each weight block is unpacked once per four activation rows.
+/// weight rows; prefill keeps a tile of `K::PREFILL_COLS` activation rows hot in L1 and
+/// walks the rows of this unit in pairs, so each weight block is unpacked once per tile.
 ///
 /// # Safety
 /// `w` points at `rows.end * nb` blocks; `dst` is valid for writes at every
@@ -147,15 +148,22 @@ pub unsafe fn drive<K: TileKernel>(
     }
 
     let mut i0 = 0;
-    while i0 + PREFILL_COLS <= m {
-        cols!(4, i0);
-        i0 += PREFILL_COLS;
+    while i0 + K::PREFILL_COLS <= m {
+        match K::PREFILL_COLS {
+            8 => cols!(8, i0),
+            _ => cols!(4, i0),
+        }
+        i0 += K::PREFILL_COLS;
     }
     match m - i0 {
         0 => {}
         1 => cols!(1, i0),
         2 => cols!(2, i0),
         3 => cols!(3, i0),
+        4 => cols!(4, i0),
+        5 => cols!(5, i0),
+        6 => cols!(6, i0),
+        7 => cols!(7, i0),
         _ => unreachable!(),
     }
 }

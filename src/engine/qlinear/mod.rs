@@ -12,14 +12,15 @@
 //!                                               v
 //!        decode (m = 1): 4 weight rows share every activation load, each weight byte is
 //!                        read once;
-//!        prefill (m > 1): 4 activation rows share every unpacked weight block, tiles of
-//!                         16 weight rows x 4 activation rows stay in L1
+//!        prefill (m > 1): 4 activation rows (8 with AVX-512) share every unpacked
+//!                         weight block; tiles of 16 weight rows x those rows stay in L1
 //!                                               v
 //!                                      y (m x n, f32)
 //! ```
 //!
 //! Kernels: AVX2 (+ AVX-VNNI when present, and software prefetch 4 KiB ahead of each
-//! weight row, which took decode from ~150 to ~230 tok/s on our EPYC) on x86-64, NEON
+//! weight row, which took decode from ~150 to ~230 tok/s on our EPYC) and AVX-512 VNNI
+//! for Q4_1 (two blocks per register: prefill ~1.6x the AVX-VNNI kernel) on x86-64, NEON
 //! (+ `sdot` when present) on aarch64, and a portable scalar path that reproduces
 //! candle's `vec_dot_unopt` arithmetic term for term. Results agree with candle's to float
 //! rounding (the SIMD paths sum the 32 products of a block in a different order; see the
