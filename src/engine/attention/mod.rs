@@ -126,12 +126,14 @@ fn for_each_unit(units: usize, macs: usize, f: impl Fn(usize) + Sync) {
     }
 }
 
-/// Folds `s` with `op` in 16 independent lanes, then folds the lanes as a tree: the
+/// Independent partial results a fold keeps: one 512-bit register of f32.
+const LANES: usize = 16;
+
+/// Folds `s` with `op` in LANES independent lanes, then folds the lanes as a tree: the
 /// compiler keeps the lanes in SIMD registers instead of one serial chain of dependent
 /// operations.
 #[inline(always)]
 fn lanes(s: &[f32], init: f32, op: impl Fn(f32, f32) -> f32) -> f32 {
-    const LANES: usize = 16;
     let mut acc = [init; LANES];
     let chunks = s.chunks_exact(LANES);
     let rest = chunks.remainder();
@@ -146,10 +148,10 @@ fn lanes(s: &[f32], init: f32, op: impl Fn(f32, f32) -> f32) -> f32 {
     fold_lanes(acc, op)
 }
 
-/// Folds 16 lanes pairwise, halving the width each step: four dependent vector operations
+/// Folds the lanes pairwise, halving the width each step: four dependent vector operations
 /// rather than a chain of fifteen scalar ones.
 #[inline(always)]
-fn fold_lanes(mut acc: [f32; 16], op: impl Fn(f32, f32) -> f32) -> f32 {
+fn fold_lanes(mut acc: [f32; LANES], op: impl Fn(f32, f32) -> f32) -> f32 {
     let mut width = acc.len();
     while width > 1 {
         width /= 2;

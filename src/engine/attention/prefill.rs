@@ -24,7 +24,7 @@
 //! (per key block, with a polynomial `exp`), so results agree with the candle path to
 //! float rounding, not bit for bit; see the tests.
 
-use super::{exp, fold_lanes, for_each_unit, max, mul_add, Dims, Kv};
+use super::{exp, fold_lanes, for_each_unit, lanes, max, mul_add, Dims, Kv, LANES};
 use crate::engine::qlinear::SendPtr;
 
 /// New tokens per work unit.
@@ -158,7 +158,7 @@ fn unit<const HD: usize>(
     let kt = &kt[..n_keys.div_ceil(BLOCK_KEYS)];
 
     let mut acc =
-        Accumulators { o: vec![[0.0f32; HD]; padded], max: vec![f32::NEG_INFINITY; padded], sum: vec![[0.0; SUM_LANES]; padded] };
+        Accumulators { o: vec![[0.0f32; HD]; padded], max: vec![f32::NEG_INFINITY; padded], sum: vec![[0.0; LANES]; padded] };
     key_loop::<HD>(&qs, &limit, kt, values, &mut acc);
 
     for r in 0..rows {
@@ -179,12 +179,10 @@ struct Accumulators<const HD: usize> {
     o: Vec<[f32; HD]>,
     /// Largest score so far.
     max: Vec<f32>,
-    /// Σ e^(s − max) so far, in SUM_LANES partial sums: folding them once at the end
+    /// Σ e^(s − max) so far, in LANES partial sums: folding them once at the end
     /// instead of per block keeps a horizontal add out of the key loop.
-    sum: Vec<[f32; SUM_LANES]>,
+    sum: Vec<[f32; LANES]>,
 }
-
-const SUM_LANES: usize = 16;
 
 /// `BLOCK_KEYS` keys transposed: `[d][c]` is component `d` of key `c`.
 type KeysT<const HD: usize> = [[f32; BLOCK_KEYS]; HD];
@@ -244,7 +242,7 @@ fn softmax_step<const HD: usize>(
     s: &mut [f32; BLOCK_KEYS],
     seen: usize,
     row_max: &mut f32,
-    sum: &mut [f32; SUM_LANES],
+    sum: &mut [f32; LANES],
     o: &mut [f32; HD],
 ) {
     if seen == 0 {
@@ -253,13 +251,7 @@ fn softmax_step<const HD: usize>(
     }
     // Only the blocks at a unit's causal edge are partly seen.
     s[seen..].fill(f32::NEG_INFINITY);
-    let mut block_max = [f32::NEG_INFINITY; SUM_LANES];
-    for chunk in s.as_chunks::<SUM_LANES>().0 {
-        for i in 0..SUM_LANES {
-            block_max[i] = max(block_max[i], chunk[i]);
-        }
-    }
-    let new_max = max(*row_max, fold_lanes(block_max, max));
+    let new_max = max(*row_max, lanes(s, f32::NEG_INFINITY, max));
     for s in s.iter_mut() {
         *s = exp(*s - new_max);
     }
@@ -271,8 +263,8 @@ fn softmax_step<const HD: usize>(
     }
     // On a local copy, indexed: LLVM left the same loop scalar over `sum` in place.
     let mut lanes = *sum;
-    for chunk in s.as_chunks::<SUM_LANES>().0 {
-        for i in 0..SUM_LANES {
+    for chunk in s.as_chunks::<LANES>().0 {
+        for i in 0..LANES {
             lanes[i] += chunk[i];
         }
     }
