@@ -132,6 +132,7 @@ impl Isa {
         let best = Isa::detect();
         let mut v = vec![best];
         match best {
+            #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni if is_x86_feature_detected!("avxvnni") => v.extend([Isa::AvxVnni, Isa::Avx2]),
             Isa::Avx512Vnni | Isa::AvxVnni => v.push(Isa::Avx2),
             Isa::NeonDot => v.push(Isa::Neon),
