@@ -208,7 +208,8 @@ fn every_instruction_set_agrees_with_scalar() {
         for (n, k) in [(576, 576), (37, 96), (6, 64)] {
             let w = random_weight(&mut rng, n, k, dtype);
             let lin = QLinear::with_backend(w, QLinearBackend::Auto).unwrap();
-            for m in [1, 2, 3, 4, 5, 9, 130] {
+            // every remainder of 4- and 8-row prefill tiles, and a long prompt
+            for m in [1, 2, 3, 4, 5, 6, 7, 9, 14, 130] {
                 let x = tensor(random_acts(&mut rng, m, k), &[m, k]);
                 let scalar = forward_with(&lin, Isa::Scalar, &x);
                 for isa in Isa::all_supported() {
