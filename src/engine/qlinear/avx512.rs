@@ -30,8 +30,9 @@ unsafe fn weight_scales(blk: *const BlockQ4_1, pair: bool) -> __m128 {
     _mm_cvtph_ps(_mm_setr_epi32(first, second, 0, 0))
 }
 
-/// The 32 (or 64) quants of block `b` (and `b + 1`) as bytes 0..16 in the order of the
-/// activation bytes: per block, low nibbles then high nibbles; zeros for a missing block.
+/// The 32 (or 64) quants of block `b` (and `b + 1`), one byte (0..=15) each, in the
+/// order of the activation bytes: per block, low nibbles then high nibbles; zeros for a
+/// missing block.
 #[inline(always)]
 unsafe fn weight_quants(blk: *const BlockQ4_1, pair: bool) -> __m512i {
     let first = _mm_loadu_si128((*blk).qs.as_ptr() as *const __m128i);
