@@ -20,7 +20,7 @@
 //!
 //! Kernels: AVX2 (+ AVX-VNNI when present, and software prefetch 4 KiB ahead of each
 //! weight row, which took decode from ~150 to ~230 tok/s on our EPYC) and AVX-512 VNNI
-//! for Q4_1 (two blocks per register: prefill ~1.6x the AVX-VNNI kernel) on x86-64, NEON
+//! for Q4_1 (two blocks per register: prefill matmuls ~1.75x the AVX-VNNI kernel) on x86-64, NEON
 //! (+ `sdot` when present) on aarch64, and a portable scalar path that reproduces
 //! candle's `vec_dot_unopt` arithmetic term for term. Results agree with candle's to float
 //! rounding (the SIMD paths sum the 32 products of a block in a different order; see the
