@@ -15,17 +15,18 @@
 //!     M = max_u m_u;  out_h = Σ_u e^(m_u − M) o_u / Σ_u e^(m_u − M) l_u
 //! ```
 //!
-//! An f16 cache is converted to f32 a chunk at a time, inside the unit that reads it.
+//! An f16 cache is read in place, each row widened to f32 as it is loaded (half the bytes
+//! of an f32 cache to stream, which is what late-conversation decode waits on).
 
 use super::{exp, for_each_unit, lanes, max, mul_add, prefetch, Dims, Kv};
+use half::f16;
 use crate::engine::qlinear::SendPtr;
 
 /// Cached positions per unit.
 const CHUNK: usize = 128;
-/// How far ahead (in floats, 4 KiB) the K and V rows are prefetched: the hardware
-/// prefetcher did not keep up with these reads here (decode at a 2K context ~115 → ~130
-/// tok/s).
-const AHEAD: usize = 1024;
+/// How far ahead (4 KiB) the K and V rows are prefetched: the hardware prefetcher did not
+/// keep up with these reads here (decode at a 2K context ~115 → ~130 tok/s).
+const AHEAD_BYTES: usize = 4096;
 
 /// Attention of the one new token at position `d.pos` against positions `0..=d.pos`.
 ///
@@ -72,9 +73,12 @@ fn decode<const HD: usize>(q: &[f32], k: Kv, v: Kv, d: Dims, out: &mut [f32]) {
         let rows = (kv * d.capacity + positions.start) * HD..(kv * d.capacity + positions.end) * HD;
         // SAFETY: unit u writes only its own `group` partials; `partials` outlives the call.
         let mine = unsafe { std::slice::from_raw_parts_mut(partials_ptr.get().add(u * group), group) };
-        let (mut k_f32, mut v_f32) = (Vec::new(), Vec::new());
-        let (keys, values) = (k.f32s(rows.clone(), &mut k_f32), v.f32s(rows, &mut v_f32));
-        chunk_partials::<HD>(&q[kv * group..(kv + 1) * group], keys, values, mine);
+        let q = &q[kv * group..(kv + 1) * group];
+        match (k, v) {
+            (Kv::F32(k), Kv::F32(v)) => chunk_partials::<HD, f32>(q, &k[rows.clone()], &v[rows], mine),
+            (Kv::F16(k), Kv::F16(v)) => chunk_partials::<HD, f16>(q, &k[rows.clone()], &v[rows], mine),
+            _ => unreachable!("K and V share a dtype (checked by try_attention)"),
+        }
     });
     for (h, out) in out.chunks_exact_mut(HD).enumerate() {
         let (kv, g) = (h / group, h % group);
@@ -95,14 +99,14 @@ fn decode<const HD: usize>(q: &[f32], k: Kv, v: Kv, d: Dims, out: &mut [f32]) {
 
 /// The partial softmax of the `group` (pre-scaled) queries `q` over one chunk of keys and
 /// values, each `(positions, HD)`.
-fn chunk_partials<const HD: usize>(q: &[[f32; HD]], keys: &[f32], values: &[f32], out: &mut [Partial<HD>]) {
+fn chunk_partials<const HD: usize, E: CacheElem>(q: &[[f32; HD]], keys: &[E], values: &[E], out: &mut [Partial<HD>]) {
     let keys = keys.as_chunks::<HD>().0;
     let values = values.as_chunks::<HD>().0;
     let mut scores = vec![[0.0f32; CHUNK]; q.len()];
     for (j, k_j) in keys.iter().enumerate() {
-        prefetch(k_j.as_ptr().wrapping_add(AHEAD), HD);
+        prefetch(k_j.as_ptr().cast::<u8>().wrapping_add(AHEAD_BYTES), size_of_val(k_j));
         for (s, q_h) in scores.iter_mut().zip(q) {
-            s[j] = dot(q_h, k_j);
+            s[j] = E::dot(q_h, k_j);
         }
     }
     for (s, p) in scores.iter_mut().zip(out.iter_mut()) {
@@ -112,11 +116,84 @@ fn chunk_partials<const HD: usize>(q: &[[f32; HD]], keys: &[f32], values: &[f32]
         p.sum = lanes(s, 0.0, |a, b| a + b);
     }
     for (j, v_j) in values.iter().enumerate() {
-        prefetch(v_j.as_ptr().wrapping_add(AHEAD), HD);
+        prefetch(v_j.as_ptr().cast::<u8>().wrapping_add(AHEAD_BYTES), size_of_val(v_j));
         for (p, s) in out.iter_mut().zip(&scores) {
-            axpy(s[j], v_j, &mut p.o);
+            E::axpy(s[j], v_j, &mut p.o);
         }
     }
+}
+
+/// An element type of the cache: how a row of it meets an f32 query and accumulator.
+trait CacheElem: Copy {
+    /// `q · k`.
+    fn dot<const HD: usize>(q: &[f32; HD], k: &[Self; HD]) -> f32;
+    /// `y += a·x`.
+    fn axpy<const HD: usize>(a: f32, x: &[Self; HD], y: &mut [f32; HD]);
+}
+
+impl CacheElem for f32 {
+    #[inline(always)]
+    fn dot<const HD: usize>(q: &[f32; HD], k: &[f32; HD]) -> f32 {
+        dot(q, k)
+    }
+    #[inline(always)]
+    fn axpy<const HD: usize>(a: f32, x: &[f32; HD], y: &mut [f32; HD]) {
+        axpy(a, x, y)
+    }
+}
+
+/// With AVX-512: each 16 halves widened by one `vcvtph2ps` as they are loaded.
+#[cfg(all(target_arch = "x86_64", target_feature = "avx512f"))]
+impl CacheElem for f16 {
+    #[inline(always)]
+    fn dot<const HD: usize>(q: &[f32; HD], k: &[f16; HD]) -> f32 {
+        use std::arch::x86_64::*;
+        // SAFETY: AVX-512F is enabled at compile time (cfg above); both arrays hold HD
+        // elements, a multiple of 16, and the loads are unaligned ones.
+        unsafe {
+            let mut acc = _mm512_setzero_ps();
+            for i in (0..HD).step_by(16) {
+                let k = _mm512_cvtph_ps(_mm256_loadu_si256(k.as_ptr().add(i).cast()));
+                acc = _mm512_fmadd_ps(_mm512_loadu_ps(q.as_ptr().add(i)), k, acc);
+            }
+            _mm512_reduce_add_ps(acc)
+        }
+    }
+    #[inline(always)]
+    fn axpy<const HD: usize>(a: f32, x: &[f16; HD], y: &mut [f32; HD]) {
+        use std::arch::x86_64::*;
+        // SAFETY: as in `dot`; `y` holds HD floats.
+        unsafe {
+            let a = _mm512_set1_ps(a);
+            for i in (0..HD).step_by(16) {
+                let x = _mm512_cvtph_ps(_mm256_loadu_si256(x.as_ptr().add(i).cast()));
+                let y = y.as_mut_ptr().add(i);
+                _mm512_storeu_ps(y, _mm512_fmadd_ps(a, x, _mm512_loadu_ps(y)));
+            }
+        }
+    }
+}
+
+/// Elsewhere: the row widened into a stack copy (`half`'s slice conversion uses the CPU's
+/// conversion instructions where it has them), then the f32 kernels.
+#[cfg(not(all(target_arch = "x86_64", target_feature = "avx512f")))]
+impl CacheElem for f16 {
+    #[inline(always)]
+    fn dot<const HD: usize>(q: &[f32; HD], k: &[f16; HD]) -> f32 {
+        dot(q, &widen(k))
+    }
+    #[inline(always)]
+    fn axpy<const HD: usize>(a: f32, x: &[f16; HD], y: &mut [f32; HD]) {
+        axpy(a, &widen(x), y)
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "avx512f")))]
+#[inline(always)]
+fn widen<const HD: usize>(x: &[f16; HD]) -> [f32; HD] {
+    let mut out = [0.0; HD];
+    half::slice::HalfFloatSliceExt::convert_to_f32_slice(&x[..], &mut out);
+    out
 }
 
 /// `a · b`. With AVX-512: 16-wide multiply-adds and one horizontal add per key (written

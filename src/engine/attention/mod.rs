@@ -173,12 +173,12 @@ fn max(a: f32, b: f32) -> f32 {
     }
 }
 
-/// Asks for the cache lines of the `floats` floats at `p`: a hint, which never faults, so
+/// Asks for the cache lines of the `bytes` bytes at `p`: a hint, which never faults, so
 /// `p` may point past the end of a buffer. A no-op off x86-64.
 #[inline(always)]
-fn prefetch(p: *const f32, floats: usize) {
+fn prefetch(p: *const u8, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
-    for line in (0..floats).step_by(16) {
+    for line in (0..bytes).step_by(64) {
         // SAFETY: a prefetch only hints the cache; any address is allowed.
         unsafe {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
@@ -186,7 +186,7 @@ fn prefetch(p: *const f32, floats: usize) {
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, floats);
+    let _ = (p, bytes);
 }
 
 /// `a · b + c`: one fused instruction where the target has it (aarch64 always; x86-64 when
