@@ -15,8 +15,8 @@
 //!     M = max_u m_u;  out_h = Σ_u e^(m_u − M) o_u / Σ_u e^(m_u − M) l_u
 //! ```
 //!
-//! An f16 cache is read in place, each row widened to f32 as it is loaded (half the bytes
-//! of an f32 cache to stream, which is what late-conversation decode waits on).
+//! An f16 cache is read in place, each row widened to f32 once as it is reached (half the
+//! bytes of an f32 cache to stream, which is what late-conversation decode waits on).
 
 use super::{exp, for_each_unit, lanes, max, mul_add, prefetch, Dims, Kv};
 use half::f16;
@@ -105,9 +105,11 @@ fn chunk_partials<const HD: usize, E: CacheElem>(q: &[[f32; HD]], keys: &[E], va
     let mut scores = vec![[0.0f32; CHUNK]; q.len()];
     for (j, k_j) in keys.iter().enumerate() {
         prefetch(k_j.as_ptr().cast::<u8>().wrapping_add(AHEAD_BYTES), size_of_val(k_j));
-        for (s, q_h) in scores.iter_mut().zip(q) {
-            s[j] = E::dot(q_h, k_j);
-        }
+        E::as_f32(k_j, |k_j| {
+            for (s, q_h) in scores.iter_mut().zip(q) {
+                s[j] = dot(q_h, k_j);
+            }
+        });
     }
     for (s, p) in scores.iter_mut().zip(out.iter_mut()) {
         let s = &mut s[..keys.len()];
@@ -117,83 +119,37 @@ fn chunk_partials<const HD: usize, E: CacheElem>(q: &[[f32; HD]], keys: &[E], va
     }
     for (j, v_j) in values.iter().enumerate() {
         prefetch(v_j.as_ptr().cast::<u8>().wrapping_add(AHEAD_BYTES), size_of_val(v_j));
-        for (p, s) in out.iter_mut().zip(&scores) {
-            E::axpy(s[j], v_j, &mut p.o);
-        }
+        E::as_f32(v_j, |v_j| {
+            for (p, s) in out.iter_mut().zip(&scores) {
+                axpy(s[j], v_j, &mut p.o);
+            }
+        });
     }
 }
 
-/// An element type of the cache: how a row of it meets an f32 query and accumulator.
+/// An element type of the cache.
 trait CacheElem: Copy {
-    /// `q · k`.
-    fn dot<const HD: usize>(q: &[f32; HD], k: &[Self; HD]) -> f32;
-    /// `y += a·x`.
-    fn axpy<const HD: usize>(a: f32, x: &[Self; HD], y: &mut [f32; HD]);
+    /// Calls `f` with `row` as f32: the row itself, or a copy widened once for every query
+    /// head of the group to read.
+    fn as_f32<const HD: usize, R>(row: &[Self; HD], f: impl FnOnce(&[f32; HD]) -> R) -> R;
 }
 
 impl CacheElem for f32 {
     #[inline(always)]
-    fn dot<const HD: usize>(q: &[f32; HD], k: &[f32; HD]) -> f32 {
-        dot(q, k)
-    }
-    #[inline(always)]
-    fn axpy<const HD: usize>(a: f32, x: &[f32; HD], y: &mut [f32; HD]) {
-        axpy(a, x, y)
+    fn as_f32<const HD: usize, R>(row: &[f32; HD], f: impl FnOnce(&[f32; HD]) -> R) -> R {
+        f(row)
     }
 }
 
-/// With AVX-512: each 16 halves widened by one `vcvtph2ps` as they are loaded.
-#[cfg(all(target_arch = "x86_64", target_feature = "avx512f"))]
 impl CacheElem for f16 {
+    /// On the stack, with `half`'s slice conversion (the CPU's conversion instructions
+    /// where it has them).
     #[inline(always)]
-    fn dot<const HD: usize>(q: &[f32; HD], k: &[f16; HD]) -> f32 {
-        use std::arch::x86_64::*;
-        // SAFETY: AVX-512F is enabled at compile time (cfg above); both arrays hold HD
-        // elements, a multiple of 16, and the loads are unaligned ones.
-        unsafe {
-            let mut acc = _mm512_setzero_ps();
-            for i in (0..HD).step_by(16) {
-                let k = _mm512_cvtph_ps(_mm256_loadu_si256(k.as_ptr().add(i).cast()));
-                acc = _mm512_fmadd_ps(_mm512_loadu_ps(q.as_ptr().add(i)), k, acc);
-            }
-            _mm512_reduce_add_ps(acc)
-        }
+    fn as_f32<const HD: usize, R>(row: &[f16; HD], f: impl FnOnce(&[f32; HD]) -> R) -> R {
+        let mut wide = [0.0; HD];
+        half::slice::HalfFloatSliceExt::convert_to_f32_slice(&row[..], &mut wide);
+        f(&wide)
     }
-    #[inline(always)]
-    fn axpy<const HD: usize>(a: f32, x: &[f16; HD], y: &mut [f32; HD]) {
-        use std::arch::x86_64::*;
-        // SAFETY: as in `dot`; `y` holds HD floats.
-        unsafe {
-            let a = _mm512_set1_ps(a);
-            for i in (0..HD).step_by(16) {
-                let x = _mm512_cvtph_ps(_mm256_loadu_si256(x.as_ptr().add(i).cast()));
-                let y = y.as_mut_ptr().add(i);
-                _mm512_storeu_ps(y, _mm512_fmadd_ps(a, x, _mm512_loadu_ps(y)));
-            }
-        }
-    }
-}
-
-/// Elsewhere: the row widened into a stack copy (`half`'s slice conversion uses the CPU's
-/// conversion instructions where it has them), then the f32 kernels.
-#[cfg(not(all(target_arch = "x86_64", target_feature = "avx512f")))]
-impl CacheElem for f16 {
-    #[inline(always)]
-    fn dot<const HD: usize>(q: &[f32; HD], k: &[f16; HD]) -> f32 {
-        dot(q, &widen(k))
-    }
-    #[inline(always)]
-    fn axpy<const HD: usize>(a: f32, x: &[f16; HD], y: &mut [f32; HD]) {
-        axpy(a, &widen(x), y)
-    }
-}
-
-#[cfg(not(all(target_arch = "x86_64", target_feature = "avx512f")))]
-#[inline(always)]
-fn widen<const HD: usize>(x: &[f16; HD]) -> [f32; HD] {
-    let mut out = [0.0; HD];
-    half::slice::HalfFloatSliceExt::convert_to_f32_slice(&x[..], &mut out);
-    out
 }
 
 /// `a · b`. With AVX-512: 16-wide multiply-adds and one horizontal add per key (written
