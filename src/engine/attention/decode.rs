@@ -131,12 +131,12 @@ fn chunk_partials<const HD: usize, E: CacheElem>(q: &[[f32; HD]], keys: &[E], va
 trait CacheElem: Copy {
     /// Calls `f` with `row` as f32: the row itself, or a copy widened once for every query
     /// head of the group to read.
-    fn as_f32<const HD: usize, R>(row: &[Self; HD], f: impl FnOnce(&[f32; HD]) -> R) -> R;
+    fn as_f32<const HD: usize>(row: &[Self; HD], f: impl FnOnce(&[f32; HD]));
 }
 
 impl CacheElem for f32 {
     #[inline(always)]
-    fn as_f32<const HD: usize, R>(row: &[f32; HD], f: impl FnOnce(&[f32; HD]) -> R) -> R {
+    fn as_f32<const HD: usize>(row: &[f32; HD], f: impl FnOnce(&[f32; HD])) {
         f(row)
     }
 }
@@ -145,7 +145,7 @@ impl CacheElem for f16 {
     /// On the stack, with `half`'s slice conversion (the CPU's conversion instructions
     /// where it has them).
     #[inline(always)]
-    fn as_f32<const HD: usize, R>(row: &[f16; HD], f: impl FnOnce(&[f32; HD]) -> R) -> R {
+    fn as_f32<const HD: usize>(row: &[f16; HD], f: impl FnOnce(&[f32; HD])) {
         let mut wide = [0.0; HD];
         half::slice::HalfFloatSliceExt::convert_to_f32_slice(&row[..], &mut wide);
         f(&wide)
