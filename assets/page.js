@@ -40,10 +40,13 @@
   document.addEventListener("submit", function (e) {
     if (e.target && e.target.classList && e.target.classList.contains("composer")) { clearIfSendable(); }
   }, true);
+  // Once per frame at most: one layout read, and a write only when not at the bottom.
   function toBottom() {
     queued = false;
     var el = box();
-    if (el && stick) { el.scrollTop = el.scrollHeight; }
+    if (!el || !stick) { return; }
+    var bottom = el.scrollHeight - el.clientHeight;
+    if (el.scrollTop < bottom - 1) { el.scrollTop = bottom; }
   }
   function schedule() {
     if (!queued) { queued = true; requestAnimationFrame(toBottom); }

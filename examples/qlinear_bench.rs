@@ -6,8 +6,9 @@
 //! ```
 //!
 //! Uses the real tensors of the default model when the file is there (random weights of
-//! the same format otherwise) and 2 threads unless `RAYON_NUM_THREADS` /
-//! `CANDLE_NUM_THREADS` say otherwise. Prints microseconds per call (median of batches).
+//! the same format otherwise) and 2 threads unless `POCKETCHAT_THREADS` says otherwise
+//! (candle's kernels get the same count through `RAYON_NUM_THREADS`). Prints
+//! microseconds per call (median of batches).
 
 use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
@@ -87,13 +88,10 @@ fn time_us(mut f: impl FnMut()) -> f64 {
 }
 
 fn main() -> anyhow::Result<()> {
-    if std::env::var_os("RAYON_NUM_THREADS").is_none()
-        && std::env::var_os("CANDLE_NUM_THREADS").is_none()
-    {
-        // before candle builds its thread pools
-        std::env::set_var("RAYON_NUM_THREADS", "2");
-    }
-    let threads = candle_core::utils::barrier_pool().n_workers() + 1;
+    let wanted: usize = std::env::var("POCKETCHAT_THREADS").ok().and_then(|t| t.parse().ok()).unwrap_or(2);
+    let threads = pocketchat::engine::pool::global().set_threads(wanted);
+    // before candle builds its thread pool
+    std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
     let path = std::env::args()
         .nth(1)
         .unwrap_or_else(|| DEFAULT_MODEL.to_string());

@@ -26,6 +26,8 @@ USAGE:
 OPTIONS (chat):
   --model PATH  --temperature T  --max-tokens N  --budget N  --tier 6gb|8gb|desktop
   --kv f32|f16  --trim shift|reprefill  --kernel fast|candle  --follow-policy-quant  --stats
+  --threads T                  compute threads (default: every core; the app: see README;
+                               POCKETCHAT_THREADS sets it too; capped at the cores there are)
   --session FILE               save the conversation to FILE after each reply, restore it at start
   --simulate-warning-every N   send a memory warning at the first token of every Nth reply
   --jetsam-ceiling BYTES       kill the process when its footprint passes BYTES (jetsam stand-in)
@@ -105,6 +107,7 @@ impl Args {
         c.kv_dtype = kv_dtype(self.value("--kv"))?;
         c.kernel = kernel(self.value("--kernel"))?;
         c.follow_policy_quant = self.has("--follow-policy-quant");
+        c.threads = self.threads()?;
         c.state_file = self.value("--session").map(PathBuf::from);
         c.trim_mode = match self.value("--trim") {
             None | Some("shift") => TrimMode::Shift,
@@ -112,6 +115,20 @@ impl Args {
             Some(o) => bail!("--trim {o}: use shift or reprefill"),
         };
         Ok(c)
+    }
+}
+
+impl Args {
+    /// `--threads T`, else `POCKETCHAT_THREADS`.
+    fn threads(&self) -> Result<Option<usize>> {
+        let value = self.value("--threads").map(str::to_owned).or_else(|| std::env::var("POCKETCHAT_THREADS").ok());
+        match value {
+            None => Ok(None),
+            Some(t) => match t.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(Some(n)),
+                _ => bail!("threads {t:?}: give a whole number of at least 1"),
+            },
+        }
     }
 }
 
@@ -173,6 +190,9 @@ fn main() -> Result<()> {
 fn app(args: &Args) -> Result<()> {
     let mut config = args.config()?;
     config.follow_policy_quant = true;
+    if config.threads.is_none() {
+        config.threads = pocketchat::ui::app::threads_beside_the_window();
+    }
     // The conversation survives the app being closed or killed.
     config.state_file.get_or_insert_with(|| {
         std::env::var_os("POCKETCHAT_STATE_FILE")
@@ -349,9 +369,11 @@ fn tokenize(args: &Args) -> Result<()> {
 /// ids, decode G greedy tokens; then further turns of P new ids + G tokens on the same
 /// State, timing the first token of each.
 fn bench(args: &Args) -> Result<()> {
-    if let Some(t) = args.value("--threads") {
-        std::env::set_var("RAYON_NUM_THREADS", t);
-    }
+    let pool = pocketchat::engine::pool::global();
+    let threads = pool.set_threads(args.threads()?.unwrap_or_else(pocketchat::engine::pool::available_cores));
+    // candle's own kernels (the larger element-wise ops of a prefill) get the same count;
+    // set before candle builds its pool.
+    std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
     let prompt_tokens: usize = args.parsed("--prompt-tokens", 128)?;
     let gen: usize = args.parsed("--gen", 128)?;
     let turns: usize = args.parsed("--turns", 1)?;
@@ -391,7 +413,7 @@ fn bench(args: &Args) -> Result<()> {
     }
     let report = serde_json::json!({
         "engine": "pocketchat",
-        "threads": candle_core::utils::get_num_threads(),
+        "threads": threads,
         "load_s": load_s,
         "prompt_tokens": prompt_tokens,
         "gen_tokens": gen,

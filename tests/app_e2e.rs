@@ -177,15 +177,106 @@ fn window_geometry(screen: &Screen) -> (i64, i64, i64, i64) {
     (field("X"), field("Y"), field("WIDTH"), field("HEIGHT"))
 }
 
-#[test]
-fn chat_evict_and_chat_again_in_the_real_window() {
-    if !have("xvfb-run") {
-        skip_loudly("xvfb-run is not installed");
-        return;
+/// The real app in a fresh Xvfb, with its QA status file; stopped when dropped.
+struct RunningApp {
+    cleanup: Cleanup,
+    screen: Screen,
+    status_path: PathBuf,
+    out: PathBuf,
+    _work: tempfile::TempDir,
+}
+
+impl RunningApp {
+    /// Starts Xvfb and `pocketchat app --model MODEL EXTRA_ARGS...`; `None` (after a loud
+    /// SKIPPED banner) when `xvfb-run` is not installed.
+    fn start(model: &Path, extra_args: &[&str], log_name: &str) -> Option<RunningApp> {
+        if !have("xvfb-run") {
+            skip_loudly("xvfb-run is not installed");
+            return None;
+        }
+        for tool in ["xdotool", "xwd", "convert"] {
+            assert!(have(tool), "{tool} is needed for the end-to-end test (apt install xdotool x11-apps imagemagick)");
+        }
+        let out = out_dir();
+        let work = tempfile::tempdir().unwrap();
+        let status_path = work.path().join("qa-status.json");
+        let display_file = work.path().join("display");
+        let keep_file = work.path().join("keep-xvfb");
+        fs::write(&keep_file, b"").unwrap();
+        let mut cleanup = Cleanup { children: Vec::new(), keep_file: Some(keep_file.clone()) };
+
+        // An X server that lives until `keep_file` disappears; it tells us its display.
+        let xvfb = Command::new("xvfb-run")
+            .args(["-a", "-s", "-screen 0 1280x800x24 -nolisten tcp", "sh", "-c"])
+            .arg(format!(
+                "echo \"$XAUTHORITY\" > '{0}.tmp'; echo \"$DISPLAY\" >> '{0}.tmp'; mv '{0}.tmp' '{0}'; while [ -e '{1}' ]; do sleep 0.2; done",
+                display_file.display(),
+                keep_file.display()
+            ))
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(out.join("xvfb.log")).unwrap())
+            .spawn()
+            .expect("xvfb-run");
+        cleanup.children.push(("xvfb-run", xvfb));
+        let start = Instant::now();
+        // xvfb-run's child learns the display and the X authority file; we pass both on.
+        let (xauthority, display) = loop {
+            if let Ok(d) = fs::read_to_string(&display_file) {
+                let mut lines = d.lines();
+                if let (Some(auth), Some(display)) = (lines.next(), lines.next()) {
+                    break (auth.trim().to_string(), display.trim().to_string());
+                }
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "Xvfb did not start (see {}/xvfb.log)", out.display());
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        eprintln!("e2e: Xvfb on {display} (auth {xauthority})");
+        let screen = Screen { display: display.clone(), xauthority: xauthority.clone() };
+
+        let log = fs::File::create(out.join(log_name)).unwrap();
+        let app = Command::new(env!("CARGO_BIN_EXE_pocketchat"))
+            .arg("app")
+            .arg("--model")
+            .arg(model)
+            .args(extra_args)
+            .env("DISPLAY", &display)
+            .env("XAUTHORITY", &xauthority)
+            .env_remove("WAYLAND_DISPLAY")
+            .env_remove("POCKETCHAT_THREADS")
+            .env("POCKETCHAT_QA_STATUS", &status_path)
+            // A fresh conversation: no state restored from an earlier run.
+            .env("POCKETCHAT_STATE_FILE", work.path().join("conversation.pcstate"))
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("the pocketchat binary");
+        cleanup.children.push(("pocketchat app", app));
+        Some(RunningApp { cleanup, screen, status_path, out, _work: work })
     }
-    for tool in ["xdotool", "xwd", "convert"] {
-        assert!(have(tool), "{tool} is needed for the end-to-end test (apt install xdotool x11-apps imagemagick)");
+
+    fn app(&mut self) -> &mut Child {
+        &mut self.cleanup.children.last_mut().unwrap().1
     }
+
+    fn wait_for(&mut self, what: &str, timeout: Duration, done: impl Fn(&Value) -> bool) -> Value {
+        let path = self.status_path.clone();
+        wait_for(&path, what, timeout, self.app(), done)
+    }
+
+    /// Waits for the model and the controls; returns the status and the window geometry.
+    fn wait_until_ready(&mut self) -> (Value, (i64, i64, i64, i64)) {
+        let status = self.wait_for("the model to be ready", Duration::from_secs(240), |s| {
+            s["phase"] == "ready" && s["rects"]["composer"].is_object() && s["rects"]["simulate_warning"].is_object()
+        });
+        assert_eq!(status["last_error"], Value::Null, "{status:#}");
+        let window = window_geometry(&self.screen);
+        (status, window)
+    }
+}
+
+/// The default model, or `POCKETCHAT_MODEL`.
+fn model_path() -> PathBuf {
     let model = std::env::var_os("POCKETCHAT_MODEL")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf"));
@@ -194,87 +285,41 @@ fn chat_evict_and_chat_again_in_the_real_window() {
         "the default model is missing at {} — run `cargo run --release -- fetch` (or set POCKETCHAT_MODEL)",
         model.display()
     );
+    model
+}
 
-    let out = out_dir();
-    let work = tempfile::tempdir().unwrap();
-    let status_path = work.path().join("qa-status.json");
-    let display_file = work.path().join("display");
-    let keep_file = work.path().join("keep-xvfb");
-    fs::write(&keep_file, b"").unwrap();
-    let mut cleanup = Cleanup { children: Vec::new(), keep_file: Some(keep_file.clone()) };
+/// The tests here each start a window and measure speed: one at a time.
+static ONE_WINDOW_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-    // An X server that lives until `keep_file` disappears; it tells us its display.
-    let xvfb = Command::new("xvfb-run")
-        .args(["-a", "-s", "-screen 0 1280x800x24 -nolisten tcp", "sh", "-c"])
-        .arg(format!(
-            "echo \"$XAUTHORITY\" > '{0}.tmp'; echo \"$DISPLAY\" >> '{0}.tmp'; mv '{0}.tmp' '{0}'; while [ -e '{1}' ]; do sleep 0.2; done",
-            display_file.display(),
-            keep_file.display()
-        ))
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(out.join("xvfb.log")).unwrap())
-        .spawn()
-        .expect("xvfb-run");
-    cleanup.children.push(("xvfb-run", xvfb));
-    let start = Instant::now();
-    // xvfb-run's child learns the display and the X authority file; we pass both on.
-    let (xauthority, display) = loop {
-        if let Ok(d) = fs::read_to_string(&display_file) {
-            let mut lines = d.lines();
-            if let (Some(auth), Some(display)) = (lines.next(), lines.next()) {
-                break (auth.trim().to_string(), display.trim().to_string());
-            }
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "Xvfb did not start (see {}/xvfb.log)", out.display());
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    eprintln!("e2e: Xvfb on {display} (auth {xauthority})");
-    let screen = Screen { display: display.clone(), xauthority: xauthority.clone() };
-
-    let log = fs::File::create(out.join("app.log")).unwrap();
-    let app = Command::new(env!("CARGO_BIN_EXE_pocketchat"))
-        .arg("app")
-        .arg("--model")
-        .arg(&model)
-        .env("DISPLAY", &display)
-        .env("XAUTHORITY", &xauthority)
-        .env_remove("WAYLAND_DISPLAY")
-        .env("POCKETCHAT_QA_STATUS", &status_path)
-        // A fresh conversation: no state restored from an earlier run.
-        .env("POCKETCHAT_STATE_FILE", work.path().join("conversation.pcstate"))
-        .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("the pocketchat binary");
-    cleanup.children.push(("pocketchat app", app));
-    let app = &mut cleanup.children.last_mut().unwrap().1;
+#[test]
+fn chat_evict_and_chat_again_in_the_real_window() {
+    let _one = ONE_WINDOW_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let model = model_path();
+    let Some(mut run) = RunningApp::start(&model, &[], "app.log") else { return };
+    let out = run.out.clone();
+    let status_path = run.status_path.clone();
 
     // 1. The model loads and the controls are on screen.
-    let status = wait_for(&status_path, "the model to be ready", Duration::from_secs(240), app, |s| {
-        s["phase"] == "ready" && s["rects"]["composer"].is_object() && s["rects"]["simulate_warning"].is_object()
-    });
-    assert_eq!(status["last_error"], Value::Null, "{status:#}");
-    let window = window_geometry(&screen);
+    let (status, window) = run.wait_until_ready();
     let origin = (window.0, window.1);
     std::thread::sleep(Duration::from_millis(300));
-    screen.screenshot(&out.join("01-ready.png"), window);
+    run.screen.screenshot(&out.join("01-ready.png"), window);
 
     // 2. First prompt, typed into the composer and sent with Enter.
-    screen.click(origin, &status["rects"]["composer"]);
-    screen.type_and_enter(FIRST_PROMPT);
-    wait_for(&status_path, "the first reply to stream", Duration::from_secs(120), app, |s| {
+    run.screen.click(origin, &status["rects"]["composer"]);
+    run.screen.type_and_enter(FIRST_PROMPT);
+    run.wait_for( "the first reply to stream", Duration::from_secs(120), |s| {
         s["generating"] == true && s["last_reply"].as_str().is_some_and(|r| r.trim().len() >= 12)
     });
 
     // 3. Simulate memory warning, mid-reply (measured again in case the layout moved).
     let rect = read_status(&status_path).unwrap()["rects"]["simulate_warning"].clone();
-    screen.click(origin, &rect);
-    let status = wait_for(&status_path, "the eviction", Duration::from_secs(60), app, |s| {
+    run.screen.click(origin, &rect);
+    let status = run.wait_for( "the eviction", Duration::from_secs(60), |s| {
         s["evictions"].as_u64() >= Some(1) && s["generating"] == false
     });
     std::thread::sleep(Duration::from_millis(300));
-    screen.screenshot(&out.join("02-evicted.png"), window);
+    run.screen.screenshot(&out.join("02-evicted.png"), window);
     assert_eq!(
         status["done_reasons"][0], "MemoryWarning",
         "the warning should interrupt the first reply: {status:#}"
@@ -282,13 +327,13 @@ fn chat_evict_and_chat_again_in_the_real_window() {
 
     // 4. Second prompt: the chat goes on after the eviction.
     let rect = status["rects"]["composer"].clone();
-    screen.click(origin, &rect);
-    screen.type_and_enter(SECOND_PROMPT);
-    let status = wait_for(&status_path, "the second reply", Duration::from_secs(240), app, |s| {
+    run.screen.click(origin, &rect);
+    run.screen.type_and_enter(SECOND_PROMPT);
+    let status = run.wait_for( "the second reply", Duration::from_secs(240), |s| {
         s["replies_done"].as_u64() >= Some(2) && s["generating"] == false
     });
     std::thread::sleep(Duration::from_millis(500));
-    screen.screenshot(&out.join("03-second-reply.png"), window);
+    run.screen.screenshot(&out.join("03-second-reply.png"), window);
     fs::copy(&status_path, out.join("qa-status.json")).unwrap();
 
     eprintln!("e2e: final status {status:#}");
@@ -310,4 +355,123 @@ fn chat_evict_and_chat_again_in_the_real_window() {
         "the second reply finished normally: {status:#}"
     );
     assert!(out.join("03-second-reply.png").exists());
+}
+
+const STREAM_PROMPT: &str = "Write a long story about a lighthouse keeper and a storm.";
+const STREAM_MAX_TOKENS: &str = "300";
+
+/// What `pocketchat chat --stats` printed for one prompt.
+struct CliReply {
+    text: String,
+    decode_tok_s: f64,
+    ttft_ms: f64,
+}
+
+/// Runs the terminal chat on `prompt` (its default threads, greedy, `max_tokens`).
+fn cli_reply(model: &Path, prompt: &str, max_tokens: &str) -> CliReply {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pocketchat"))
+        .args(["chat", "--stats", "--max-tokens", max_tokens, "--model"])
+        .arg(model)
+        .env_remove("POCKETCHAT_THREADS")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pocketchat chat");
+    writeln!(child.stdin.take().unwrap(), "{prompt}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "pocketchat chat failed: {stderr}");
+    let stats = stderr.lines().find(|l| l.starts_with("[turn 1]")).unwrap_or_else(|| panic!("no stats line: {stderr}"));
+    // "... · ttft 61 ms · prefill ... · decode 118.3 tok/s"
+    let figure = |before: &str, after: &str| -> f64 {
+        let start = stats.find(before).unwrap_or_else(|| panic!("{before:?} in {stats}")) + before.len();
+        let end = start + stats[start..].find(after).unwrap();
+        stats[start..end].trim().parse().unwrap()
+    };
+    let mut text = String::from_utf8(out.stdout).unwrap();
+    if text.ends_with('\n') {
+        text.pop();
+    }
+    CliReply { text, decode_tok_s: figure("decode ", " tok/s"), ttft_ms: figure("ttft ", " ms") }
+}
+
+/// CPU seconds used so far by the processes whose name starts with `comm` (or by `pid`).
+fn cpu_seconds(select: impl Fn(u32, &str) -> bool) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let mut total = 0.0;
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else { continue };
+        // "pid (comm) state ppid ..." — comm may hold spaces; fields resume after ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        if !select(pid, &stat[open + 1..close]) {
+            continue;
+        }
+        let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+        let (utime, stime): (f64, f64) = (fields[11].parse().unwrap_or(0.0), fields[12].parse().unwrap_or(0.0));
+        total += (utime + stime) / ticks;
+    }
+    total
+}
+
+/// The app's speed as a person sees it, beside the engine's in the terminal: one long
+/// reply on the same model and prompt, in the real window under Xvfb. Prints the streaming
+/// rate (tokens shown per second between the first token on screen and the last one, from
+/// the app's QA status file) against `pocketchat chat`'s decode rate, the first token
+/// against the CLI's, and the CPU the web process and the app used while the reply
+/// streamed. Speed is reported, not asserted; the test fails only when what was shown is
+/// not exactly what the engine wrote (greedy decoding gives both the same text).
+///
+/// `POCKETCHAT_E2E_APP_THREADS=N` runs the app with `--threads N` (to compare counts).
+#[test]
+fn the_window_streams_what_the_engine_writes_and_reports_its_speed() {
+    let _one = ONE_WINDOW_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let model = model_path();
+    if !have("xvfb-run") {
+        skip_loudly("xvfb-run is not installed");
+        return;
+    }
+    let cli = cli_reply(&model, STREAM_PROMPT, STREAM_MAX_TOKENS);
+    let threads = std::env::var("POCKETCHAT_E2E_APP_THREADS").ok();
+    let mut args = vec!["--max-tokens", STREAM_MAX_TOKENS];
+    if let Some(t) = &threads {
+        args.extend(["--threads", t.as_str()]);
+    }
+    let Some(mut run) = RunningApp::start(&model, &args, "app-stream.log") else { return };
+    let app_pid = run.app().id();
+    let (status, window) = run.wait_until_ready();
+    run.screen.click((window.0, window.1), &status["rects"]["composer"]);
+    run.screen.type_and_enter(STREAM_PROMPT);
+    run.wait_for("the reply to start", Duration::from_secs(60), |s| {
+        s["last_reply"].as_str().is_some_and(|r| !r.is_empty())
+    });
+    let web = |_: u32, comm: &str| comm.starts_with("WebKitWebProces");
+    let app = |pid: u32, _: &str| pid == app_pid;
+    let (web0, app0, t0) = (cpu_seconds(web), cpu_seconds(app), Instant::now());
+    let status = run.wait_for("the reply to finish", Duration::from_secs(240), |s| {
+        s["replies_done"].as_u64() >= Some(1) && s["generating"] == false
+    });
+    let wall = t0.elapsed().as_secs_f64();
+    let (web_cores, app_cores) = ((cpu_seconds(web) - web0) / wall, (cpu_seconds(app) - app0) / wall);
+    run.screen.screenshot(&run.out.join("04-streamed.png"), window);
+    fs::copy(&run.status_path, run.out.join("qa-status-stream.json")).unwrap();
+
+    let timing = &status["reply_timings"][0];
+    let shown_tok_s = timing["shown_tok_s"].as_f64().unwrap();
+    let first_ms = timing["first_token_ms"].as_f64().unwrap();
+    let engine_tok_s = status["decode_tok_s"].as_f64().unwrap();
+    eprintln!("\n==== app streaming vs CLI ({} tokens, app on {} compute threads) ====", timing["tokens"], status["compute_threads"]);
+    eprintln!("CLI decode              {:8.1} tok/s   first token {:7.1} ms", cli.decode_tok_s, cli.ttft_ms);
+    eprintln!("app engine decode       {:8.1} tok/s   first token {:7.1} ms (engine)", engine_tok_s, status["ttft_ms"].as_f64().unwrap());
+    eprintln!("app shown on screen     {:8.1} tok/s   first token {:7.1} ms (from Enter)", shown_tok_s, first_ms);
+    eprintln!("ratio shown / CLI       {:8.2}         first token {:7.2}x the CLI's", shown_tok_s / cli.decode_tok_s, first_ms / cli.ttft_ms);
+    eprintln!("CPU while streaming     web process {:.2} cores, app {:.2} cores ({wall:.1} s)", web_cores, app_cores);
+
+    let shown = status["last_reply"].as_str().unwrap_or_default();
+    assert_eq!(shown, cli.text, "the window shows every token the engine wrote, in order");
+    assert!(timing["tokens"].as_u64().unwrap() > 1, "{status:#}");
+    assert!(shown_tok_s > 0.0 && first_ms > 0.0, "{status:#}");
 }

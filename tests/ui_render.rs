@@ -418,3 +418,35 @@ fn settings_explain_a_budget_below_the_tier() {
     plain.apply(EngineEvent::Stats(Stats { tier_budget: 1024, ..stats() }));
     assert!(!render(&plain, true).contains("budget-note"));
 }
+
+fn report() -> TierReport {
+    TierReport { physical_bytes: 16 * GIB, detected: RamTier::Desktop, overridden: None, bf16: None }
+}
+
+#[test]
+fn settings_show_the_compute_threads_with_a_selector() {
+    let mut s = ready();
+    s.apply(EngineEvent::Policy { report: report(), policy: Policy::for_tier(RamTier::Desktop) });
+    s.apply(EngineEvent::Stats(Stats { compute_threads: 1, available_cores: 2, ..stats() }));
+    let html = render(&s, true);
+    let t = text(&html);
+    assert!(html.contains("data-figure=\"threads\""), "{html}");
+    assert!(html.contains("id=\"threads-override\""), "{html}");
+    assert!(t.contains("1 of 2 cores") && t.contains("2 of 2 cores"), "{t}");
+    // Unknown before the engine has reported (older stats): no row.
+    let mut before = ready();
+    before.apply(EngineEvent::Policy { report: report(), policy: Policy::for_tier(RamTier::Desktop) });
+    before.apply(EngineEvent::Stats(stats()));
+    assert!(!render(&before, true).contains("threads-override"));
+}
+
+#[test]
+fn a_reply_is_rendered_as_markdown_blocks() {
+    let mut s = ready();
+    s.apply(EngineEvent::ReplyStarted { prompt: "q".into() });
+    tok(&mut s, "First **para**.\n\n- one\n- two\n\nStill writ");
+    let html = render(&s, false);
+    assert_eq!(count(&html, "class=\"mdb\""), 2, "finished blocks, then the open one: {html}");
+    assert!(html.contains("<strong>para</strong>"), "{html}");
+    assert!(html.contains("<p>Still writ</p>"), "{html}");
+}

@@ -11,6 +11,7 @@ mod error;
 mod linear;
 pub mod model;
 pub mod persist;
+pub mod pool;
 pub mod session;
 pub mod state;
 pub mod template;

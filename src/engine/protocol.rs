@@ -18,6 +18,9 @@ pub enum Command {
     MemoryWarning { reason: String },
     /// Override the tier policy (QA selector); `None` goes back to the detected tier.
     SetPolicy { tier: Option<RamTier> },
+    /// Compute on this many threads from the next step on (capped at the cores there are);
+    /// `None` goes back to the configured count.
+    SetThreads { threads: Option<usize> },
     /// Save the conversation to the state file now (the app going to the background).
     Save,
     /// Bring back the conversation saved just before the last memory-warning eviction.
@@ -116,4 +119,7 @@ pub struct Stats {
     pub ttft_ms: f64,
     pub decode_tok_s: f64,
     pub generated_tokens: usize,
+    /// Threads the CPU kernels run on now, and the cores they may use.
+    pub compute_threads: usize,
+    pub available_cores: usize,
 }

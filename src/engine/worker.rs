@@ -21,6 +21,7 @@ use super::budget::reply_reserve;
 use super::detokenizer::Detokenizer;
 use super::model::{read_gguf, MatmulKernel, Model};
 use super::persist::{self, ModelIdentity, StateFileError};
+use super::pool;
 use super::session::{Session, TrimMode};
 use super::template::ChatTemplate;
 use super::tokenizer::TextTokenizer;
@@ -71,6 +72,9 @@ pub struct EngineConfig {
     /// Live headroom source used to shrink a turn's budget when memory is short (the
     /// platform's by default; tests pass a fake).
     pub headroom: HeadroomProbe,
+    /// Threads for the CPU kernels (capped at [`pool::available_cores`]); `None` uses
+    /// every available core.
+    pub threads: Option<usize>,
 }
 
 impl std::fmt::Debug for EngineConfig {
@@ -82,6 +86,7 @@ impl std::fmt::Debug for EngineConfig {
             .field("kv_dtype", &self.kv_dtype)
             .field("max_tokens", &self.max_tokens)
             .field("state_file", &self.state_file)
+            .field("threads", &self.threads)
             .finish_non_exhaustive()
     }
 }
@@ -101,6 +106,7 @@ impl EngineConfig {
             kernel: MatmulKernel::Fast,
             state_file: None,
             headroom: Arc::new(memory::process::available_bytes),
+            threads: None,
         }
     }
 }
@@ -218,6 +224,7 @@ impl Worker {
             report = report.with_override(config.tier_override);
         }
         let policy = Policy::for_tier(report.effective());
+        set_threads(config.threads);
         Worker {
             config,
             commands,
@@ -280,6 +287,10 @@ impl Worker {
                 Command::NewConversation => self.new_conversation(),
                 Command::MemoryWarning { reason } => self.evict(&reason),
                 Command::SetPolicy { tier } => self.set_policy(tier),
+                Command::SetThreads { threads } => {
+                    set_threads(threads.or(self.config.threads));
+                    self.emit_stats();
+                }
                 Command::Save => self.save(),
                 Command::RestoreEvicted => match self.config.state_file.as_ref().map(|p| before_eviction_path(p)) {
                     Some(path) if path.exists() => self.restore_from(&path),
@@ -403,6 +414,8 @@ impl Worker {
         s.tier_budget = self.tier_budget();
         s.ceiling_bytes = self.policy.ceiling_bytes;
         s.rss_bytes = rss_bytes().unwrap_or(0);
+        s.compute_threads = pool::global().threads();
+        s.available_cores = pool::available_cores();
         if let Some(l) = &self.loaded {
             s.context_tokens = l.session.state.len();
             s.kv_bytes = l.session.state.bytes();
@@ -651,9 +664,18 @@ fn pick_device() -> Device {
 
 fn device_label(device: &Device) -> String {
     match device {
-        Device::Cpu => format!("CPU ({} threads)", candle_core::utils::get_num_threads()),
+        Device::Cpu => "CPU".into(),
         Device::Metal(_) => "Metal".into(),
         Device::Cuda(_) => "CUDA".into(),
+    }
+}
+
+/// Sets the CPU kernels' thread count; `None` uses every available core.
+fn set_threads(threads: Option<usize>) {
+    let wanted = threads.unwrap_or_else(pool::available_cores);
+    let got = pool::global().set_threads(wanted);
+    if got != wanted {
+        tracing::warn!("{wanted} compute threads asked for; using {got}, the cores available");
     }
 }
 

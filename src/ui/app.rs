@@ -5,12 +5,15 @@
 //! [`EngineHandle`], forwards the UI's [`Command`]s from its channel, and folds the
 //! engine's event stream into the one `Signal<ChatState>` — the only place that state
 //! changes. The engine thread never touches a signal: events cross threads over the
-//! engine's `futures` channel and are applied here, on the UI executor.
+//! engine's `futures` channel, are batched to the frame rate by [`super::pacer`], and
+//! each batch is applied here, on the UI executor, in one write. Components read narrow
+//! memos of the state, so a batch of tokens re-renders the streaming reply and nothing
+//! else; the settings panel's live figures ([`LiveFigures`]) change a few times a second.
 //!
 //! Components send commands with [`send_command`], which finds the coroutine in the
 //! context; rendered without one (server-side rendering in tests) it does nothing.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dioxus::prelude::*;
 use futures::stream::Fuse;
@@ -20,6 +23,8 @@ use crate::engine::{Command, Engine, EngineConfig, EngineError, EngineEvent, Eng
 
 use super::chat::ChatView;
 use super::clock::now_label;
+use super::meter::{LiveFigures, ReplyMeter};
+use super::pacer::{self, FRAME};
 use super::{lifecycle, monitor};
 use super::qa::QaHook;
 use super::settings::SettingsPanel;
@@ -38,6 +43,14 @@ pub const TITLE: &str = "pocketchat";
 
 /// Whether the settings panel starts open: yes on desktops, no on phones.
 pub const SETTINGS_OPEN_AT_START: bool = cfg!(not(any(target_os = "ios", target_os = "android")));
+
+/// Compute threads for the app when none is configured (`--threads`,
+/// `POCKETCHAT_THREADS`, or later the settings panel): chosen by measuring, with the
+/// window open, how fast replies reach the screen (README, "How fast the window
+/// streams"). `None` uses every available core.
+pub fn threads_beside_the_window() -> Option<usize> {
+    None
+}
 
 /// The engine configuration handed to the root component.
 #[derive(Clone)]
@@ -136,8 +149,11 @@ pub fn send_command(command: Command) {
 pub fn App() -> Element {
     let config = use_hook(|| consume_context::<LaunchConfig>().0);
     let state = use_signal(ChatState::new);
+    let live = use_context_provider(|| Signal::new(None::<LiveFigures>));
     let qa: Option<QaHook> = use_context_provider(QaHook::from_env);
-    use_coroutine(move |commands: UnboundedReceiver<Command>| bridge(config.clone(), commands, state, qa.clone()));
+    use_coroutine(move |commands: UnboundedReceiver<Command>| {
+        bridge(config.clone(), commands, state, live, qa.clone())
+    });
     rsx! {
         Shell { state, settings_open: SETTINGS_OPEN_AT_START }
     }
@@ -152,8 +168,14 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 /// [`SHUTDOWN_WAIT`] for the engine to finish, so the save is not cut off by the exit.
 struct EngineLink {
     handle: EngineHandle,
-    events: Option<Fuse<EngineEvents>>,
+    events: Option<Fuse<Batches>>,
 }
+
+/// The engine's events, in frame-paced batches (see [`pacer::pace`]).
+type Batches = futures::channel::mpsc::UnboundedReceiver<Vec<EngineEvent>>;
+
+/// How often the settings panel's live figures change during a reply.
+const LIVE_FIGURES_EVERY: Duration = Duration::from_millis(250);
 
 impl Drop for EngineLink {
     fn drop(&mut self) {
@@ -177,11 +199,14 @@ async fn bridge(
     config: EngineConfig,
     mut commands: UnboundedReceiver<Command>,
     mut state: Signal<ChatState>,
+    mut live: Signal<Option<LiveFigures>>,
     qa: Option<QaHook>,
 ) {
     state.write().restore_available = config.state_file.is_some();
-    let (engine, events) = Engine::spawn(config);
-    let mut link = EngineLink { handle: engine.clone(), events: Some(events.fuse()) };
+    let (engine, events): (EngineHandle, EngineEvents) = Engine::spawn(config);
+    let mut link = EngineLink { handle: engine.clone(), events: Some(pacer::pace(events, FRAME).fuse()) };
+    let mut meter = ReplyMeter::default();
+    let mut live_at = Instant::now();
     let Some(events) = link.events.as_mut() else { return };
     let mut monitor = monitor::start(engine.clone(), None);
     let _lifecycle = lifecycle::save_when_backgrounded(engine.clone());
@@ -196,17 +221,19 @@ async fn bridge(
                     if !state.write().submit(text, &now_label()) {
                         continue;
                     }
+                    meter.sent(Instant::now());
                 }
                 if let Err(error) = engine.send(command) {
                     state.write().apply_at(EngineEvent::Failed { error }, &now_label());
                 }
             }
-            event = events.next() => {
-                let gone = event.is_none();
-                // Fold everything already waiting in one write: one re-render per batch.
-                let mut batch: Vec<EngineEvent> = event.into_iter().collect();
+            batch = events.next() => {
+                let gone = batch.is_none();
+                // Fold every batch already waiting in one write: one re-render at most per
+                // frame, fewer when the UI falls behind.
+                let mut batch = batch.unwrap_or_default();
                 while let Some(Some(more)) = events.next().now_or_never() {
-                    batch.push(more);
+                    batch.extend(more);
                 }
                 let relayout = batch.iter().any(|e| {
                     matches!(e, EngineEvent::Ready(_) | EngineEvent::Done { .. } | EngineEvent::ConversationReset)
@@ -220,6 +247,8 @@ async fn bridge(
                     drop(monitor);
                     monitor = monitor::start(engine.clone(), Some(ceiling));
                 }
+                let shown_at = Instant::now();
+                let finished = meter.shown(&batch, shown_at);
                 {
                     let now = now_label();
                     let mut s = state.write();
@@ -230,7 +259,18 @@ async fn bridge(
                         s.apply_at(EngineEvent::Failed { error: EngineError::EngineGone }, &now);
                     }
                 }
+                let streaming = state.peek().current_reply().is_some();
+                if !streaming && live.peek().is_some() {
+                    live.set(None);
+                } else if streaming && (live.peek().is_none() || shown_at - live_at >= LIVE_FIGURES_EVERY) {
+                    live_at = shown_at;
+                    let context_tokens = state.peek().live_context_tokens();
+                    live.set(Some(LiveFigures { context_tokens, reply_tokens: meter.tokens(), reply_tok_s: meter.rate() }));
+                }
                 if let Some(qa) = &qa {
+                    if let Some(timing) = finished {
+                        qa.report_reply(timing);
+                    }
                     qa.report_status(state.peek().qa_status());
                     if relayout {
                         qa.remeasure();
@@ -249,18 +289,22 @@ async fn bridge(
 #[component]
 pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
     let mut open = use_signal(|| settings_open);
-    let s = state.read();
-    let ready = s.is_ready();
-    let (status_class, status_text) = match &s.phase {
-        Phase::Starting => ("status-loading", "Starting…".to_string()),
-        Phase::Loading { progress, .. } => ("status-loading", format!("Loading {:.0}%", progress * 100.0)),
-        Phase::Ready if s.generating() => ("status-busy", "Writing…".to_string()),
-        Phase::Ready => (
-            "status-ready",
-            s.model.as_ref().map(|m| m.name.clone()).unwrap_or_else(|| "Ready".into()),
-        ),
-        Phase::Failed(f) => ("status-failed", f.title.clone()),
-    };
+    let ready = use_memo(move || state.read().is_ready());
+    let status = use_memo(move || {
+        let s = state.read();
+        match &s.phase {
+            Phase::Starting => ("status-loading", "Starting…".to_string()),
+            Phase::Loading { progress, .. } => ("status-loading", format!("Loading {:.0}%", progress * 100.0)),
+            Phase::Ready if s.generating() => ("status-busy", "Writing…".to_string()),
+            Phase::Ready => (
+                "status-ready",
+                s.model.as_ref().map(|m| m.name.clone()).unwrap_or_else(|| "Ready".into()),
+            ),
+            Phase::Failed(f) => ("status-failed", f.title.clone()),
+        }
+    });
+    let (status_class, status_text) = status();
+    let ready = ready();
     rsx! {
         div { class: if open() { "app settings-open" } else { "app" },
             header { class: "topbar",

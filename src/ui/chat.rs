@@ -2,29 +2,45 @@
 //! is at the bottom), the empty / loading / error states, and the composer (Enter
 //! sends, Shift+Enter adds a line, Stop while a reply streams).
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use dioxus::prelude::*;
 
 use crate::engine::Command;
 
 use super::app::send_command;
 use super::fmt::format_rate;
-use super::markdown;
+use super::markdown::MarkdownBlocks;
 use super::notices::{LoadFailureCard, LoadingCard, NoticeView};
 use super::platform;
 use super::qa;
 use super::state::{ChatState, Entry, Message, Phase, Role};
 
 /// Messages, notices and the composer.
+///
+/// Each part reads a narrow memo of the state, so a batch of streamed tokens re-renders
+/// the streaming reply and nothing else: the list itself changes only when a line is
+/// added or removed, and a finished message only when its own figures change.
 #[component]
 pub fn ChatView(state: ReadSignal<ChatState>) -> Element {
-    let s = state.read();
-    let model_name = s.model.as_ref().map(|m| m.name.clone()).unwrap_or_default();
-    let awaiting = s.awaiting_reply;
+    let phase = use_memo(move || state.read().phase.clone());
+    let ids = use_memo(move || state.read().entries.iter().map(Entry::id).collect::<Vec<_>>());
+    let awaiting = use_memo(move || state.read().awaiting_reply);
+    let empty_with_model = use_memo(move || {
+        let s = state.read();
+        (s.entries.is_empty() && s.is_ready()).then(|| s.model.as_ref().map(|m| m.name.clone()).unwrap_or_default())
+    });
+    let composer = use_memo(move || {
+        let s = state.read();
+        (s.is_ready(), s.generating(), matches!(s.phase, Phase::Failed(_)))
+    });
+    let (ready, generating, failed) = composer();
     rsx! {
         section { class: "chat",
             div { id: "messages", class: "messages", aria_live: "polite",
                 div { class: "messages-inner",
-                    match &s.phase {
+                    match &*phase.read() {
                         Phase::Starting => rsx! {
                             div { class: "card loading-card", role: "status",
                                 div { class: "card-title", "Starting the engine…" }
@@ -38,28 +54,32 @@ pub fn ChatView(state: ReadSignal<ChatState>) -> Element {
                         },
                         Phase::Ready => rsx! {},
                     }
-                    if s.entries.is_empty() && s.is_ready() {
+                    if let Some(model_name) = empty_with_model() {
                         EmptyState { model_name }
                     }
-                    for entry in s.entries.iter() {
-                        match entry {
-                            Entry::Message(m) => rsx! { MessageBubble { key: "{m.id}", message: m.clone() } },
-                            Entry::Notice(n) => rsx! { NoticeView { key: "{n.id}", notice: n.clone() } },
-                        }
+                    for id in ids.read().iter().copied() {
+                        EntryView { key: "{id}", state, id }
                     }
-                    if awaiting {
+                    if awaiting() {
                         div { class: "msg msg-assistant pending",
                             div { class: "bubble", TypingDots {} }
                         }
                     }
                 }
             }
-            Composer {
-                ready: s.is_ready(),
-                generating: s.generating(),
-                failed: matches!(s.phase, Phase::Failed(_)),
-            }
+            Composer { ready, generating, failed }
         }
+    }
+}
+
+/// One transcript line, re-rendered only when that line changes.
+#[component]
+fn EntryView(state: ReadSignal<ChatState>, id: u64) -> Element {
+    let entry = use_memo(move || state.read().entry(id).cloned());
+    match entry() {
+        Some(Entry::Message(m)) => rsx! { MessageBubble { message: m } },
+        Some(Entry::Notice(n)) => rsx! { NoticeView { notice: n } },
+        None => rsx! {},
     }
 }
 
@@ -90,6 +110,8 @@ fn TypingDots() -> Element {
 #[component]
 pub fn MessageBubble(message: Message) -> Element {
     let mut copied = use_signal(|| false);
+    // The reply's Markdown, kept between renders: finished blocks are not parsed again.
+    let blocks = use_hook(|| Rc::new(RefCell::new(MarkdownBlocks::default())));
     if message.role == Role::User {
         return rsx! {
             div { class: "msg msg-user",
@@ -98,7 +120,11 @@ pub fn MessageBubble(message: Message) -> Element {
         };
     }
     let streaming = !message.finished;
-    let html = markdown::to_html(&message.text);
+    let (finished_blocks, open_block) = {
+        let mut b = blocks.borrow_mut();
+        b.update(&message.text);
+        (b.finished().to_vec(), b.open().clone())
+    };
     let text = message.text.clone();
     let meta = match (message.tok_s, message.finished) {
         (Some(rate), true) => Some(format!("{} · {}", tokens_label(message.tokens), format_rate(rate))),
@@ -116,7 +142,14 @@ pub fn MessageBubble(message: Message) -> Element {
                 if message.text.is_empty() && streaming {
                     TypingDots {}
                 } else {
-                    div { class: "md", dangerous_inner_html: "{html}" }
+                    div { class: "md",
+                        for (i, html) in finished_blocks.into_iter().enumerate() {
+                            MarkdownBlock { key: "{i}", html }
+                        }
+                        if !open_block.is_empty() {
+                            MarkdownBlock { key: "{OPEN_BLOCK_KEY}", html: open_block }
+                        }
+                    }
                 }
             }
             if message.finished {
@@ -142,6 +175,18 @@ pub fn MessageBubble(message: Message) -> Element {
                 }
             }
         }
+    }
+}
+
+/// The key of a reply's open Markdown block (finished blocks are keyed by position).
+const OPEN_BLOCK_KEY: &str = "open";
+
+/// Rendered Markdown of one or more blocks; equal `Rc`s compare in O(1), so a finished
+/// block is never rendered again.
+#[component]
+fn MarkdownBlock(html: Rc<str>) -> Element {
+    rsx! {
+        div { class: "mdb", dangerous_inner_html: "{html}" }
     }
 }
 

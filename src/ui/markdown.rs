@@ -6,16 +6,99 @@
 //! raw HTML in it is escaped and shown as text, links become plain text followed by
 //! their address (a click must never navigate the app's webview away), images show
 //! their alt text, and single newlines are kept as line breaks.
+//!
+//! A streaming reply is rendered with [`MarkdownBlocks`]: the text's top-level blocks
+//! that are finished (a later block has begun) are rendered once and kept; only the open
+//! last block is parsed again as tokens arrive, so the cost of a token does not grow with
+//! the reply.
+
+use std::rc::Rc;
 
 use pulldown_cmark::{html, CowStr, Event, LinkType, Options, Parser, Tag, TagEnd};
 
+fn options() -> Options {
+    Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TABLES | Options::ENABLE_TASKLISTS
+}
+
+/// A reply's Markdown as HTML blocks, kept up to date as its text grows.
+///
+/// ```text
+/// "Intro.\n\n- a\n- b\n\nMore te"   (text so far)
+///  └ finished ┘└ finished ┘└ open ┘    a block is finished once the next one starts
+/// ```
+///
+/// Finished blocks are rendered once and never change (their `Rc` stays the same, so a
+/// component showing one is not re-rendered); [`MarkdownBlocks::open`] is the HTML of
+/// everything after them, rendered again at each update.
+#[derive(Debug, Default)]
+pub struct MarkdownBlocks {
+    finished: Vec<Rc<str>>,
+    /// Bytes of the text the finished blocks cover.
+    finished_len: usize,
+    open: Rc<str>,
+    /// The text the blocks were made from (to tell appends from rewrites).
+    text: String,
+}
+
+impl MarkdownBlocks {
+    /// Brings the blocks up to `text`. Appended text re-parses only the open block; any
+    /// other change starts over.
+    pub fn update(&mut self, text: &str) {
+        if text == self.text {
+            return;
+        }
+        if !text.starts_with(&self.text[..self.finished_len]) {
+            *self = MarkdownBlocks::default();
+        }
+        self.text.clear();
+        self.text.push_str(text);
+        let tail = &text[self.finished_len..];
+        // A block is finished when the parser has started another one after it.
+        if let Some(last_start) = top_level_block_starts(tail).last().copied().filter(|&s| s > 0) {
+            self.finished.push(Rc::from(to_html(&tail[..last_start])));
+            self.finished_len += last_start;
+        }
+        self.open = Rc::from(to_html(&text[self.finished_len..]));
+    }
+
+    /// HTML of the finished blocks, oldest first.
+    pub fn finished(&self) -> &[Rc<str>] {
+        &self.finished
+    }
+
+    /// HTML of the open last block (empty when there is no text after the finished ones).
+    pub fn open(&self) -> &Rc<str> {
+        &self.open
+    }
+}
+
+/// Byte offsets in `markdown` where its top-level blocks start.
+fn top_level_block_starts(markdown: &str) -> Vec<usize> {
+    let mut starts = Vec::new();
+    let mut depth = 0usize;
+    for (event, range) in Parser::new_ext(markdown, options()).into_offset_iter() {
+        match event {
+            Event::Start(_) => {
+                if depth == 0 {
+                    starts.push(range.start);
+                }
+                depth += 1;
+            }
+            Event::End(_) => depth = depth.saturating_sub(1),
+            // Blocks without a start and an end (a thematic break).
+            _ if depth == 0 => starts.push(range.start),
+            _ => {}
+        }
+    }
+    starts
+}
+
 /// Renders `markdown` to safe HTML.
 pub fn to_html(markdown: &str) -> String {
-    let options = Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TABLES | Options::ENABLE_TASKLISTS;
     let mut out = Vec::new();
     // Link destinations and the text seen inside each open link.
     let mut links: Vec<(LinkType, String, String)> = Vec::new();
-    for event in Parser::new_ext(markdown, options) {
+    for event in Parser::new_ext(markdown, options()) {
         match event {
             Event::Html(raw) | Event::InlineHtml(raw) => out.push(Event::Text(raw)),
             Event::Start(Tag::HtmlBlock) => out.push(Event::Start(Tag::Paragraph)),
@@ -88,6 +171,66 @@ mod tests {
         assert!(html.contains("a cat"), "{html}");
         let js = to_html("[click](javascript:alert(1))");
         assert!(!js.contains("href"), "{js}");
+    }
+
+    /// Streams `text` a few bytes at a time (at char boundaries) into a `MarkdownBlocks`.
+    fn streamed(text: &str, step: usize) -> MarkdownBlocks {
+        let mut blocks = MarkdownBlocks::default();
+        let mut end = 0;
+        while end < text.len() {
+            end = (end + step).min(text.len());
+            while !text.is_char_boundary(end) {
+                end += 1;
+            }
+            blocks.update(&text[..end]);
+        }
+        blocks
+    }
+
+    fn joined(blocks: &MarkdownBlocks) -> String {
+        let mut html: String = blocks.finished().iter().map(|b| b.to_string()).collect();
+        html.push_str(blocks.open());
+        html
+    }
+
+    const REPLY: &str = "# Tips\n\nSleep **well**:\n\n1. Keep a schedule.\n2. Avoid screens.\n\n\
+        ```sh\necho one\n\necho two\n```\n\n---\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n\
+        > quoted\n> lines\n\n    indented code\n\n    more code\n\nLast *words* — ünïcödé 😀.";
+
+    #[test]
+    fn streamed_blocks_render_what_the_whole_text_renders() {
+        let whole = to_html(REPLY);
+        for step in [1, 2, 3, 7, 16, 1000] {
+            let blocks = streamed(REPLY, step);
+            assert_eq!(joined(&blocks), whole, "step {step}");
+        }
+        let blocks = streamed(REPLY, 3);
+        assert!(blocks.finished().len() >= 5, "finished blocks are kept: {}", blocks.finished().len());
+        assert!(blocks.open().contains("Last <em>words</em>"), "{}", blocks.open());
+    }
+
+    #[test]
+    fn finished_blocks_are_kept_as_they_are() {
+        let mut blocks = MarkdownBlocks::default();
+        blocks.update("First paragraph.\n\nSecond");
+        assert_eq!(blocks.finished().len(), 1);
+        let first = blocks.finished()[0].clone();
+        blocks.update("First paragraph.\n\nSecond paragraph, longer.");
+        assert!(Rc::ptr_eq(&first, &blocks.finished()[0]), "not rendered again");
+        assert_eq!(&*blocks.open(), "<p>Second paragraph, longer.</p>\n");
+        // A fence left open holds everything after it in the open block.
+        blocks.update("First paragraph.\n\nSecond paragraph, longer.\n\n```\ncode\n\nstill code");
+        assert!(blocks.open().starts_with("<pre><code>code\n\nstill code"), "{}", blocks.open());
+    }
+
+    #[test]
+    fn a_rewritten_text_starts_over() {
+        let mut blocks = MarkdownBlocks::default();
+        blocks.update("One.\n\nTwo.\n\nThree");
+        blocks.update("Other.\n\nText");
+        assert_eq!(joined(&blocks), to_html("Other.\n\nText"));
+        blocks.update("");
+        assert!(blocks.finished().is_empty() && blocks.open().is_empty());
     }
 
     #[test]

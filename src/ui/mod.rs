@@ -5,6 +5,8 @@
 //! - [`app`]: [`launch`], the root component and the bridge coroutine.
 //! - [`chat`], [`settings`], [`notices`]: components; [`markdown`]: reply rendering.
 //! - [`qa`]: the `POCKETCHAT_QA_STATUS` file the end-to-end test reads.
+//! - [`pacer`]: engine events to the UI in frame-paced batches; [`meter`]: the reply's
+//!   speed as shown.
 
 pub mod app;
 pub mod chat;
@@ -12,8 +14,10 @@ mod clock;
 pub mod fmt;
 pub mod markdown;
 mod lifecycle;
+pub mod meter;
 mod monitor;
 pub mod notices;
+pub mod pacer;
 mod platform;
 pub mod qa;
 pub mod settings;

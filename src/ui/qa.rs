@@ -1,5 +1,5 @@
 //! The QA hook: when `POCKETCHAT_QA_STATUS` names a file, the app rewrites it as JSON
-//! after every engine event, so an end-to-end test driving the real window can read
+//! after every batch of engine events it shows (at most once a frame), so an end-to-end test driving the real window can read
 //! back what the user saw (replies finished, evictions, notices, errors).
 //!
 //! The file also carries the on-screen rectangles (CSS pixels, relative to the webview)
@@ -14,6 +14,7 @@ use std::rc::Rc;
 use dioxus::prelude::{spawn, try_consume_context, MountedData};
 use serde::Serialize;
 
+use super::meter::ReplyTiming;
 use super::state::QaStatus;
 
 /// The environment variable naming the status file.
@@ -35,6 +36,9 @@ struct QaFile<'a> {
     /// Seconds since the Unix epoch when written.
     written_at: f64,
     rects: &'a BTreeMap<String, QaRect>,
+    /// Every finished reply as the user saw it (first token after Send, tokens shown per
+    /// second), oldest first.
+    reply_timings: &'a [ReplyTiming],
 }
 
 #[derive(Default)]
@@ -42,6 +46,7 @@ struct Inner {
     status: Option<QaStatus>,
     rects: BTreeMap<String, QaRect>,
     mounted: BTreeMap<&'static str, Rc<MountedData>>,
+    replies: Vec<ReplyTiming>,
 }
 
 /// Writes the status file. Cheap to clone (shared inside the UI thread).
@@ -66,6 +71,11 @@ impl QaHook {
     pub fn report_status(&self, status: QaStatus) {
         self.inner.borrow_mut().status = Some(status);
         self.write();
+    }
+
+    /// Records a finished reply's timing (written with the next status).
+    pub fn report_reply(&self, timing: ReplyTiming) {
+        self.inner.borrow_mut().replies.push(timing);
     }
 
     /// Records where a control is on screen and rewrites the file.
@@ -108,13 +118,16 @@ impl QaHook {
             messages: 0,
             prompts: vec![],
             last_reply: None,
+            decode_tok_s: 0.0,
+            ttft_ms: 0.0,
+            compute_threads: 0,
         };
         let status = inner.status.as_ref().unwrap_or(&empty);
         let written_at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0);
-        let file = QaFile { status, written_at, rects: &inner.rects };
+        let file = QaFile { status, written_at, rects: &inner.rects, reply_timings: &inner.replies };
         match serde_json::to_vec_pretty(&file) {
             Ok(bytes) => {
                 if let Err(e) = write_atomically(&self.path, &bytes) {
@@ -156,11 +169,13 @@ mod tests {
         let path = dir.path().join("qa.json");
         let hook = QaHook::new(path.clone());
         hook.report_status(ChatState::new().qa_status());
+        hook.report_reply(ReplyTiming { tokens: 3, first_token_ms: 80.0, shown_tok_s: 110.0 });
         hook.report_rect("simulate_warning", QaRect { x: 10.0, y: 20.0, width: 100.0, height: 40.0 });
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         assert_eq!(v["replies_done"], 0);
         assert_eq!(v["generating"], false);
         assert_eq!(v["rects"]["simulate_warning"]["width"], 100.0);
+        assert_eq!(v["reply_timings"][0]["shown_tok_s"], 110.0);
         assert!(v["written_at"].as_f64().unwrap() > 0.0);
     }
 }

@@ -12,6 +12,7 @@ use crate::memory::RamTier;
 
 use super::app::send_command;
 use super::fmt::{format_bytes, format_ms, format_rate, percent};
+use super::meter::LiveFigures;
 use super::qa;
 use super::state::{ChatState, LogKind};
 
@@ -20,8 +21,9 @@ pub const SIMULATED_REASON: &str = "simulated from settings";
 
 #[component]
 pub fn SettingsPanel(state: ReadSignal<ChatState>, on_close: EventHandler<()>) -> Element {
-    let s = state.read();
-    let ready = s.is_ready();
+    let ready = use_memo(move || state.read().is_ready());
+    let ready = ready();
+    let last_error = use_memo(move || state.read().last_error.clone());
     rsx! {
         div { class: "sheet-backdrop", onclick: move |_| on_close.call(()) }
         aside { class: "settings", aria_label: "Settings",
@@ -55,7 +57,7 @@ pub fn SettingsPanel(state: ReadSignal<ChatState>, on_close: EventHandler<()>) -
                 DeviceSection { state }
                 ModelSection { state }
                 LogSection { state }
-                if let Some(error) = &s.last_error {
+                if let Some(error) = last_error() {
                     section { class: "panel-section",
                         h3 { "Last error" }
                         p { class: "last-error", "{error}" }
@@ -97,9 +99,15 @@ fn Meter(name: String, label: String, used: f64, total: f64, text: String) -> El
 
 #[component]
 fn ContextSection(state: ReadSignal<ChatState>) -> Element {
-    let s = state.read();
-    let Some(stats) = s.stats.clone() else {
-        let budget = s.policy.map(|p| p.token_budget.to_string()).unwrap_or_else(|| "—".into());
+    let figures = use_memo(move || {
+        let s = state.read();
+        (s.stats.clone(), s.policy)
+    });
+    // Refreshed a few times a second while a reply streams (see `app::bridge`).
+    let live = try_consume_context::<Signal<Option<LiveFigures>>>().and_then(|l| l());
+    let (stats, policy) = figures();
+    let Some(stats) = stats else {
+        let budget = policy.map(|p| p.token_budget.to_string()).unwrap_or_else(|| "—".into());
         return rsx! {
             section { class: "panel-section",
                 h3 { "Context" }
@@ -108,17 +116,22 @@ fn ContextSection(state: ReadSignal<ChatState>) -> Element {
             }
         };
     };
-    let budget = if stats.budget > 0 { stats.budget } else { s.policy.map(|p| p.token_budget).unwrap_or(0) };
-    let ceiling = if stats.ceiling_bytes > 0 { stats.ceiling_bytes } else { s.policy.map(|p| p.ceiling_bytes).unwrap_or(0) };
+    let budget = if stats.budget > 0 { stats.budget } else { policy.map(|p| p.token_budget).unwrap_or(0) };
+    let ceiling = if stats.ceiling_bytes > 0 { stats.ceiling_bytes } else { policy.map(|p| p.ceiling_bytes).unwrap_or(0) };
+    let context_tokens = live.map_or(stats.context_tokens, |l| l.context_tokens);
+    let (decode_label, decode_rate) = match live {
+        Some(l) => ("Shown now", l.reply_tok_s),
+        None => ("Decode", stats.decode_tok_s),
+    };
     rsx! {
         section { class: "panel-section",
             h3 { "Context" }
             Meter {
                 name: "tokens",
                 label: "Tokens in context",
-                used: stats.context_tokens as f64,
+                used: context_tokens as f64,
                 total: budget as f64,
-                text: "{stats.context_tokens} / {budget}",
+                text: "{context_tokens} / {budget}",
             }
             Meter {
                 name: "footprint",
@@ -141,7 +154,7 @@ fn ContextSection(state: ReadSignal<ChatState>) -> Element {
                 label: "Resident memory",
                 value: if stats.rss_bytes > 0 { format_bytes(stats.rss_bytes) } else { "—".to_string() },
             }
-            Figure { name: "decode", label: "Decode", value: format_rate(stats.decode_tok_s) }
+            Figure { name: "decode", label: decode_label.to_string(), value: format_rate(decode_rate) }
             Figure { name: "ttft", label: "First token", value: format_ms(stats.ttft_ms) }
             Figure {
                 name: "prefill",
@@ -154,8 +167,13 @@ fn ContextSection(state: ReadSignal<ChatState>) -> Element {
 
 #[component]
 fn DeviceSection(state: ReadSignal<ChatState>) -> Element {
-    let s = state.read();
-    let Some(report) = s.tier.clone() else {
+    let figures = use_memo(move || {
+        let s = state.read();
+        let threads = s.stats.as_ref().map(|s| (s.compute_threads, s.available_cores));
+        (s.tier.clone(), s.policy, threads)
+    });
+    let (tier, policy, threads) = figures();
+    let Some(report) = tier else {
         return rsx! {
             section { class: "panel-section",
                 h3 { "Device" }
@@ -164,7 +182,6 @@ fn DeviceSection(state: ReadSignal<ChatState>) -> Element {
         };
     };
     let selected = report.overridden.map(|t| t.id()).unwrap_or("auto");
-    let policy = s.policy;
     rsx! {
         section { class: "panel-section",
             h3 { "Device" }
@@ -192,6 +209,9 @@ fn DeviceSection(state: ReadSignal<ChatState>) -> Element {
             if report.overridden.is_some() {
                 p { class: "hint override-note", "Overridden for QA — detected {report.detected.label()}." }
             }
+            if let Some((threads, cores)) = threads.filter(|(t, _)| *t > 0) {
+                ThreadsRow { threads, cores }
+            }
             if let Some(p) = policy {
                 Figure { name: "policy", label: "Policy", value: format!("{} weights · {} tokens · {} ceiling", p.quant.label(), p.token_budget, format_bytes(p.ceiling_bytes)) }
             }
@@ -201,8 +221,8 @@ fn DeviceSection(state: ReadSignal<ChatState>) -> Element {
 
 #[component]
 fn ModelSection(state: ReadSignal<ChatState>) -> Element {
-    let s = state.read();
-    let Some(m) = s.model.clone() else {
+    let model = use_memo(move || state.read().model.clone());
+    let Some(m) = model() else {
         return rsx! {
             section { class: "panel-section",
                 h3 { "Model" }
@@ -233,21 +253,25 @@ fn ModelSection(state: ReadSignal<ChatState>) -> Element {
 
 #[component]
 fn LogSection(state: ReadSignal<ChatState>) -> Element {
-    let s = state.read();
+    let figures = use_memo(move || {
+        let s = state.read();
+        (s.log.clone(), s.last_save.clone())
+    });
+    let (log, last_save) = figures();
     rsx! {
         section { class: "panel-section",
             h3 { "Trims and evictions" }
-            if let Some(save) = &s.last_save {
+            if let Some(save) = &last_save {
                 div { class: "figure", "data-figure": "last-save", title: "{save.path}",
                     span { class: "figure-label", "Saved" }
                     span { class: "figure-value", "{format_bytes(save.bytes)} in {format_ms(save.ms)} at {save.time}" }
                 }
             }
-            if s.log.is_empty() {
+            if log.is_empty() {
                 p { class: "hint", "None yet." }
             } else {
                 ol { class: "event-log",
-                    for (i, entry) in s.log.iter().enumerate().rev() {
+                    for (i, entry) in log.iter().enumerate().rev() {
                         li {
                             key: "{i}",
                             class: match entry.kind {
@@ -258,6 +282,32 @@ fn LogSection(state: ReadSignal<ChatState>) -> Element {
                             time { "{entry.time}" }
                             span { "{entry.text}" }
                         }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The compute threads in use, with a selector to change them (the engine applies it
+/// from its next step; a reply in progress finishes on the old count).
+#[component]
+fn ThreadsRow(threads: usize, cores: usize) -> Element {
+    rsx! {
+        label { class: "figure select-row", r#for: "threads-override", "data-figure": "threads",
+            span { class: "figure-label", "Compute threads" }
+            select {
+                id: "threads-override",
+                class: "tier-select",
+                value: "{threads}",
+                onchange: move |e: FormEvent| {
+                    if let Ok(n) = e.value().parse::<usize>() {
+                        send_command(Command::SetThreads { threads: Some(n) });
+                    }
+                },
+                for n in 1..=cores.max(threads) {
+                    option { key: "{n}", value: "{n}", selected: n == threads,
+                        if n == 1 { "1 of {cores} cores" } else { "{n} of {cores} cores" }
                     }
                 }
             }

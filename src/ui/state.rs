@@ -261,6 +261,18 @@ impl ChatState {
         }
     }
 
+    /// The transcript line with this id.
+    pub fn entry(&self, id: u64) -> Option<&Entry> {
+        // Ids grow along the transcript (notices may sit just above the newest reply).
+        self.entries.iter().rev().find(|e| e.id() == id)
+    }
+
+    /// Tokens in the context, the reply being streamed included.
+    pub fn live_context_tokens(&self) -> usize {
+        let cached = self.stats.as_ref().map_or(0, |s| s.context_tokens);
+        cached + self.current_reply().map_or(0, |m| m.tokens)
+    }
+
     pub fn messages(&self) -> impl Iterator<Item = &Message> {
         self.entries.iter().filter_map(|e| match e {
             Entry::Message(m) => Some(m),
@@ -584,6 +596,9 @@ impl ChatState {
                 .filter(|m| m.role == Role::Assistant)
                 .last()
                 .map(|m| m.text.clone()),
+            decode_tok_s: self.stats.as_ref().map_or(0.0, |s| s.decode_tok_s),
+            ttft_ms: self.stats.as_ref().map_or(0.0, |s| s.ttft_ms),
+            compute_threads: self.stats.as_ref().map_or(0, |s| s.compute_threads),
         }
     }
 }
@@ -625,6 +640,11 @@ pub struct QaStatus {
     /// The user's messages as shown (the end-to-end test checks its typing arrived whole).
     pub prompts: Vec<String>,
     pub last_reply: Option<String>,
+    /// The engine's figures for the last reply: decode rate and first-token time (from
+    /// the engine receiving the prompt), and the compute threads it ran on.
+    pub decode_tok_s: f64,
+    pub ttft_ms: f64,
+    pub compute_threads: usize,
 }
 
 #[cfg(test)]

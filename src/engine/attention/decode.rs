@@ -20,7 +20,7 @@
 
 use super::{exp, for_each_unit, lanes, max, mul_add, prefetch, Dims, Kv};
 use half::f16;
-use crate::engine::qlinear::SendPtr;
+use crate::engine::pool::SendPtr;
 
 /// Cached positions per unit.
 const CHUNK: usize = 128;

@@ -98,10 +98,6 @@ impl<'a> Kv<'a> {
     }
 }
 
-/// Below this many multiply-adds in a call, one thread does it all (a pool hand-off costs
-/// more than it saves).
-const PAR_MIN_MACS: usize = 1 << 18;
-
 /// Sizes of one layer's attention: `n` new tokens after `pos` cached ones.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Dims {
@@ -118,12 +114,7 @@ pub(crate) struct Dims {
 
 /// Runs `f(unit)` for `units` units, on the pool when there is `macs` work enough for it.
 fn for_each_unit(units: usize, macs: usize, f: impl Fn(usize) + Sync) {
-    let pool = candle_core::utils::barrier_pool();
-    if macs < PAR_MIN_MACS || pool.n_workers() == 0 || units == 1 {
-        (0..units).for_each(f);
-    } else {
-        pool.execute_chunked(units, |range| range.for_each(&f));
-    }
+    crate::engine::pool::for_each_chunk(units, macs, |range| range.for_each(&f));
 }
 
 /// Independent partial results a fold keeps: one 512-bit register of f32.

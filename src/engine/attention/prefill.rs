@@ -25,7 +25,7 @@
 //! float rounding, not bit for bit; see the tests.
 
 use super::{exp, fold_lanes, for_each_unit, lanes, max, mul_add, Dims, Kv, LANES};
-use crate::engine::qlinear::SendPtr;
+use crate::engine::pool::SendPtr;
 
 /// New tokens per work unit.
 const TOKENS: usize = 16;

@@ -8,7 +8,7 @@
 //! ```text
 //! x (m x k, f32) --quantize each row once--> Q8_1 / Q8_0 rows  (ggml's rounding, bit-exact)
 //!                                               |
-//! W (n x k, Q4_1 / Q8_0) -- rows split across candle's barrier pool (large matmuls only)
+//! W (n x k, Q4_1 / Q8_0) -- rows split across the engine's pool (`engine::pool`, large matmuls only)
 //!                                               v
 //!        decode (m = 1): 4 weight rows share every activation load, each weight byte is
 //!                        read once;
@@ -48,6 +48,8 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Module, Result, Tensor};
 use std::cell::RefCell;
 use std::sync::Arc;
+
+use crate::engine::pool::{self, SendPtr};
 
 /// Which implementation a [`QLinear`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -259,9 +261,6 @@ impl std::fmt::Debug for QLinear {
     }
 }
 
-/// Matmuls below this many multiply-accumulates run on the calling thread: waking the pool
-/// costs more than it saves (a 576 x 576 decode step is ~330k MACs, ~10 us on one core).
-const PAR_MIN_MACS: usize = 256 * 1024;
 /// Weight rows per parallel work unit (a multiple of the tile sizes, 4 and 2).
 const UNIT_ROWS: usize = 16;
 /// Activation values below which the rows are quantized on the calling thread.
@@ -506,12 +505,7 @@ fn matmul_many(
                 u = end;
             }
         };
-        let pool = candle_core::utils::barrier_pool();
-        if m * k * total_rows < PAR_MIN_MACS || pool.n_workers() == 0 || total_units == 1 {
-            run(0..total_units);
-        } else {
-            pool.execute_chunked(total_units, run);
-        }
+        pool::for_each_chunk(total_units, m * k * total_rows, run);
     });
     Ok(())
 }
@@ -527,8 +521,7 @@ fn quantize_rows(
 ) {
     let m = x.len() / k;
     let nb = k / QK;
-    let pool = candle_core::utils::barrier_pool();
-    if x.len() < PAR_MIN_QUANT || m == 1 || pool.n_workers() == 0 {
+    if x.len() < PAR_MIN_QUANT || m == 1 {
         for ((x, qs), ds) in x
             .chunks_exact(k)
             .zip(qs.chunks_exact_mut(k))
@@ -539,7 +532,7 @@ fn quantize_rows(
         return;
     }
     let (qs_ptr, ds_ptr) = (SendPtr(qs.as_mut_ptr()), SendPtr(ds.as_mut_ptr()));
-    pool.execute_chunked(m, |rows| {
+    pool::global().run(m, |rows| {
         for i in rows {
             // SAFETY: row i's quants and scales are disjoint from every other row's.
             let (qs, ds) = unsafe {
@@ -551,18 +544,6 @@ fn quantize_rows(
             isa.quantize_row(&x[i * k..(i + 1) * k], qs, ds, with_sum);
         }
     });
-}
-
-/// A raw pointer the pool's workers may share; each writes a disjoint part.
-#[derive(Clone, Copy)]
-pub(crate) struct SendPtr<T>(pub(crate) *mut T);
-unsafe impl<T> Send for SendPtr<T> {}
-unsafe impl<T> Sync for SendPtr<T> {}
-impl<T> SendPtr<T> {
-    // a method, so closures capture the Sync wrapper and not its raw field
-    pub(crate) fn get(self) -> *mut T {
-        self.0
-    }
 }
 
 /// Runs `f` on this thread's reusable activation buffers (`qs_len` quants, `ds_len` scale
