@@ -23,8 +23,9 @@ fn options() -> Options {
 /// A reply's Markdown as HTML blocks, kept up to date as its text grows.
 ///
 /// ```text
-/// "Intro.\n\n- a\n- b\n\nMore te"   (text so far)
-///  └ finished ┘└ finished ┘└ open ┘    a block is finished once the next one starts
+/// "Intro.\n\n- a\n- b\n\nMore text.\nAnd mo"   (text so far)
+///  └──── finished ─────┘└───── open ─────┘   blocks before the last block whose
+///                                             first line is complete are finished
 /// ```
 ///
 /// Finished blocks are rendered once and never change (their `Rc` stays the same, so a
@@ -38,6 +39,15 @@ pub struct MarkdownBlocks {
     open: Rc<str>,
     /// The text the blocks were made from (to tell appends from rewrites).
     text: String,
+    /// The text defines link references: it is rendered as one block.
+    whole: bool,
+}
+
+/// Where the finished blocks of a text end.
+enum Split {
+    At(usize),
+    None,
+    Never,
 }
 
 impl MarkdownBlocks {
@@ -52,11 +62,22 @@ impl MarkdownBlocks {
         }
         self.text.clear();
         self.text.push_str(text);
-        let tail = &text[self.finished_len..];
-        // A block is finished when the parser has started another one after it.
-        if let Some(last_start) = top_level_block_starts(tail).last().copied().filter(|&s| s > 0) {
-            self.finished.push(Rc::from(to_html(&tail[..last_start])));
-            self.finished_len += last_start;
+        if !self.whole {
+            let tail = &text[self.finished_len..];
+            match finished_prefix(tail) {
+                Split::At(cut) => {
+                    self.finished.push(Rc::from(to_html(&tail[..cut])));
+                    self.finished_len += cut;
+                }
+                Split::None => {}
+                // A definition applies to links anywhere in the text, finished blocks
+                // included: this text is rendered whole from now on.
+                Split::Never => {
+                    self.whole = true;
+                    self.finished.clear();
+                    self.finished_len = 0;
+                }
+            }
         }
         self.open = Rc::from(to_html(&text[self.finished_len..]));
     }
@@ -72,11 +93,30 @@ impl MarkdownBlocks {
     }
 }
 
-/// Byte offsets in `markdown` where its top-level blocks start.
-fn top_level_block_starts(markdown: &str) -> Vec<usize> {
+/// How many bytes at the start of `markdown` hold blocks that no text appended later can
+/// change (`Never` when links anywhere may depend on its definitions): everything before the line on which the last top-level block starts, when
+/// that line is complete. (An incomplete line can still turn out to continue the block
+/// before it: `2` becomes the list item `2. b`, `|` a table row.)
+fn finished_prefix(markdown: &str) -> Split {
+    let (starts, defines_references) = top_level_block_starts(markdown);
+    if defines_references {
+        return Split::Never;
+    }
+    let Some(start) = starts.into_iter().rev().find(|&s| markdown[s..].contains('\n')) else { return Split::None };
+    // Back to the start of the line: an indented code block starts after its indent.
+    match markdown[..start].rfind('\n') {
+        Some(i) => Split::At(i + 1),
+        None => Split::None,
+    }
+}
+
+/// Byte offsets in `markdown` where its top-level blocks start, and whether it defines
+/// link references (`[name]: url`).
+fn top_level_block_starts(markdown: &str) -> (Vec<usize>, bool) {
     let mut starts = Vec::new();
     let mut depth = 0usize;
-    for (event, range) in Parser::new_ext(markdown, options()).into_offset_iter() {
+    let mut events = Parser::new_ext(markdown, options()).into_offset_iter();
+    for (event, range) in events.by_ref() {
         match event {
             Event::Start(_) => {
                 if depth == 0 {
@@ -90,7 +130,8 @@ fn top_level_block_starts(markdown: &str) -> Vec<usize> {
             _ => {}
         }
     }
-    starts
+    let defines_references = events.reference_definitions().iter().next().is_some();
+    (starts, defines_references)
 }
 
 /// Renders `markdown` to safe HTML.
@@ -193,9 +234,18 @@ mod tests {
         html
     }
 
-    const REPLY: &str = "# Tips\n\nSleep **well**:\n\n1. Keep a schedule.\n2. Avoid screens.\n\n\
+    const REPLY: &str = "# Tips\n\nSleep **well**:\n\n1. Keep a schedule.\n2. Avoid screens.\n\n3. Loose item.\n\n\
         ```sh\necho one\n\necho two\n```\n\n---\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n\
         > quoted\n> lines\n\n    indented code\n\n    more code\n\nLast *words* — ünïcödé 😀.";
+
+    /// Texts whose later lines change how earlier ones parse.
+    const TRICKY: &[&str] = &[
+        "Title\n=====\n\nSub\n---\ntext",
+        "- a\n  - nested\n\n  continued\n- b\n\n10. ten\n11. eleven\n\n12\n",
+        "<!-- a comment\n\nstill the comment -->\n\n<div>\nraw\n</div>\n\nafter",
+        "para\n| h |\n|---|\n| r |\n\n> q\nlazy\n\n~~~\nfence\n~~~~\n\n***\n* item",
+        "[ref]: https://x.org\n\nsee [ref] and [the site](https://y.org)\n\n1) one\n\n2) two",
+    ];
 
     #[test]
     fn streamed_blocks_render_what_the_whole_text_renders() {
@@ -203,6 +253,9 @@ mod tests {
         for step in [1, 2, 3, 7, 16, 1000] {
             let blocks = streamed(REPLY, step);
             assert_eq!(joined(&blocks), whole, "step {step}");
+            for text in TRICKY {
+                assert_eq!(joined(&streamed(text, step)), to_html(text), "step {step}: {text:?}");
+            }
         }
         let blocks = streamed(REPLY, 3);
         assert!(blocks.finished().len() >= 5, "finished blocks are kept: {}", blocks.finished().len());
@@ -213,13 +266,15 @@ mod tests {
     fn finished_blocks_are_kept_as_they_are() {
         let mut blocks = MarkdownBlocks::default();
         blocks.update("First paragraph.\n\nSecond");
+        assert!(blocks.finished().is_empty(), "the new block's first line may still change");
+        blocks.update("First paragraph.\n\nSecond paragraph,\nlonger");
         assert_eq!(blocks.finished().len(), 1);
         let first = blocks.finished()[0].clone();
-        blocks.update("First paragraph.\n\nSecond paragraph, longer.");
+        blocks.update("First paragraph.\n\nSecond paragraph,\nlonger still.");
         assert!(Rc::ptr_eq(&first, &blocks.finished()[0]), "not rendered again");
-        assert_eq!(&*blocks.open(), "<p>Second paragraph, longer.</p>\n");
+        assert_eq!(&**blocks.open(), "<p>Second paragraph,<br />\nlonger still.</p>\n");
         // A fence left open holds everything after it in the open block.
-        blocks.update("First paragraph.\n\nSecond paragraph, longer.\n\n```\ncode\n\nstill code");
+        blocks.update("First paragraph.\n\nSecond paragraph,\nlonger still.\n\n```\ncode\n\nstill code");
         assert!(blocks.open().starts_with("<pre><code>code\n\nstill code"), "{}", blocks.open());
     }
 
