@@ -452,7 +452,8 @@ fn the_window_streams_what_the_engine_writes_and_reports_its_speed() {
     let app = |pid: u32, _: &str| pid == app_pid;
     let (web0, app0, t0) = (cpu_seconds(web), cpu_seconds(app), Instant::now());
     let status = run.wait_for("the reply to finish", Duration::from_secs(240), |s| {
-        s["replies_done"].as_u64() >= Some(1) && s["generating"] == false
+        // The engine's figures for the reply come just after it ends.
+        s["replies_done"].as_u64() >= Some(1) && s["generating"] == false && s["decode_tok_s"].as_f64() > Some(0.0)
     });
     let wall = t0.elapsed().as_secs_f64();
     let (web_cores, app_cores) = ((cpu_seconds(web) - web0) / wall, (cpu_seconds(app) - app0) / wall);

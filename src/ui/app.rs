@@ -89,6 +89,8 @@ pub fn index_html() -> String {
 /// With `ui` alone (no renderer) it logs an error and returns.
 pub fn launch(mut config: EngineConfig) {
     config.model_path = resolve_model_path(config.model_path);
+    #[cfg(all(feature = "desktop", target_os = "linux"))]
+    paint_on_the_cpu_without_a_gpu();
     #[cfg(feature = "desktop")]
     let builder = dioxus::LaunchBuilder::desktop().with_cfg(desktop_config());
     #[cfg(all(feature = "mobile", not(feature = "desktop")))]
@@ -99,6 +101,24 @@ pub fn launch(mut config: EngineConfig) {
     {
         let _ = LaunchConfig(config);
         tracing::error!("this build has no renderer: enable the `desktop` or `mobile` feature");
+    }
+}
+
+/// WebKitGTK composites the page with OpenGL. Without a GPU (no `/dev/dri` render node:
+/// a VM, a remote desktop, Xvfb) that OpenGL is Mesa's llvmpipe on the CPU, which
+/// re-composites the whole window at every change: while a reply streamed it took more
+/// than one of two cores and halved the engine's speed. WebKit's own CPU painting
+/// repaints only what changed. A value the user set is kept.
+#[cfg(all(feature = "desktop", target_os = "linux"))]
+fn paint_on_the_cpu_without_a_gpu() {
+    const VAR: &str = "WEBKIT_DISABLE_COMPOSITING_MODE";
+    let has_render_node = std::fs::read_dir("/dev/dri")
+        .map(|dir| dir.flatten().any(|e| e.file_name().to_string_lossy().starts_with("renderD")))
+        .unwrap_or(false);
+    if std::env::var_os(VAR).is_none() && !has_render_node {
+        tracing::info!("no GPU render node: the web view paints on the CPU ({VAR}=1)");
+        // Called before the web view and any other thread start.
+        std::env::set_var(VAR, "1");
     }
 }
 
