@@ -155,6 +155,7 @@ fn main() -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    tame_candle_pool();
     let mut raw = std::env::args().skip(1).peekable();
     let sub = match raw.peek() {
         Some(w) if !w.starts_with("--") => raw.next().unwrap_or_default(),
@@ -183,6 +184,26 @@ fn main() -> Result<()> {
             Ok(())
         }
         other => bail!("unknown command {other:?}\n\n{USAGE}"),
+    }
+}
+
+/// candle's own thread pool (its larger element-wise ops during a prefill, and its
+/// kernels for quant types ours do not cover) sits beside the engine's pool
+/// (`engine::pool`). Its size comes from `RAYON_NUM_THREADS`: a value above the cores
+/// available is lowered to them, as more threads than cores stall it whenever a core is
+/// busy. Its idle workers spin 25,000 times before they park, taking a core from the
+/// engine's pool between candle's ops; unless `CANDLE_BARRIER_POOL_SPIN_LIMIT` says
+/// otherwise they spin a few microseconds. Runs first in `main`, before any other thread
+/// exists.
+fn tame_candle_pool() {
+    let cores = pocketchat::engine::pool::available_cores();
+    for var in ["RAYON_NUM_THREADS", "CANDLE_NUM_THREADS"] {
+        if std::env::var(var).ok().and_then(|v| v.parse::<usize>().ok()).is_some_and(|n| n > cores) {
+            std::env::set_var(var, cores.to_string());
+        }
+    }
+    if std::env::var_os("CANDLE_BARRIER_POOL_SPIN_LIMIT").is_none() {
+        std::env::set_var("CANDLE_BARRIER_POOL_SPIN_LIMIT", "2000");
     }
 }
 
@@ -370,7 +391,11 @@ fn tokenize(args: &Args) -> Result<()> {
 /// State, timing the first token of each.
 fn bench(args: &Args) -> Result<()> {
     let pool = pocketchat::engine::pool::global();
-    let threads = pool.set_threads(args.threads()?.unwrap_or_else(pocketchat::engine::pool::available_cores));
+    let asked = args.threads()?.unwrap_or_else(pocketchat::engine::pool::available_cores);
+    let threads = pool.set_threads(asked);
+    if threads < asked {
+        eprintln!("[{asked} threads asked for; {threads}, the cores available, are used]");
+    }
     // candle's own kernels (the larger element-wise ops of a prefill) get the same count;
     // set before candle builds its pool.
     std::env::set_var("RAYON_NUM_THREADS", threads.to_string());

@@ -367,11 +367,12 @@ struct CliReply {
     ttft_ms: f64,
 }
 
-/// Runs the terminal chat on `prompt` (its default threads, greedy, `max_tokens`).
+/// Runs the terminal chat on `prompt` (its default threads, greedy, `max_tokens`), on the
+/// weights the app loads for this machine's tier (`--follow-policy-quant`, as `app` does).
 fn cli_reply(model: &Path, prompt: &str, max_tokens: &str) -> CliReply {
     use std::io::Write;
     let mut child = Command::new(env!("CARGO_BIN_EXE_pocketchat"))
-        .args(["chat", "--stats", "--max-tokens", max_tokens, "--model"])
+        .args(["chat", "--stats", "--follow-policy-quant", "--max-tokens", max_tokens, "--model"])
         .arg(model)
         .env_remove("POCKETCHAT_THREADS")
         .stdin(Stdio::piped())

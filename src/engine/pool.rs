@@ -17,6 +17,11 @@
 //!   the caller waits for stragglers the same way. Nobody spins forever.
 //! - **Never more threads than cores.** [`Pool::set_threads`] caps the count at
 //!   [`available_cores`]; on Apple devices that is the performance cores only.
+//! - **Back off when the cores are shared.** A worker descheduled in the middle of a chunk
+//!   still makes the caller wait for it, a whole time slice. When such waits take more
+//!   than [`MAX_STALL_SHARE`] of the time, the pool runs on one worker fewer for
+//!   [`BACKOFF`], then tries the full count again ([`Contention`]). With one of two
+//!   cores kept busy, two threads decoded slower than one before this; now they do not.
 //!
 //! The thread count can change at any time (the app's settings panel does so); workers
 //! beyond the count stay parked.
@@ -35,6 +40,13 @@ const CALLER_SPIN: Duration = Duration::from_micros(20);
 /// Chunks per thread a job is cut into: enough for a fast thread to take over a slow
 /// one's share, few enough that the shared cursor is not contended.
 const CHUNKS_PER_THREAD: usize = 8;
+
+/// Straggler waits beyond this share of the time make the pool use one worker fewer.
+const MAX_STALL_SHARE: f64 = 0.10;
+/// How often the straggler waits are weighed.
+const CONTENTION_WINDOW: Duration = Duration::from_millis(100);
+/// How long the pool runs with fewer workers before it tries the full count again.
+const BACKOFF: Duration = Duration::from_secs(2);
 
 /// Below this many multiply-adds a call runs on the calling thread: waking the pool costs
 /// more than it saves (a 576 x 576 decode matmul is ~330k, ~10 us on one core).
@@ -125,8 +137,10 @@ struct Shared {
     state: AtomicU64,
     cursor: AtomicUsize,
     job: UnsafeCell<Job>,
-    /// Workers allowed to join jobs (the thread count minus the caller).
+    /// Workers configured (the thread count minus the caller).
     enabled: AtomicUsize,
+    /// Workers that may join the current job (fewer than `enabled` while backing off).
+    joinable: AtomicUsize,
     /// Per worker: it is parked (or about to park) and needs an unpark for the next job.
     sleeping: Box<[AtomicBool]>,
     panic: Mutex<Option<Box<dyn std::any::Any + Send>>>,
@@ -141,7 +155,7 @@ unsafe impl Send for Shared {}
 pub struct Pool {
     shared: Arc<Shared>,
     /// Serializes callers; holds the handles of the workers spawned so far.
-    workers: Mutex<Vec<Thread>>,
+    callers: Mutex<Callers>,
     /// Most workers this pool may have (cores - 1).
     max_workers: usize,
 }
@@ -155,10 +169,12 @@ impl Pool {
             cursor: AtomicUsize::new(0),
             job: UnsafeCell::new(Job { run: noop, data: std::ptr::null(), items: 0, chunk: 1, caller: None }),
             enabled: AtomicUsize::new(0),
+            joinable: AtomicUsize::new(0),
             sleeping: (0..max_workers).map(|_| AtomicBool::new(false)).collect(),
             panic: Mutex::new(None),
         });
-        let pool = Pool { shared, workers: Mutex::new(Vec::new()), max_workers };
+        let callers = Mutex::new(Callers { workers: Vec::new(), contention: Contention::default() });
+        let pool = Pool { shared, callers, max_workers };
         pool.set_threads(cores);
         pool
     }
@@ -172,7 +188,9 @@ impl Pool {
     /// made for; returns the count in force.
     pub fn set_threads(&self, threads: usize) -> usize {
         let wanted = threads.clamp(1, self.max_workers + 1) - 1;
-        let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut callers = self.callers.lock().unwrap_or_else(|e| e.into_inner());
+        callers.contention = Contention::default();
+        let workers = &mut callers.workers;
         while workers.len() < wanted {
             let tid = workers.len();
             let shared = self.shared.clone();
@@ -198,14 +216,15 @@ impl Pool {
         if IN_JOB.with(Cell::get) {
             return f(0..items);
         }
-        let workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
-        let enabled = self.shared.enabled.load(Ordering::Relaxed).min(workers.len());
-        if enabled == 0 || items == 1 {
-            drop(workers);
+        let mut callers = self.callers.lock().unwrap_or_else(|e| e.into_inner());
+        let enabled = self.shared.enabled.load(Ordering::Relaxed).min(callers.workers.len());
+        let joinable = callers.contention.workers(enabled, Instant::now());
+        if joinable == 0 || items == 1 {
+            drop(callers);
             return f(0..items);
         }
         let shared = &*self.shared;
-        let chunk = items.div_ceil((enabled + 1) * CHUNKS_PER_THREAD).max(1);
+        let chunk = items.div_ceil((joinable + 1) * CHUNKS_PER_THREAD).max(1);
         // SAFETY: the previous job is closed and its workers have left (the guard of the
         // previous call waited for that), so nobody reads `job` now.
         unsafe {
@@ -218,24 +237,80 @@ impl Pool {
             };
         }
         shared.cursor.store(0, Ordering::Relaxed);
+        shared.joinable.store(joinable, Ordering::Relaxed);
         let next_gen = (shared.state.load(Ordering::Relaxed) & GEN).wrapping_add(GEN_ONE) & GEN;
         // Open the job (Release: the job and the cursor are visible to whoever joins).
         shared.state.store(next_gen | OPEN, Ordering::SeqCst);
-        for (tid, handle) in workers.iter().enumerate().take(enabled) {
+        for (tid, handle) in callers.workers.iter().enumerate().take(joinable) {
             if shared.sleeping[tid].load(Ordering::SeqCst) {
                 handle.unpark();
             }
         }
         // Closes the job and waits for joined workers, also when `f` panics here.
-        let _close = CloseOnDrop(shared);
+        let close = CloseOnDrop { shared, armed: true };
         IN_JOB.with(|c| c.set(true));
-        take_chunks(shared);
-        IN_JOB.with(|c| c.set(false));
-        drop(_close);
-        drop(workers);
+        let busy = Instant::now();
+        let taken = take_chunks(shared);
+        let busy = busy.elapsed();
+        let waited = close.finish();
+        // A chunk's time is what a worker that was running may legitimately keep us
+        // waiting; the rest is a worker that was not running.
+        let stalled = waited.saturating_sub(busy / taken.max(1) as u32);
+        if callers.contention.record(stalled, Instant::now(), enabled) {
+            tracing::debug!("compute threads stalled on a busy core; one fewer for {BACKOFF:?}");
+        }
+        drop(callers);
         if let Some(payload) = shared.panic.lock().unwrap_or_else(|e| e.into_inner()).take() {
             std::panic::resume_unwind(payload);
         }
+    }
+}
+
+/// What callers share under the pool's lock.
+struct Callers {
+    workers: Vec<Thread>,
+    contention: Contention,
+}
+
+/// Weighs the time callers spend waiting for workers that were not running, and lowers
+/// the worker count for a while when it is too much (see the module docs).
+#[derive(Debug, Default)]
+struct Contention {
+    window_start: Option<Instant>,
+    stalled: Duration,
+    /// Workers left out until `until`.
+    fewer: usize,
+    until: Option<Instant>,
+}
+
+impl Contention {
+    /// Workers a job may use now, of `enabled`.
+    fn workers(&mut self, enabled: usize, now: Instant) -> usize {
+        if self.until.is_some_and(|until| now >= until) {
+            self.fewer = 0;
+            self.until = None;
+        }
+        enabled.saturating_sub(self.fewer)
+    }
+
+    /// A job ended at `now` after waiting `stalled` for descheduled workers; returns true
+    /// when this makes the pool use one worker fewer.
+    fn record(&mut self, stalled: Duration, now: Instant, enabled: usize) -> bool {
+        let start = *self.window_start.get_or_insert(now);
+        self.stalled += stalled;
+        let elapsed = now.saturating_duration_since(start);
+        if elapsed < CONTENTION_WINDOW {
+            return false;
+        }
+        let too_much = self.stalled.as_secs_f64() > MAX_STALL_SHARE * elapsed.as_secs_f64();
+        self.window_start = Some(now);
+        self.stalled = Duration::ZERO;
+        if too_much && self.fewer < enabled {
+            self.fewer += 1;
+            self.until = Some(now + BACKOFF);
+            return true;
+        }
+        false
     }
 }
 
@@ -243,37 +318,55 @@ impl Drop for Pool {
     fn drop(&mut self) {
         // Workers of a dropped pool (tests make their own) stop at their next wake-up.
         self.shared.enabled.store(0, Ordering::SeqCst);
+        self.shared.joinable.store(0, Ordering::SeqCst);
         self.shared.state.fetch_or(STOP, Ordering::SeqCst);
-        for handle in self.workers.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        for handle in self.callers.lock().unwrap_or_else(|e| e.into_inner()).workers.iter() {
             handle.unpark();
         }
     }
 }
 
-struct CloseOnDrop<'a>(&'a Shared);
+struct CloseOnDrop<'a> {
+    shared: &'a Shared,
+    armed: bool,
+}
+
+impl CloseOnDrop<'_> {
+    /// Closes the job and waits for the workers that joined it; returns how long.
+    fn finish(mut self) -> Duration {
+        self.armed = false;
+        close_and_wait(self.shared)
+    }
+}
 
 impl Drop for CloseOnDrop<'_> {
     fn drop(&mut self) {
-        let shared = self.0;
-        IN_JOB.with(|c| c.set(false));
-        if std::thread::panicking() {
-            // The caller's own panic wins; a worker's would be stale at the next job.
-            shared.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
-        }
-        let state = shared.state.fetch_and(!OPEN, Ordering::SeqCst) & !OPEN;
-        if state & JOINED == 0 {
-            return;
-        }
-        let started = Instant::now();
-        while shared.state.load(Ordering::Acquire) & JOINED != 0 {
-            if started.elapsed() < CALLER_SPIN {
-                std::hint::spin_loop();
-            } else {
-                // The last worker to leave unparks us; the timeout is only a safety net.
-                std::thread::park_timeout(Duration::from_millis(1));
+        if self.armed {
+            if std::thread::panicking() {
+                // The caller's own panic wins; a worker's would be stale at the next job.
+                self.shared.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
             }
+            close_and_wait(self.shared);
         }
     }
+}
+
+fn close_and_wait(shared: &Shared) -> Duration {
+    IN_JOB.with(|c| c.set(false));
+    let state = shared.state.fetch_and(!OPEN, Ordering::SeqCst) & !OPEN;
+    let started = Instant::now();
+    if state & JOINED == 0 {
+        return Duration::ZERO;
+    }
+    while shared.state.load(Ordering::Acquire) & JOINED != 0 {
+        if started.elapsed() < CALLER_SPIN {
+            std::hint::spin_loop();
+        } else {
+            // The last worker to leave unparks us; the timeout is only a safety net.
+            std::thread::park_timeout(Duration::from_millis(1));
+        }
+    }
+    started.elapsed()
 }
 
 unsafe fn trampoline<F: Fn(Range<usize>)>(data: *const (), range: Range<usize>) {
@@ -284,14 +377,16 @@ unsafe fn noop(_: *const (), _: Range<usize>) {}
 
 /// Takes chunks from the cursor until it runs out. Called by the caller and by workers
 /// that joined the job, so `job` is stable meanwhile.
-fn take_chunks(shared: &Shared) {
+fn take_chunks(shared: &Shared) -> usize {
     // SAFETY: see the callers: the job is live and not being rewritten.
     let job = unsafe { &*shared.job.get() };
+    let mut taken = 0;
     loop {
         let start = shared.cursor.fetch_add(job.chunk, Ordering::Relaxed);
         if start >= job.items {
-            break;
+            return taken;
         }
+        taken += 1;
         // SAFETY: `data` points at the caller's `F`, alive until the job is closed and
         // every joined worker has left.
         unsafe { (job.run)(job.data, start..job.items.min(start + job.chunk)) };
@@ -311,7 +406,9 @@ fn worker(shared: Arc<Shared>, tid: usize) {
         seen_gen = state & GEN;
         // SAFETY: joined, so the job stays as it is until we leave.
         let caller = unsafe { (*shared.job.get()).caller.clone() };
-        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| take_chunks(&shared))) {
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            take_chunks(&shared);
+        })) {
             shared.panic.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(payload);
         }
         let before = shared.state.fetch_sub(1, Ordering::AcqRel);
@@ -327,7 +424,7 @@ fn worker(shared: Arc<Shared>, tid: usize) {
 /// the state word seen, or `None` when the pool is gone.
 fn wait_for_job(shared: &Shared, tid: usize, seen_gen: u64) -> Option<u64> {
     let ready = |state: u64| {
-        state & OPEN != 0 && state & GEN != seen_gen && tid < shared.enabled.load(Ordering::Relaxed)
+        state & OPEN != 0 && state & GEN != seen_gen && tid < shared.joinable.load(Ordering::Relaxed)
     };
     let mut started = Instant::now();
     let mut spins = 0u32;
@@ -433,6 +530,27 @@ mod tests {
         }));
         assert!(caught.is_err());
         assert!(counts(&pool, 500).iter().all(|&c| c == 1));
+    }
+
+    #[test]
+    fn long_stalls_cost_a_worker_for_a_while() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut c = Contention::default();
+        assert_eq!(c.workers(1, t0), 1);
+        // Short waits (a chunk finishing) never add up to a tenth of the time.
+        for i in 0..200 {
+            assert!(!c.record(Duration::from_micros(5), t0 + Duration::from_micros(500 * i), 1));
+        }
+        assert_eq!(c.workers(1, ms(100)), 1);
+        // 3 ms stalls every 10 ms: a worker fewer, until the back-off ends.
+        let mut backed_off = false;
+        for i in 1..=20 {
+            backed_off |= c.record(Duration::from_millis(3), ms(100 + 10 * i), 1);
+        }
+        assert!(backed_off);
+        assert_eq!(c.workers(1, ms(400)), 0);
+        assert_eq!(c.workers(1, ms(300) + BACKOFF), 1, "then the full count is tried again");
     }
 
     #[test]

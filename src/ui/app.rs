@@ -19,7 +19,7 @@ use dioxus::prelude::*;
 use futures::stream::Fuse;
 use futures::{FutureExt, StreamExt};
 
-use crate::engine::{Command, Engine, EngineConfig, EngineError, EngineEvent, EngineEvents, EngineHandle};
+use crate::engine::{Command, Engine, EngineConfig, EngineError, EngineEvent, EngineHandle};
 
 use super::chat::ChatView;
 use super::clock::now_label;
@@ -223,7 +223,7 @@ async fn bridge(
     qa: Option<QaHook>,
 ) {
     state.write().restore_available = config.state_file.is_some();
-    let (engine, events): (EngineHandle, EngineEvents) = Engine::spawn(config);
+    let (engine, events) = Engine::spawn(config);
     let mut link = EngineLink { handle: engine.clone(), events: Some(pacer::pace(events, FRAME).fuse()) };
     let mut meter = ReplyMeter::default();
     let mut live_at = Instant::now();
@@ -279,14 +279,7 @@ async fn bridge(
                         s.apply_at(EngineEvent::Failed { error: EngineError::EngineGone }, &now);
                     }
                 }
-                let streaming = state.peek().current_reply().is_some();
-                if !streaming && live.peek().is_some() {
-                    live.set(None);
-                } else if streaming && (live.peek().is_none() || shown_at - live_at >= LIVE_FIGURES_EVERY) {
-                    live_at = shown_at;
-                    let context_tokens = state.peek().live_context_tokens();
-                    live.set(Some(LiveFigures { context_tokens, reply_tokens: meter.tokens(), reply_tok_s: meter.rate() }));
-                }
+                refresh_live_figures(&mut live, &mut live_at, shown_at, &state.peek(), &meter);
                 if let Some(qa) = &qa {
                     if let Some(timing) = finished {
                         qa.report_reply(timing);
@@ -301,6 +294,28 @@ async fn bridge(
                 }
             }
         }
+    }
+}
+
+/// Updates the settings panel's live figures at most every [`LIVE_FIGURES_EVERY`] while a
+/// reply streams, and clears them when it ends.
+fn refresh_live_figures(
+    live: &mut Signal<Option<LiveFigures>>,
+    last: &mut Instant,
+    now: Instant,
+    state: &ChatState,
+    meter: &ReplyMeter,
+) {
+    let streaming = state.current_reply().is_some();
+    let shown = live.peek().is_some();
+    if !streaming {
+        if shown {
+            live.set(None);
+        }
+    } else if !shown || now - *last >= LIVE_FIGURES_EVERY {
+        *last = now;
+        let context_tokens = state.live_context_tokens();
+        live.set(Some(LiveFigures { context_tokens, reply_tokens: meter.tokens(), reply_tok_s: meter.rate() }));
     }
 }
 
