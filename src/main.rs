@@ -116,9 +116,7 @@ impl Args {
         };
         Ok(c)
     }
-}
 
-impl Args {
     /// `--threads T`, else `POCKETCHAT_THREADS`.
     fn threads(&self) -> Result<Option<usize>> {
         let value = self.value("--threads").map(str::to_owned).or_else(|| std::env::var("POCKETCHAT_THREADS").ok());

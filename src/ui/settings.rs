@@ -306,9 +306,7 @@ fn ThreadsRow(threads: usize, cores: usize) -> Element {
                     }
                 },
                 for n in 1..=cores.max(threads) {
-                    option { key: "{n}", value: "{n}", selected: n == threads,
-                        if n == 1 { "1 of {cores} cores" } else { "{n} of {cores} cores" }
-                    }
+                    option { key: "{n}", value: "{n}", selected: n == threads, "{n} of {cores} cores" }
                 }
             }
         }
