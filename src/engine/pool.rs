@@ -437,7 +437,7 @@ fn wait_for_job(shared: &Shared, tid: usize, seen_gen: u64) -> Option<u64> {
             return Some(state);
         }
         spins = spins.wrapping_add(1);
-        if spins % 64 != 0 || started.elapsed() < WORKER_SPIN {
+        if !spins.is_multiple_of(64) || started.elapsed() < WORKER_SPIN {
             std::hint::spin_loop();
             continue;
         }
