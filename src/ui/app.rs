@@ -320,7 +320,7 @@ fn refresh_live_figures(
     } else if !shown || now - *last >= LIVE_FIGURES_EVERY {
         *last = now;
         let context_tokens = state.live_context_tokens();
-        live.set(Some(LiveFigures { context_tokens, reply_tokens: meter.tokens(), reply_tok_s: meter.rate() }));
+        live.set(Some(LiveFigures { context_tokens, reply_tok_s: meter.rate() }));
     }
 }
 

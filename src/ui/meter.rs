@@ -15,7 +15,6 @@ use crate::engine::EngineEvent;
 pub struct LiveFigures {
     /// Tokens in the context, the streaming reply's included.
     pub context_tokens: usize,
-    pub reply_tokens: usize,
     /// Tokens shown per second so far.
     pub reply_tok_s: f64,
 }
