@@ -1,6 +1,7 @@
 //! The QA hook: when `POCKETCHAT_QA_STATUS` names a file, the app rewrites it as JSON
-//! after every batch of engine events it shows (at most once a frame), so an end-to-end test driving the real window can read
-//! back what the user saw (replies finished, evictions, notices, errors).
+//! after every batch of engine events it shows (at most once a frame), so an end-to-end
+//! test driving the real window can read back what the user saw (replies finished,
+//! evictions, notices, errors, each reply's first token and streaming rate).
 //!
 //! The file also carries the on-screen rectangles (CSS pixels, relative to the webview)
 //! of the controls a test clicks, measured when they mount, so the test does not depend
