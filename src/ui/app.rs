@@ -247,6 +247,9 @@ async fn bridge(
                         continue;
                     }
                     meter.sent(Instant::now());
+                    if let Some(qa) = &qa {
+                        qa.watch_first_paint();
+                    }
                 }
                 if let Err(error) = engine.send(command) {
                     state.write().apply_at(EngineEvent::Failed { error }, &now_label());
@@ -288,6 +291,7 @@ async fn bridge(
                 if let Some(qa) = &qa {
                     if let Some(timing) = finished {
                         qa.report_reply(timing);
+                        qa.watch_last_paint();
                     }
                     qa.report_status(state.peek().qa_status());
                     if relayout {

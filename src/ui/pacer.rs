@@ -3,9 +3,10 @@
 //! The engine emits a `Token` event per token, a hundred or more a second; a webview
 //! that re-renders at each one spends more than a core on it and slows the engine down
 //! in turn. [`pace`] moves the engine's events to a thread of their own that hands them
-//! to the UI in batches, at most one batch per frame ([`FRAME`]). Nothing is dropped or
-//! reordered, the engine never waits, and the first event after a quiet spell (the first
-//! token of a reply, a Stop being answered) goes out at once.
+//! to the UI in batches: tokens at most one batch per frame ([`FRAME`]), other events (a
+//! reply's start and end, figures, notices: a few per reply) at once. Nothing is dropped
+//! or reordered, the engine never waits, and the first token after a quiet spell goes out
+//! at once — also when the prefill's figures went out just before it.
 
 use std::time::{Duration, Instant};
 
@@ -18,31 +19,38 @@ use crate::engine::{EngineEvent, EngineEvents};
 /// half the webview's work of 60 Hz).
 pub const FRAME: Duration = Duration::from_millis(33);
 
-/// Decides when a batch may go out: at most one per `frame`.
+/// Decides when a batch may go out: one with tokens at most once per `frame`, others at
+/// once.
 #[derive(Debug, Clone)]
 pub struct FramePacer {
     frame: Duration,
-    last_flush: Option<Instant>,
+    last_tokens: Option<Instant>,
 }
 
 impl FramePacer {
     pub fn new(frame: Duration) -> FramePacer {
-        FramePacer { frame, last_flush: None }
+        FramePacer { frame, last_tokens: None }
     }
 
-    /// When events that arrived at `now` may be shown: at once when a frame has passed
-    /// since the last batch, else when it will have.
-    pub fn due(&self, now: Instant) -> Instant {
-        match self.last_flush {
-            Some(last) if now < last + self.frame => last + self.frame,
+    /// When a batch that starts with `first`, arriving at `now`, may be shown: a token
+    /// once a frame has passed since the last batch with tokens, anything else at once.
+    pub fn due(&self, first: &EngineEvent, now: Instant) -> Instant {
+        match self.last_tokens {
+            Some(last) if is_token(first) && now < last + self.frame => last + self.frame,
             _ => now,
         }
     }
 
     /// A batch went out at `at`.
-    pub fn flushed(&mut self, at: Instant) {
-        self.last_flush = Some(at);
+    pub fn flushed(&mut self, batch: &[EngineEvent], at: Instant) {
+        if batch.iter().any(is_token) {
+            self.last_tokens = Some(at);
+        }
     }
+}
+
+fn is_token(event: &EngineEvent) -> bool {
+    matches!(event, EngineEvent::Token { .. })
 }
 
 /// Forwards `events` in frame-paced batches from a thread of its own; the receiver ends
@@ -53,7 +61,7 @@ pub fn pace(mut events: EngineEvents, frame: Duration) -> UnboundedReceiver<Vec<
         let mut pacer = FramePacer::new(frame);
         // Waits for the first event of a batch without spinning.
         while let Some(first) = events.recv_blocking() {
-            let due = pacer.due(Instant::now());
+            let due = pacer.due(&first, Instant::now());
             let wait = due.saturating_duration_since(Instant::now());
             if !wait.is_zero() {
                 std::thread::sleep(wait);
@@ -70,7 +78,7 @@ pub fn pace(mut events: EngineEvents, frame: Duration) -> UnboundedReceiver<Vec<
                     None => break,
                 }
             }
-            pacer.flushed(Instant::now());
+            pacer.flushed(&batch, Instant::now());
             if tx.unbounded_send(batch).is_err() || ended {
                 return;
             }
@@ -89,18 +97,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn first_batch_goes_at_once_then_one_per_frame() {
+    fn tokens_go_out_once_per_frame_everything_else_at_once() {
         let frame = Duration::from_millis(33);
         let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let token = EngineEvent::Token { text: "a".into() };
+        let stats = EngineEvent::Stats(Default::default());
         let mut pacer = FramePacer::new(frame);
-        assert_eq!(pacer.due(t0), t0, "nothing shown yet: at once");
-        pacer.flushed(t0);
-        let t = t0 + Duration::from_millis(5);
-        assert_eq!(pacer.due(t), t0 + frame, "within a frame: at its end");
-        let later = t0 + Duration::from_millis(500);
-        assert_eq!(pacer.due(later), later, "after a quiet spell: at once");
-        pacer.flushed(later);
-        assert_eq!(pacer.due(later), later + frame);
+        // The prefill's figures, then the first token a moment later: both at once.
+        assert_eq!(pacer.due(&stats, t0), t0);
+        pacer.flushed(std::slice::from_ref(&stats), t0);
+        assert_eq!(pacer.due(&token, ms(1)), ms(1), "the first token waits for nothing");
+        pacer.flushed(std::slice::from_ref(&token), ms(1));
+        assert_eq!(pacer.due(&token, ms(5)), ms(1) + frame, "the next tokens: at the frame's end");
+        assert_eq!(pacer.due(&stats, ms(5)), ms(5), "the reply's end is not held back");
+        let later = ms(500);
+        assert_eq!(pacer.due(&token, later), later, "after a quiet spell: at once");
     }
 
     #[test]

@@ -3,6 +3,10 @@
 //! test driving the real window can read back what the user saw (replies finished,
 //! evictions, notices, errors, each reply's first token and streaming rate).
 //!
+//! Each finished reply is also timed in the page itself: when the frame that shows its
+//! first token and the one that shows it finished were painted (`painted_*`). Those are
+//! what the user saw, also when the web view falls behind the UI state.
+//!
 //! The file also carries the on-screen rectangles (CSS pixels, relative to the webview)
 //! of the controls a test clicks, measured when they mount, so the test does not depend
 //! on guessed coordinates.
@@ -39,15 +43,51 @@ struct QaFile<'a> {
     rects: &'a BTreeMap<String, QaRect>,
     /// Every finished reply as the user saw it (first token after Send, tokens shown per
     /// second), oldest first.
-    reply_timings: &'a [ReplyTiming],
+    reply_timings: &'a [QaReply],
 }
+
+/// A finished reply's timing as the UI state saw it, and as the page painted it.
+#[derive(Serialize)]
+struct QaReply {
+    #[serde(flatten)]
+    timing: ReplyTiming,
+    /// From Send to the painted frame that shows the first token.
+    painted_first_token_ms: Option<f64>,
+    /// Tokens per second from the painted first token to the painted finished reply.
+    painted_tok_s: Option<f64>,
+}
+
+/// When the current prompt was sent and its first token painted (ms since the epoch).
+#[derive(Default, Clone, Copy)]
+struct PaintWatch {
+    sent_ms: f64,
+    first_ms: Option<f64>,
+}
+
+/// Waits, frame by frame, until `READY` holds in the page, then answers when that
+/// frame has been painted (the page's clock, ms since the epoch), or null after two
+/// minutes.
+const PAINTED_WHEN: &str = r#"
+var since = performance.now();
+return await new Promise(function (done) {
+  function frame() {
+    if (READY) { setTimeout(function () { done(performance.timeOrigin + performance.now()); }, 0); }
+    else if (performance.now() - since > 120000) { done(null); }
+    else { requestAnimationFrame(frame); }
+  }
+  requestAnimationFrame(frame);
+});"#;
+const FIRST_TOKEN_SHOWN: &str =
+    "(function () { var md = document.querySelector('.msg-assistant.streaming .md'); return md && md.textContent.length > 0; })()";
+const REPLY_FINISHED_SHOWN: &str = "!document.querySelector('.msg-assistant.streaming')";
 
 #[derive(Default)]
 struct Inner {
     status: Option<QaStatus>,
     rects: BTreeMap<String, QaRect>,
     mounted: BTreeMap<&'static str, Rc<MountedData>>,
-    replies: Vec<ReplyTiming>,
+    replies: Vec<QaReply>,
+    paint: PaintWatch,
 }
 
 /// Writes the status file. Cheap to clone (shared inside the UI thread).
@@ -76,7 +116,38 @@ impl QaHook {
 
     /// Records a finished reply's timing (written with the next status).
     pub fn report_reply(&self, timing: ReplyTiming) {
-        self.inner.borrow_mut().replies.push(timing);
+        self.inner.borrow_mut().replies.push(QaReply { timing, painted_first_token_ms: None, painted_tok_s: None });
+    }
+
+    /// A prompt was sent: measures when the page paints its reply's first token.
+    pub fn watch_first_paint(&self) {
+        self.inner.borrow_mut().paint = PaintWatch { sent_ms: epoch_ms(), first_ms: None };
+        let hook = self.clone();
+        spawn(async move {
+            let first = painted_at(FIRST_TOKEN_SHOWN).await;
+            tracing::debug!("first token painted at {first:?}");
+            hook.inner.borrow_mut().paint.first_ms = first;
+        });
+    }
+
+    /// The reply just reported ended: measures when the page paints it finished, adds
+    /// the painted figures to its timing and rewrites the file.
+    pub fn watch_last_paint(&self) {
+        let hook = self.clone();
+        spawn(async move {
+            let last = painted_at(REPLY_FINISHED_SHOWN).await;
+            tracing::debug!("finished reply painted at {last:?}");
+            let Some(last) = last else { return };
+            {
+                let mut inner = hook.inner.borrow_mut();
+                let PaintWatch { sent_ms, first_ms } = inner.paint;
+                let (Some(first), Some(reply)) = (first_ms, inner.replies.last_mut()) else { return };
+                reply.painted_first_token_ms = Some(first - sent_ms);
+                let tokens_after_first = reply.timing.tokens.saturating_sub(1) as f64;
+                reply.painted_tok_s = (last > first).then(|| tokens_after_first / ((last - first) / 1e3));
+            }
+            hook.write();
+        });
     }
 
     /// Records where a control is on screen and rewrites the file.
@@ -124,10 +195,7 @@ impl QaHook {
             compute_threads: 0,
         };
         let status = inner.status.as_ref().unwrap_or(&empty);
-        let written_at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
+        let written_at = epoch_ms() / 1e3;
         let file = QaFile { status, written_at, rects: &inner.rects, reply_timings: &inner.replies };
         match serde_json::to_vec_pretty(&file) {
             Ok(bytes) => {
@@ -136,6 +204,23 @@ impl QaHook {
                 }
             }
             Err(e) => tracing::warn!("could not encode the QA status: {e}"),
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch (the page's `performance.timeOrigin` clock).
+fn epoch_ms() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64() * 1e3).unwrap_or(0.0)
+}
+
+/// See [`PAINTED_WHEN`]; `None` without a web view (or when it never got ready).
+async fn painted_at(ready: &str) -> Option<f64> {
+    let script = PAINTED_WHEN.replace("READY", ready);
+    match dioxus::document::eval(&script).join::<Option<f64>>().await {
+        Ok(at) => at,
+        Err(e) => {
+            tracing::warn!("the page did not time its frame: {e}");
+            None
         }
     }
 }
