@@ -64,18 +64,24 @@ struct PaintWatch {
     first_ms: Option<f64>,
 }
 
-/// Waits, frame by frame, until `READY` holds in the page, then answers when that
-/// frame has been painted (the page's clock, ms since the epoch), or null after two
-/// minutes.
+/// Waits until `READY` holds in the page (checked after each change of the DOM), then
+/// answers when the next frame has been painted (the page's clock, ms since the epoch),
+/// or null after two minutes. No animation frame is requested before that, so the probe
+/// adds no frames of its own while the prefill runs.
 const PAINTED_WHEN: &str = r#"
-var since = performance.now();
 return await new Promise(function (done) {
-  function frame() {
-    if (READY) { setTimeout(function () { done(performance.timeOrigin + performance.now()); }, 0); }
-    else if (performance.now() - since > 120000) { done(null); }
-    else { requestAnimationFrame(frame); }
+  function painted() {
+    requestAnimationFrame(function () {
+      setTimeout(function () { done(performance.timeOrigin + performance.now()); }, 0);
+    });
   }
-  requestAnimationFrame(frame);
+  if (READY) { painted(); return; }
+  var timer;
+  var watch = new MutationObserver(function () {
+    if (READY) { watch.disconnect(); clearTimeout(timer); painted(); }
+  });
+  watch.observe(document.body, { childList: true, subtree: true, characterData: true, attributes: true });
+  timer = setTimeout(function () { watch.disconnect(); done(null); }, 120000);
 });"#;
 const FIRST_TOKEN_SHOWN: &str =
     "(function () { var md = document.querySelector('.msg-assistant.streaming .md'); return md && md.textContent.length > 0; })()";
