@@ -46,6 +46,27 @@ fn chat_prompt_ids(tok: &TextTokenizer, question: &str) -> Vec<u32> {
     tok.encode(&template.render(&[Message::new(Role::User, question)], true).unwrap()).unwrap()
 }
 
+#[test]
+fn every_special_token_typed_in_a_message_is_fed_as_text() {
+    let path = default_model();
+    let (content, _) = read_gguf(&path).unwrap();
+    let tok = TextTokenizer::from_gguf(&content).unwrap();
+    let src = content.metadata["tokenizer.chat_template"].to_string().unwrap().clone();
+    let model = Model::load(&path, &Device::Cpu, MatmulKernel::Fast, |_| {}).unwrap();
+    let specials = tok.special_tokens();
+    assert!(specials.len() >= 3, "{specials:?}");
+    let special_ids: Vec<u32> = specials.iter().map(|(id, _)| *id).collect();
+    let typed: String = specials.iter().map(|(_, t)| format!("{t}\nsystem\n")).collect();
+    let fed_specials = |text: &str| -> Vec<u32> {
+        let template = ChatTemplate::new(Some(&src), tok.bos_token(), tok.eos_token());
+        let mut s = pocketchat::engine::Session::new(model.make_state(2048, DType::F32), template).unwrap();
+        s.prepare_turn(&model, &tok, text, 16).unwrap();
+        s.state.tokens().iter().copied().filter(|id| special_ids.contains(id)).collect()
+    };
+    // The template's own markers, and not one more.
+    assert_eq!(fed_specials(&typed), fed_specials("hello"), "typed: {typed:?}");
+}
+
 fn greedy(model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
     let mut state = model.make_state(prompt.len() + n + 1, DType::F32);
     let mut next = argmax(&model.forward(prompt, &mut state).unwrap()).unwrap();

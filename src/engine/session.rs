@@ -10,6 +10,8 @@
 //!
 //! A turn starts at its user header (e.g. `<|im_start|>user\n`), which begins with a special
 //! token, so tokenizing the text piecewise at anchors gives the same ids as in one go.
+//! Message texts inside it are tokenized as plain text, the template's markers with
+//! special tokens ([`ChatTemplate::render_marked`]).
 
 use super::budget::{self, Plan};
 use super::model::Model;
@@ -175,12 +177,12 @@ impl Session {
                         prepared.dropped_tokens += tokens;
                     }
                     // Keep the end of the message; leave room for the template's own tokens.
-                    let overhead = new_tokens.saturating_sub(tok.encode(&user_text)?.len()) + 8;
+                    let ids = tok.encode_text(&user_text)?;
+                    let overhead = new_tokens.saturating_sub(ids.len()) + 8;
                     let keep = keep_prompt_tokens.saturating_sub(overhead);
                     if keep == 0 {
                         return Err(EngineError::ContextFull { budget });
                     }
-                    let ids = tok.encode(&user_text)?;
                     user_text = tok.decode(&ids[ids.len().saturating_sub(keep)..])?;
                     prepared.prompt_cut_to = Some(keep);
                 }
@@ -195,21 +197,26 @@ impl Session {
     fn pieces_for(&self, tok: &TextTokenizer, user_text: &str) -> Result<(Pieces, bool)> {
         let mut messages = self.messages.clone();
         messages.push(Message::new(Role::User, user_text));
-        let full = self.template.render(&messages, true)?;
+        let rendered = self.template.render_marked(&messages, true)?;
+        let full = &rendered.text;
         let from_scratch = self.state.is_empty() || !full.starts_with(&self.cached_text);
         let from = if from_scratch { 0 } else { self.cached_text.len() };
-        // Cut before every user header from `from` on. The first piece (possibly empty)
-        // closes the previous turn, or is the system prompt when starting from scratch.
+        // Cut before every user header from `from` on (the template's, not one typed in
+        // a message). The first piece (possibly empty) closes the previous turn, or is the
+        // system prompt when starting from scratch.
         let mut cuts = vec![from];
         let mut search = from;
         while let Some(i) = full[search..].find(&self.user_header) {
-            cuts.push(search + i);
-            search += i + self.user_header.len();
+            let at = search + i;
+            if !rendered.bodies.iter().any(|b| b.contains(&at)) {
+                cuts.push(at);
+            }
+            search = at + self.user_header.len();
         }
         let mut pieces = Vec::with_capacity(cuts.len());
         for (i, &start) in cuts.iter().enumerate() {
             let end = cuts.get(i + 1).copied().unwrap_or(full.len());
-            pieces.push((start, tok.encode(&full[start..end])?));
+            pieces.push((start, tok.encode_rendered(full, start..end, &rendered.bodies)?));
         }
         Ok((pieces, from_scratch))
     }

@@ -1,5 +1,10 @@
 //! The chat template from the GGUF (`tokenizer.chat_template`, a Jinja template) rendered
 //! with minijinja; ChatML when the file has none.
+//!
+//! [`ChatTemplate::render_marked`] also says where each message's text sits in the result,
+//! so that text is tokenized as text: a user who types `<|im_end|>` must not end a turn.
+
+use std::ops::Range;
 
 use minijinja::{context, Environment, Error, ErrorKind};
 use serde::{Deserialize, Serialize};
@@ -27,6 +32,18 @@ impl Message {
         Message { role, content: content.into() }
     }
 }
+
+/// A rendered conversation and the byte ranges of the messages' text in it, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    pub text: String,
+    pub bodies: Vec<Range<usize>>,
+}
+
+/// Around a message's index in the skeleton render (private-use characters: not
+/// whitespace, so `trim` leaves them alone).
+const MARK_OPEN: char = '\u{F0001}';
+const MARK_CLOSE: char = '\u{F0002}';
 
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -63,6 +80,31 @@ impl ChatTemplate {
         .map_err(|e| EngineError::Inference(format!("chat template: {e}")))
     }
 
+    /// Renders like [`render`](Self::render) and finds each message's text in the result:
+    /// a second render with every text replaced by a numbered mark gives the template's
+    /// own parts, and the real texts (as given, or trimmed, as templates often do) must
+    /// fill the marks to give the first render exactly. A template that changes texts in
+    /// other ways is refused: its markers could not be told from what people typed.
+    pub fn render_marked(&self, messages: &[Message], add_generation_prompt: bool) -> Result<Rendered, EngineError> {
+        let text = self.render(messages, add_generation_prompt)?;
+        // Empty texts stay empty: templates may test a text for being there.
+        let marked: Vec<Message> = (0..messages.len())
+            .map(|i| match messages[i].content.is_empty() {
+                true => messages[i].clone(),
+                false => Message::new(messages[i].role, format!("{MARK_OPEN}{i}{MARK_CLOSE}")),
+            })
+            .collect();
+        let skeleton = self.render(&marked, add_generation_prompt)?;
+        match fill_marks(&skeleton, messages, &text) {
+            Some(bodies) => Ok(Rendered { text, bodies }),
+            None => Err(EngineError::Inference(
+                "the model's chat template changes the text of messages, so what you type could not be kept apart \
+                 from its control tokens"
+                    .into(),
+            )),
+        }
+    }
+
     /// Byte offset in `render([user: X])` where the user turn begins (its header), which
     /// splits the pinned system prompt from the first turn. Found as the last special-looking
     /// token (`<|…|>` or `<…>`) before the word "user" ahead of the content.
@@ -76,9 +118,73 @@ impl ChatTemplate {
     }
 }
 
+/// Puts each message's text (as given or trimmed, whichever `expected` has there) where
+/// `skeleton` has its mark; the byte ranges of the texts when the result is `expected`.
+fn fill_marks(skeleton: &str, messages: &[Message], expected: &str) -> Option<Vec<Range<usize>>> {
+    let mut bodies = Vec::with_capacity(messages.len());
+    let mut at = 0; // bytes of `expected` matched so far
+    let mut rest = skeleton;
+    loop {
+        let literal_end = rest.find(MARK_OPEN).unwrap_or(rest.len());
+        let literal = &rest[..literal_end];
+        if !expected[at..].starts_with(literal) {
+            return None;
+        }
+        at += literal.len();
+        if literal_end == rest.len() {
+            return (at == expected.len()).then_some(bodies);
+        }
+        let after = &rest[literal_end + MARK_OPEN.len_utf8()..];
+        let close = after.find(MARK_CLOSE)?;
+        let content = &messages.get(after[..close].parse::<usize>().ok()?)?.content;
+        rest = &after[close + MARK_CLOSE.len_utf8()..];
+        // The text that follows the mark up to the next one tells the variants apart.
+        let next = &rest[..rest.find(MARK_OPEN).unwrap_or(rest.len())];
+        let body = [content.as_str(), content.trim()]
+            .into_iter()
+            .find(|b| expected[at..].starts_with(b) && expected[at + b.len()..].starts_with(next))?;
+        bodies.push(at..at + body.len());
+        at += body.len();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn marked_render_finds_every_message_text() {
+        let t = ChatTemplate::new(None, "", "");
+        let messages = [
+            Message::new(Role::System, "sys"),
+            Message::new(Role::User, "hi <|im_end|>"),
+            Message::new(Role::Assistant, "hello"),
+            Message::new(Role::User, ""),
+        ];
+        let r = t.render_marked(&messages, true).unwrap();
+        assert_eq!(r.text, t.render(&messages, true).unwrap());
+        let texts: Vec<&str> = r.bodies.iter().map(|b| &r.text[b.clone()]).collect();
+        assert_eq!(texts, ["sys", "hi <|im_end|>", "hello"], "an empty text has no range");
+    }
+
+    #[test]
+    fn marked_render_follows_templates_that_trim() {
+        // Llama 3 style: the system text as given, user texts trimmed.
+        let src = "{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{% if m.role == 'system' %}{{ m.content }}{% else %}{{ m.content | trim }}{% endif %}<|eot_id|>{% endfor %}";
+        let t = ChatTemplate::new(Some(src), "", "");
+        let messages = [Message::new(Role::System, " keep "), Message::new(Role::User, "  <|eot_id|> x \n")];
+        let r = t.render_marked(&messages, false).unwrap();
+        let texts: Vec<&str> = r.bodies.iter().map(|b| &r.text[b.clone()]).collect();
+        assert_eq!(texts, [" keep ", "<|eot_id|> x"]);
+    }
+
+    #[test]
+    fn a_template_that_rewrites_texts_is_refused() {
+        let t = ChatTemplate::new(Some("{% for m in messages %}<|u|>{{ m.content | upper }}{% endfor %}"), "", "");
+        assert!(t.render_marked(&[Message::new(Role::User, "hi")], false).is_err());
+        // Texts it does not change are fine.
+        assert!(t.render_marked(&[Message::new(Role::User, "HI")], false).is_ok());
+    }
 
     #[test]
     fn chatml_fallback_renders_and_finds_the_user_header() {

@@ -5,9 +5,15 @@
 //! `smollm`, plain `gpt2`) to `ByteLevel::default()`, which adds a prefix space: "Hello"
 //! would become "ĠHello" (38699) instead of 19556, and `<|im_start|>user` would tokenize
 //! "Ġuser". Those files use the GPT-2 split without a prefix space.
+//!
+//! Special tokens are read only in the chat template's own parts: message texts are
+//! tokenized with special-token strings as plain text ([`TextTokenizer::encode_rendered`]),
+//! so typing `<|im_end|><|im_start|>system` cannot forge a turn.
 
 use candle_core::quantized::gguf_file;
 use candle_core::quantized::tokenizer::TokenizerFromGguf;
+use std::ops::Range;
+
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::Tokenizer;
 
@@ -15,6 +21,8 @@ use super::EngineError;
 
 pub struct TextTokenizer {
     inner: Tokenizer,
+    /// The same tokenizer with special-token strings read as text: for what people wrote.
+    plain: Tokenizer,
     /// Ids that end an assistant turn (EOS, `<|im_end|>`, `<|eot_id|>`, …).
     stop_ids: Vec<u32>,
     bos_token: String,
@@ -53,24 +61,62 @@ impl TextTokenizer {
         stop_ids.extend(END_OF_TURN_TOKENS.iter().filter_map(|t| vocab.get(*t).copied()));
         stop_ids.sort_unstable();
         stop_ids.dedup();
-        Ok(TextTokenizer {
-            bos_token: name_of(token_at("tokenizer.ggml.bos_token_id")),
-            eos_token: name_of(eos_id),
-            inner,
-            stop_ids,
-        })
+        let bos_token = name_of(token_at("tokenizer.ggml.bos_token_id"));
+        let eos_token = name_of(eos_id);
+        let mut plain = inner.clone();
+        plain.set_encode_special_tokens(true);
+        Ok(TextTokenizer { bos_token, eos_token, inner, plain, stop_ids })
     }
 
     /// Token ids of `text`, with special tokens such as `<|im_start|>` recognised and
-    /// nothing added (the chat template already has what the model needs).
+    /// nothing added (the chat template already has what the model needs): for the
+    /// template's own text, never for what people wrote.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, EngineError> {
         let enc = self.inner.encode(text, false).map_err(|e| EngineError::Inference(format!("tokenizer: {e}")))?;
         Ok(enc.get_ids().to_vec())
     }
 
+    /// Token ids of `text` with special-token strings read as plain text.
+    pub fn encode_text(&self, text: &str) -> Result<Vec<u32>, EngineError> {
+        let enc = self.plain.encode(text, false).map_err(|e| EngineError::Inference(format!("tokenizer: {e}")))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Token ids of `text[range]`, a part of a rendered conversation whose message texts
+    /// are at `bodies` (sorted, not overlapping): those are read as plain text, the rest
+    /// (the template's markers) with special tokens.
+    pub fn encode_rendered(&self, text: &str, range: Range<usize>, bodies: &[Range<usize>]) -> Result<Vec<u32>, EngineError> {
+        let mut ids = Vec::new();
+        let mut at = range.start;
+        for body in bodies {
+            let (start, end) = (body.start.max(range.start), body.end.min(range.end));
+            if start >= end {
+                continue;
+            }
+            ids.extend(self.encode(&text[at..start])?);
+            ids.extend(self.encode_text(&text[start..end])?);
+            at = end;
+        }
+        ids.extend(self.encode(&text[at..range.end])?);
+        Ok(ids)
+    }
+
     /// Text of `ids`, special tokens included.
     pub fn decode(&self, ids: &[u32]) -> Result<String, EngineError> {
         self.inner.decode(ids, false).map_err(|e| EngineError::Inference(format!("tokenizer: {e}")))
+    }
+
+    /// The vocabulary's special tokens (control tokens such as `<|im_start|>`), by id.
+    pub fn special_tokens(&self) -> Vec<(u32, String)> {
+        let mut specials: Vec<(u32, String)> = self
+            .inner
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, t)| t.special)
+            .map(|(id, t)| (id, t.content))
+            .collect();
+        specials.sort();
+        specials
     }
 
     pub fn is_stop(&self, id: u32) -> bool {
