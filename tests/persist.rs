@@ -93,6 +93,108 @@ fn bad_state_files_are_refused_and_leave_a_fresh_session() {
     ));
 }
 
+#[test]
+fn altered_or_padded_files_are_refused_before_use() {
+    let (dir, model, tok, _) = tiny();
+    let mut s = session(&model, &tok);
+    s.prepare_turn(&model, &tok, "hello", 16).unwrap();
+    let file = dir.path().join("chat.pcstate");
+    persist::save(&s, &identity(), &file).unwrap();
+    let bytes = std::fs::read(&file).unwrap();
+    let refuse = |name: &str, data: &[u8], why: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, data).unwrap();
+        let mut fresh = session(&model, &tok);
+        let e = persist::restore(&mut fresh, &identity(), &p).unwrap_err();
+        assert!(matches!(e, StateFileError::Damaged(_)) && e.to_string().contains(why), "{name}: {e}");
+        assert!(fresh.state.is_empty());
+    };
+    // 500 flipped bytes in the cache: the checksum says so.
+    let mut flipped = bytes.clone();
+    let body_end = flipped.len() - 4;
+    for b in &mut flipped[body_end - 500..body_end] {
+        *b ^= 0x55;
+    }
+    refuse("flipped", &flipped, "checksum");
+    // A body of NaNs, with a checksum that matches it: still refused.
+    let mut nans = bytes.clone();
+    let header_len = u32::from_le_bytes(nans[12..16].try_into().unwrap()) as usize;
+    for pair in nans[16 + header_len..body_end].chunks_exact_mut(2) {
+        pair.copy_from_slice(&half::f16::NAN.to_le_bytes());
+    }
+    let crc = crc32fast::hash(&nans[..body_end]);
+    nans[body_end..].copy_from_slice(&crc.to_le_bytes());
+    refuse("nans", &nans, "not numbers");
+    // Padding: the sizes in the header do not add up to the file's, so the body is not read.
+    let mut padded = bytes.clone();
+    padded.resize(bytes.len() + (1 << 20), 0);
+    refuse("padded", &padded, "its header describes");
+    // A header length past the end of the file.
+    let mut long_header = bytes.clone();
+    long_header[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+    refuse("long-header", &long_header, "header");
+}
+
+#[test]
+fn saving_never_replaces_a_file_that_is_not_ours() {
+    let (dir, model, tok, gguf) = tiny();
+    let mut s = session(&model, &tok);
+    s.prepare_turn(&model, &tok, "hello", 16).unwrap();
+    let ours = dir.path().join("ours.pcstate");
+    persist::save(&s, &identity(), &ours).unwrap();
+    let mut newer = std::fs::read(&ours).unwrap();
+    newer[8..12].copy_from_slice(&99u32.to_le_bytes());
+    let other = ModelIdentity { sha256: "cd".repeat(32), bytes: 1234 };
+    let others = dir.path().join("others.pcstate");
+    persist::save(&s, &other, &others).unwrap();
+    let cases: [(&str, Vec<u8>); 4] = [
+        ("model.gguf", std::fs::read(&gguf).unwrap()),
+        ("notes.txt", b"my notes".to_vec()),
+        ("newer.pcstate", newer),
+        ("others.pcstate", std::fs::read(&others).unwrap()),
+    ];
+    for (name, data) in cases {
+        let p = dir.path().join(name);
+        std::fs::write(&p, &data).unwrap();
+        let e = persist::save(&s, &identity(), &p).unwrap_err();
+        assert!(matches!(e, StateFileError::WontOverwrite { .. }), "{name}: {e:?}");
+        assert_eq!(std::fs::read(&p).unwrap(), data, "{name} was changed");
+        println!("{name}: {e}");
+    }
+    // Its own file is replaced; no temporary file is left behind either way.
+    persist::save(&s, &identity(), &ours).unwrap();
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    assert_eq!(persist::free_path_beside(&ours), dir.path().join("ours-2.pcstate"));
+}
+
+#[test]
+fn the_engine_keeps_a_file_it_cannot_use_and_saves_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = write_tiny_gguf(dir.path(), &TinySpec::default(), 21);
+    let session_file = dir.path().join("precious.txt");
+    std::fs::write(&session_file, b"not a conversation").unwrap();
+    let mut config = EngineConfig::new(gguf);
+    config.state_file = Some(session_file.clone());
+    config.max_tokens = 4;
+    let (handle, mut events) = Engine::spawn(config);
+    let start = collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Ready(_)));
+    let notices: Vec<String> =
+        start.iter().filter_map(|e| if let EngineEvent::Notice { message } = e { Some(message.clone()) } else { None }).collect();
+    assert!(notices.iter().any(|n| n.contains("left as it is") && n.contains("precious-2.txt")), "{notices:?}");
+    handle.send(Command::Send { text: "hello".into() }).unwrap();
+    let evs = collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Done { .. }));
+    assert!(evs.iter().any(|e| matches!(e, EngineEvent::Saved { path, .. } if path.ends_with("precious-2.txt"))), "{evs:?}");
+    handle.send(Command::Shutdown).unwrap();
+    while events.recv_blocking().is_some() {}
+    assert_eq!(std::fs::read(&session_file).unwrap(), b"not a conversation");
+    assert!(dir.path().join("precious-2.txt").exists());
+}
+
 fn collect_until_stats_after(events: &mut pocketchat::engine::EngineEvents, stop: fn(&EngineEvent) -> bool) -> Vec<EngineEvent> {
     let mut out = Vec::new();
     let mut seen = false;
@@ -144,13 +246,16 @@ fn the_engine_restores_a_real_conversation_at_launch_without_re_prefill() {
     handle.send(Command::Shutdown).unwrap();
     while events.recv_blocking().is_some() {}
 
-    // A damaged state file is refused with a notice and the app starts fresh.
+    // A damaged state file is refused with a notice, kept, and the app starts fresh.
     std::fs::write(&state_file, b"PCSTATE\0garbage").unwrap();
     let mut config = EngineConfig::new(default_model());
     config.state_file = Some(state_file);
     let (handle, mut events) = Engine::spawn(config);
     let start = collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Notice { .. }));
-    assert!(start.iter().any(|e| matches!(e, EngineEvent::Notice { message } if message.contains("Starting a fresh conversation"))));
+    assert!(
+        start.iter().any(|e| matches!(e, EngineEvent::Notice { message } if message.contains("damaged") && message.contains("left as it is"))),
+        "{start:?}"
+    );
     assert!(!start.iter().any(|e| matches!(e, EngineEvent::Restored { .. })));
     handle.send(Command::Shutdown).unwrap();
 }

@@ -3,13 +3,25 @@
 //!
 //! ```text
 //!   "PCSTATE\0" | u32 version | u32 header length | JSON header | per layer: K f16, V f16
+//!   | u32 CRC-32 of everything before it (format 2)
 //! ```
 //!
-//! The header names the model file (sha256 and size) and the policy budget the state was
-//! made under. A file from another model, a truncated file, a newer version or garbage is
-//! refused with a [`StateFileError`] and the caller starts a fresh conversation.
+//! The header names the model file (sha256 and size) and the shapes of the cache. A file
+//! from another model, a truncated or altered file, a newer version or garbage is refused
+//! with a [`StateFileError`] and the caller starts a fresh conversation.
+//!
+//! Every file is hostile until checked, and nothing is lost:
+//! - **Reading** checks the sizes the header describes against the file's length before
+//!   the body is read, the checksum before any of it is used, and every cache value for
+//!   being finite.
+//! - **Writing** never replaces a file that is not a state file of this model
+//!   ([`StateFileError::WontOverwrite`]; the engine then saves beside it, see
+//!   [`free_path_beside`]). It writes a temporary file with a unique name in the same
+//!   folder, syncs it, renames it into place and syncs the folder; the temporary file is
+//!   removed on every failure.
 
-use std::io::{Read, Write};
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
@@ -18,7 +30,11 @@ use serde::{Deserialize, Serialize};
 use super::session::{Session, SessionSnapshot};
 
 const MAGIC: &[u8; 8] = b"PCSTATE\0";
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// Magic, version and header length.
+const PREFIX_BYTES: u64 = 16;
+/// Headers longer than this are refused unread (a 100k-token conversation's is ~2 MB).
+const MAX_HEADER_BYTES: u64 = 64 << 20;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -33,8 +49,19 @@ pub enum StateFileError {
     OtherModel(String),
     #[error("the saved conversation is damaged: {0}")]
     Damaged(String),
+    #[error("could not read the saved conversation: {0}")]
+    Unreadable(String),
+    #[error("{} was left as it is: {why}", path.display())]
+    WontOverwrite { path: PathBuf, why: String },
     #[error("could not write the conversation: {0}")]
     Io(String),
+}
+
+impl StateFileError {
+    /// The file at the path is something that must be kept: not ours to replace.
+    pub fn keeps_the_file(&self) -> bool {
+        !matches!(self, StateFileError::Missing(_) | StateFileError::Io(_))
+    }
 }
 
 /// Which model a state belongs to.
@@ -54,11 +81,16 @@ struct Header {
     session: SessionSnapshot,
 }
 
-/// Writes `session` to `path` atomically (a `.part` file renamed into place).
+/// Writes `session` to `path` atomically; refuses to replace a file that is not a state
+/// file of `model`.
 pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64, StateFileError> {
     let _span = tracing::info_span!("save", path = %path.display()).entered();
+    if let Err(e) = check_replaceable(path, model) {
+        return Err(StateFileError::WontOverwrite { path: path.to_path_buf(), why: e.to_string() });
+    }
     let io = |e: std::io::Error| StateFileError::Io(e.to_string());
-    let kv = session.state.export().map_err(|e| StateFileError::Io(e.to_string()))?;
+    let other = |e: &dyn std::fmt::Display| StateFileError::Io(e.to_string());
+    let kv = session.state.export().map_err(|e| other(&e))?;
     let (n_kv_heads, head_dim) = session.state.shape();
     let header = Header {
         model: model.clone(),
@@ -68,30 +100,59 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
         head_dim,
         session: session.snapshot(),
     };
-    let json = serde_json::to_vec(&header).map_err(|e| StateFileError::Io(e.to_string()))?;
-    let part = path.with_extension("part");
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io)?;
-    }
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&part).map_err(io)?);
+    let json = serde_json::to_vec(&header).map_err(|e| other(&e))?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    let tmp = TempFile::new(&dir, path);
+    let mut f = Checksummed::new(BufWriter::new(File::create_new(&tmp.0).map_err(io)?));
     f.write_all(MAGIC).map_err(io)?;
     f.write_all(&FORMAT_VERSION.to_le_bytes()).map_err(io)?;
     f.write_all(&(json.len() as u32).to_le_bytes()).map_err(io)?;
     f.write_all(&json).map_err(io)?;
     for (k, v) in kv {
         for t in [k, v] {
-            let data: Vec<half::f16> = t
-                .to_dtype(DType::F16)
-                .and_then(|t| t.flatten_all())
-                .and_then(|t| t.to_vec1())
-                .map_err(|e| StateFileError::Io(e.to_string()))?;
+            let data: Vec<half::f16> =
+                t.to_dtype(DType::F16).and_then(|t| t.flatten_all()).and_then(|t| t.to_vec1()).map_err(|e| other(&e))?;
             let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
             f.write_all(&bytes).map_err(io)?;
         }
     }
-    f.into_inner().map_err(|e| StateFileError::Io(e.to_string()))?.sync_all().map_err(io)?;
-    std::fs::rename(&part, path).map_err(io)?;
+    let Checksummed { inner: mut f, crc } = f;
+    let crc = crc.finalize();
+    f.write_all(&crc.to_le_bytes()).map_err(io)?;
+    f.into_inner().map_err(|e| other(&e))?.sync_all().map_err(io)?;
+    std::fs::rename(&tmp.0, path).map_err(io)?;
+    tmp.keep();
+    // The rename itself survives a power cut once the folder is synced (not possible on
+    // every platform: best effort).
+    if let Ok(d) = File::open(&dir) {
+        let _ = d.sync_all();
+    }
     Ok(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
+}
+
+/// Ok when `path` is absent or holds a state file of `model` (of this format or older):
+/// only those may be replaced.
+fn check_replaceable(path: &Path, model: &ModelIdentity) -> Result<(), StateFileError> {
+    let mut f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(StateFileError::Unreadable(e.to_string())),
+    };
+    check_model(&read_header(&mut f, path)?.header, model)
+}
+
+/// Picks a name beside `path` that nothing uses yet: `chat.pcstate` → `chat-2.pcstate`, …
+pub fn free_path_beside(path: &Path) -> PathBuf {
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "conversation".into());
+    let ext = path.extension().map(|e| format!(".{}", e.to_string_lossy())).unwrap_or_default();
+    (2u32..)
+        .map(|n| path.with_file_name(format!("{stem}-{n}{ext}")))
+        .find(|p| !p.exists() && !p.is_symlink())
+        .expect("some name is free")
 }
 
 /// Reads a state file into `session` (whose State must come from the same model).
@@ -105,31 +166,63 @@ pub fn restore(session: &mut Session, model: &ModelIdentity, path: &Path) -> Res
     result
 }
 
-fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Result<(), StateFileError> {
-    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => StateFileError::Missing(path.to_path_buf()),
-        _ => StateFileError::Io(e.to_string()),
-    })?;
-    let mut r = bytes.as_slice();
-    let mut magic = [0u8; 8];
-    r.read_exact(&mut magic).map_err(|_| StateFileError::NotAStateFile)?;
-    if &magic != MAGIC {
+/// A state file's prefix and header, read and checked.
+struct Prefix {
+    version: u32,
+    header: Header,
+    header_len: u64,
+    file_len: u64,
+}
+
+/// Reads and checks the prefix and the header (at most [`MAX_HEADER_BYTES`]).
+fn read_header(f: &mut File, path: &Path) -> Result<Prefix, StateFileError> {
+    let meta = f.metadata().map_err(|e| StateFileError::Unreadable(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(StateFileError::Unreadable(format!("{} is not a file", path.display())));
+    }
+    let len = meta.len();
+    let mut prefix = [0u8; PREFIX_BYTES as usize];
+    if len < PREFIX_BYTES {
+        f.read_exact(&mut prefix[..len as usize]).map_err(|e| StateFileError::Unreadable(e.to_string()))?;
+        let n = (len as usize).min(MAGIC.len());
+        return Err(if n > 0 && prefix[..n] == MAGIC[..n] {
+            StateFileError::Damaged("the file is cut short".into())
+        } else {
+            StateFileError::NotAStateFile
+        });
+    }
+    f.read_exact(&mut prefix).map_err(|e| StateFileError::Unreadable(e.to_string()))?;
+    if &prefix[..8] != MAGIC {
         return Err(StateFileError::NotAStateFile);
     }
-    let version = read_u32(&mut r)?;
+    let version = u32::from_le_bytes(prefix[8..12].try_into().expect("4 bytes"));
     if version > FORMAT_VERSION {
         return Err(StateFileError::NewerFormat(version));
     }
-    let header_len = read_u32(&mut r)? as usize;
-    if r.len() < header_len {
-        return Err(StateFileError::Damaged("the header is cut short".into()));
+    let header_len = u32::from_le_bytes(prefix[12..16].try_into().expect("4 bytes")) as u64;
+    if header_len > MAX_HEADER_BYTES || PREFIX_BYTES + header_len > len {
+        return Err(StateFileError::Damaged("the header is cut short or too long".into()));
     }
-    let header: Header =
-        serde_json::from_slice(&r[..header_len]).map_err(|e| StateFileError::Damaged(e.to_string()))?;
-    r = &r[header_len..];
+    let mut json = vec![0u8; header_len as usize];
+    f.read_exact(&mut json).map_err(|e| StateFileError::Unreadable(e.to_string()))?;
+    let header: Header = serde_json::from_slice(&json).map_err(|e| StateFileError::Damaged(e.to_string()))?;
+    Ok(Prefix { version, header, header_len, file_len: len })
+}
+
+fn check_model(header: &Header, model: &ModelIdentity) -> Result<(), StateFileError> {
     if header.model != *model {
-        return Err(StateFileError::OtherModel(format!("sha256 {}…", &header.model.sha256.get(..12).unwrap_or(""))));
+        return Err(StateFileError::OtherModel(format!("sha256 {}…", header.model.sha256.get(..12).unwrap_or(""))));
     }
+    Ok(())
+}
+
+fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Result<(), StateFileError> {
+    let mut f = File::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => StateFileError::Missing(path.to_path_buf()),
+        _ => StateFileError::Unreadable(e.to_string()),
+    })?;
+    let Prefix { version, header, header_len, file_len } = read_header(&mut f, path)?;
+    check_model(&header, model)?;
     let (n_kv, hd) = session.state.shape();
     if (header.n_layers, header.n_kv_heads, header.head_dim) != (session.state.n_layers(), n_kv, hd) {
         return Err(StateFileError::OtherModel("different layer shapes".into()));
@@ -141,29 +234,103 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
             session.state.max_tokens()
         )));
     }
+    // Every size is checked against the file's length before the body is read.
     let per_tensor = n_kv * len * hd * 2;
-    let expected = 2 * header.n_layers * per_tensor;
-    if r.len() != expected {
-        return Err(StateFileError::Damaged(format!("{} bytes of cache data, expected {expected}", r.len())));
+    let body = 2 * header.n_layers as u64 * per_tensor as u64;
+    let trailer = if version >= 2 { 4 } else { 0 };
+    let expected_len = PREFIX_BYTES + header_len + body + trailer;
+    if file_len != expected_len {
+        return Err(StateFileError::Damaged(format!("the file is {file_len} bytes; its header describes {expected_len}")));
     }
+    // Read again from the start, one tensor at a time, through the checksum.
+    let unreadable = |e: std::io::Error| StateFileError::Unreadable(e.to_string());
+    f.seek(SeekFrom::Start(0)).map_err(unreadable)?;
+    let mut r = BufReader::new(f);
+    let mut crc = crc32fast::Hasher::new();
+    let mut head = vec![0u8; (PREFIX_BYTES + header_len) as usize];
+    r.read_exact(&mut head).map_err(unreadable)?;
+    crc.update(&head);
+    let mut raw = Vec::with_capacity(2 * header.n_layers);
+    if len > 0 {
+        for _ in 0..2 * header.n_layers {
+            let mut chunk = vec![0u8; per_tensor];
+            r.read_exact(&mut chunk).map_err(unreadable)?;
+            crc.update(&chunk);
+            raw.push(chunk);
+        }
+    }
+    if version >= 2 {
+        let mut stored = [0u8; 4];
+        r.read_exact(&mut stored).map_err(unreadable)?;
+        if u32::from_le_bytes(stored) != crc.finalize() {
+            return Err(StateFileError::Damaged("its checksum does not match: it was altered or corrupted".into()));
+        }
+    }
+    // Checked, and only now used.
     let device = session.state.device().clone();
-    let mut kv = Vec::with_capacity(header.n_layers);
     let tensor = |chunk: &[u8]| -> Result<Tensor, StateFileError> {
         let data: Vec<half::f16> = chunk.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]])).collect();
+        if !data.iter().all(|x| x.is_finite()) {
+            return Err(StateFileError::Damaged("the cache holds values that are not numbers".into()));
+        }
         Tensor::from_vec(data, (n_kv, len, hd), &Device::Cpu)
             .and_then(|t| t.to_device(&device))
             .map_err(|e| StateFileError::Damaged(e.to_string()))
     };
-    if len > 0 {
-        for layer in r.chunks_exact(2 * per_tensor) {
-            kv.push((tensor(&layer[..per_tensor])?, tensor(&layer[per_tensor..])?));
-        }
+    let mut kv = Vec::with_capacity(header.n_layers);
+    for pair in raw.chunks_exact(2) {
+        kv.push((tensor(&pair[0])?, tensor(&pair[1])?));
     }
     session.restore(header.session, kv).map_err(|e| StateFileError::Damaged(e.to_string()))
 }
 
-fn read_u32(r: &mut &[u8]) -> Result<u32, StateFileError> {
-    let mut b = [0u8; 4];
-    r.read_exact(&mut b).map_err(|_| StateFileError::Damaged("the file is cut short".into()))?;
-    Ok(u32::from_le_bytes(b))
+/// A temporary file beside the target with a name no other writer uses; removed when
+/// dropped unless [`TempFile::keep`] was called (after it was renamed into place).
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(dir: &Path, target: &Path) -> TempFile {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        let unique = format!("{}.{nanos:x}{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+        TempFile(dir.join(format!(".{name}.{unique}.tmp")))
+    }
+
+    fn keep(mut self) {
+        self.0 = PathBuf::new();
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.0.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+/// A writer that keeps a CRC-32 of what passed through it.
+struct Checksummed<W> {
+    inner: W,
+    crc: crc32fast::Hasher,
+}
+
+impl<W: Write> Checksummed<W> {
+    fn new(inner: W) -> Self {
+        Checksummed { inner, crc: crc32fast::Hasher::new() }
+    }
+}
+
+impl<W: Write> Write for Checksummed<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc.update(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }

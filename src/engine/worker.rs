@@ -293,7 +293,12 @@ impl Worker {
                 }
                 Command::Save => self.save(),
                 Command::RestoreEvicted => match self.config.state_file.as_ref().map(|p| before_eviction_path(p)) {
-                    Some(path) if path.exists() => self.restore_from(&path),
+                    Some(path) if path.exists() => {
+                        if let Err(e) = self.restore_from(&path) {
+                            self.emit(EngineEvent::Notice { message: format!("{e}. Starting a fresh conversation.") });
+                        }
+                        self.emit_stats();
+                    }
                     _ => self.emit(EngineEvent::Notice { message: "There is no evicted conversation to restore.".into() }),
                 },
                 Command::Shutdown => {
@@ -323,8 +328,8 @@ impl Worker {
                 self.loaded = Some(loaded);
                 self.emit(EngineEvent::Policy { report: self.report.clone(), policy: self.policy });
                 if let Some(path) = self.config.state_file.clone() {
-                    if path.exists() {
-                        self.restore_from(&path);
+                    if path.exists() || path.is_symlink() {
+                        self.restore_or_save_beside(&path);
                     }
                 }
                 self.emit_stats();
@@ -391,21 +396,35 @@ impl Worker {
         }
     }
 
-    /// Loads a saved conversation; a bad file leaves a fresh conversation and a notice.
-    fn restore_from(&mut self, path: &std::path::Path) {
-        let Some(l) = self.loaded.as_mut() else { return };
-        let result = l.identity().and_then(|id| persist::restore(&mut l.session, &id, path));
-        match result {
-            Ok(()) => {
-                let messages = l.session.messages().to_vec();
-                let tokens = l.session.state.len();
-                self.emit(EngineEvent::Restored { messages, tokens });
-            }
-            Err(e) => self.emit(EngineEvent::Notice {
-                message: format!("{e}. Starting a fresh conversation."),
-            }),
-        }
-        self.emit_stats();
+    /// Loads a saved conversation (announced with `Restored`); on an error the
+    /// conversation is a fresh one and the caller says why.
+    fn restore_from(&mut self, path: &std::path::Path) -> Result<(), StateFileError> {
+        let Some(l) = self.loaded.as_mut() else { return Ok(()) };
+        l.identity().and_then(|id| persist::restore(&mut l.session, &id, path))?;
+        let messages = l.session.messages().to_vec();
+        let tokens = l.session.state.len();
+        self.emit(EngineEvent::Restored { messages, tokens });
+        Ok(())
+    }
+
+    /// Restores the configured state file; when it holds something that must be kept
+    /// (not a state file, another model's, a newer format's, a damaged one), it is left
+    /// as it is and this conversation is saved under a free name beside it.
+    fn restore_or_save_beside(&mut self, path: &std::path::Path) {
+        let Err(e) = self.restore_from(path) else { return };
+        let message = if e.keeps_the_file() {
+            let beside = persist::free_path_beside(path);
+            let message = format!(
+                "{e}. {} was left as it is; this conversation will be saved to {}.",
+                path.display(),
+                beside.display()
+            );
+            self.config.state_file = Some(beside);
+            message
+        } else {
+            format!("{e}. Starting a fresh conversation.")
+        };
+        self.emit(EngineEvent::Notice { message });
     }
 
     fn stats(&self) -> Stats {
