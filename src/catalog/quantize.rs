@@ -55,7 +55,7 @@ pub fn quantize_q8_0(src: &Path, dst: &Path) -> Result<QuantizeReport, CatalogEr
     let bad = |e: &dyn std::fmt::Display| CatalogError::BadGguf { path: src.to_path_buf(), message: e.to_string() };
     let file = File::open(src).map_err(CatalogError::io("cannot open", src))?;
     let mut reader = BufReader::new(file);
-    let content = gguf_file::Content::read(&mut reader).map_err(|e| bad(&e))?;
+    let content = crate::engine::gguf_check::read(&mut reader).map_err(|e| bad(&e))?;
 
     // Keep the source file's tensor order.
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();

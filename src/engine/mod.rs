@@ -8,6 +8,7 @@ mod attention;
 pub mod budget;
 mod detokenizer;
 mod error;
+pub mod gguf_check;
 mod linear;
 pub mod model;
 pub mod persist;

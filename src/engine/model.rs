@@ -99,10 +99,8 @@ pub fn read_gguf(path: &Path) -> Result<(gguf_file::Content, BufReader<File>)> {
         }
     })?;
     let mut reader = BufReader::new(file);
-    let content = gguf_file::Content::read(&mut reader).map_err(|e| EngineError::BadModelFile {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
+    let content = super::gguf_check::read(&mut reader)
+        .map_err(|message| EngineError::BadModelFile { path: path.to_path_buf(), message })?;
     Ok((content, reader))
 }
 
@@ -130,6 +128,48 @@ impl Loader<'_> {
 
     fn meta_f32_or(&self, key: &str, default: f32) -> f32 {
         self.meta(key).and_then(|v| v.to_f32().map_err(|e| self.bad(e.to_string()))).unwrap_or(default)
+    }
+
+    /// The figures in the metadata agree with the tensors in the file: every layer is
+    /// there with the shapes they imply (checked before anything is allocated for them).
+    fn check_shapes(&self, n_layers: usize, width: usize, q_width: usize, kv_width: usize) -> Result<()> {
+        if n_layers == 0 {
+            return Err(self.bad("the model has no layers (`block_count` is 0)"));
+        }
+        let present = self.content.tensor_infos.keys().filter(|n| n.ends_with(".attn_q.weight")).count();
+        if n_layers != present {
+            return Err(self.bad(format!("`block_count` is {n_layers} but the file has {present} layers")));
+        }
+        let shape = |name: &str| self.content.tensor_infos.get(name).map(|t| t.shape.dims().to_vec());
+        let expect = |name: String, dims: &[usize]| -> Result<()> {
+            match shape(&name) {
+                None => Err(self.bad(format!("missing tensor `{name}`"))),
+                Some(d) if d != dims => Err(self.bad(format!("tensor `{name}` is {d:?}, the metadata implies {dims:?}"))),
+                Some(_) => Ok(()),
+            }
+        };
+        match shape("token_embd.weight") {
+            None => return Err(self.bad("missing tensor `token_embd.weight`")),
+            Some(d) if d.len() != 2 || d[1] != width || d[0] == 0 => {
+                return Err(self.bad(format!("tensor `token_embd.weight` is {d:?}, rows of {width} expected")))
+            }
+            Some(_) => {}
+        }
+        for i in 0..n_layers {
+            let p = format!("blk.{i}");
+            expect(format!("{p}.attn_q.weight"), &[q_width, width])?;
+            expect(format!("{p}.attn_k.weight"), &[kv_width, width])?;
+            expect(format!("{p}.attn_v.weight"), &[kv_width, width])?;
+            expect(format!("{p}.attn_output.weight"), &[width, q_width])?;
+            expect(format!("{p}.attn_norm.weight"), &[width])?;
+            expect(format!("{p}.ffn_norm.weight"), &[width])?;
+            let ffn = shape(&format!("{p}.ffn_up.weight")).unwrap_or_default();
+            let hidden = ffn.first().copied().unwrap_or(0);
+            expect(format!("{p}.ffn_up.weight"), &[hidden, width])?;
+            expect(format!("{p}.ffn_gate.weight"), &[hidden, width])?;
+            expect(format!("{p}.ffn_down.weight"), &[width, hidden])?;
+        }
+        Ok(())
     }
 
     fn has(&self, name: &str) -> bool {
@@ -207,6 +247,7 @@ impl Model {
             return Err(ld.bad(format!("partial rotary embeddings ({rope_dim} of {head_dim}) are not supported")));
         }
 
+        ld.check_shapes(n_layers, embedding_length, n_heads * head_dim, n_kv_heads * head_dim)?;
         let embeddings = Arc::new(ld.qtensor("token_embd.weight")?);
         let vocab_size = embeddings.shape().dims()[0];
         progress(0.05);

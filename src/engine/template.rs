@@ -1,6 +1,11 @@
 //! The chat template from the GGUF (`tokenizer.chat_template`, a Jinja template) rendered
 //! with minijinja; ChatML when the file has none.
 //!
+//! Templates come from downloaded files: each render runs on a fuel budget
+//! ([`TEMPLATE_FUEL`] instructions) and stops at [`MAX_RENDER_BYTES`] of output, so a
+//! template that loops forever or writes without end fails with an error instead of
+//! hanging the engine.
+//!
 //! [`ChatTemplate::render_marked`] also says where each message's text sits in the result,
 //! so that text is tokenized as text: a user who types `<|im_end|>` must not end a turn.
 
@@ -33,6 +38,12 @@ impl Message {
     }
 }
 
+/// Instructions one render may run: a thousand-message conversation takes well under a
+/// million.
+pub const TEMPLATE_FUEL: u64 = 20_000_000;
+/// Output one render may write: far beyond any context window's worth of text.
+pub const MAX_RENDER_BYTES: usize = 64 << 20;
+
 /// A rendered conversation and the byte ranges of the messages' text in it, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rendered {
@@ -55,6 +66,7 @@ impl ChatTemplate {
     /// Builds from the file's template source, falling back to ChatML when absent or broken.
     pub fn new(source: Option<&str>, bos_token: &str, eos_token: &str) -> ChatTemplate {
         let mut env = Environment::new();
+        env.set_fuel(Some(TEMPLATE_FUEL));
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
@@ -71,13 +83,18 @@ impl ChatTemplate {
     /// Renders the conversation; with `add_generation_prompt` it ends where the assistant speaks.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, EngineError> {
         let tmpl = self.env.get_template("chat").map_err(|e| EngineError::Inference(e.to_string()))?;
-        tmpl.render(context! {
-            messages => messages,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => &self.bos_token,
-            eos_token => &self.eos_token,
-        })
-        .map_err(|e| EngineError::Inference(format!("chat template: {e}")))
+        let mut out = CappedWriter(Vec::new());
+        tmpl.render_captured_to(
+            context! {
+                messages => messages,
+                add_generation_prompt => add_generation_prompt,
+                bos_token => &self.bos_token,
+                eos_token => &self.eos_token,
+            },
+            &mut out,
+        )
+        .map_err(|e| EngineError::Inference(format!("chat template: {e}")))?;
+        String::from_utf8(out.0).map_err(|e| EngineError::Inference(format!("chat template: {e}")))
     }
 
     /// Renders like [`render`](Self::render) and finds each message's text in the result:
@@ -115,6 +132,23 @@ impl ChatTemplate {
         let user_at = before.rfind("user").unwrap_or(0);
         let start = before[..user_at].rfind("<|").or_else(|| before[..user_at].rfind('<')).unwrap_or(user_at);
         Ok(before[start..].to_string())
+    }
+}
+
+/// Collects a render's output; fails past [`MAX_RENDER_BYTES`].
+struct CappedWriter(Vec<u8>);
+
+impl std::io::Write for CappedWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_RENDER_BYTES {
+            return Err(std::io::Error::other(format!("the output passed {MAX_RENDER_BYTES} bytes")));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -176,6 +210,17 @@ mod tests {
         let r = t.render_marked(&messages, false).unwrap();
         let texts: Vec<&str> = r.bodies.iter().map(|b| &r.text[b.clone()]).collect();
         assert_eq!(texts, [" keep ", "<|eot_id|> x"]);
+    }
+
+    #[test]
+    fn endless_templates_stop_with_an_error() {
+        let looping = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+        let t = ChatTemplate::new(Some(looping), "", "");
+        let e = t.render(&[Message::new(Role::User, "hi")], true).unwrap_err();
+        assert!(e.to_string().contains("fuel"), "{e}");
+        let flood = "{% for i in range(100000) %}{% for j in range(100000) %}xxxxxxxxxxxxxxxx{% endfor %}{% endfor %}";
+        let t = ChatTemplate::new(Some(flood), "", "");
+        assert!(t.render(&[Message::new(Role::User, "hi")], true).is_err());
     }
 
     #[test]

@@ -352,6 +352,16 @@ impl Worker {
         let model = Model::load(&path, &device, self.config.kernel, |p| {
             let _ = events.unbounded_send(EngineEvent::Loading { progress: p, message: "Loading weights".into() });
         })?;
+        if tokenizer.vocab_size() > model.config.vocab_size {
+            return Err(EngineError::BadModelFile {
+                path,
+                message: format!(
+                    "the tokenizer has {} tokens but the embedding table only {} rows",
+                    tokenizer.vocab_size(),
+                    model.config.vocab_size
+                ),
+            });
+        }
         let template = ChatTemplate::new(template_src.as_deref(), tokenizer.bos_token(), tokenizer.eos_token());
         let mut session = Session::new(model.make_state(self.budget(), self.config.kv_dtype.dtype()), template)?;
         session.trim_mode = self.config.trim_mode;

@@ -24,11 +24,19 @@ pub struct TinySpec {
     pub weight_dtype: GgmlDType,
     pub arch: &'static str,
     pub tokenizer_model: &'static str,
+    /// Metadata written instead of (or besides) the usual entries: hostile-file tests.
+    pub meta_overrides: Vec<(String, Value)>,
 }
 
 impl Default for TinySpec {
     fn default() -> Self {
-        TinySpec { n_layers: 2, weight_dtype: GgmlDType::Q8_0, arch: "llama", tokenizer_model: "gpt2" }
+        TinySpec {
+            n_layers: 2,
+            weight_dtype: GgmlDType::Q8_0,
+            arch: "llama",
+            tokenizer_model: "gpt2",
+            meta_overrides: Vec::new(),
+        }
     }
 }
 
@@ -93,7 +101,7 @@ pub fn write_tiny_gguf(dir: &Path, spec: &TinySpec, seed: u64) -> PathBuf {
 
     let a = spec.arch;
     let s = |v: &str| Value::String(v.to_string());
-    let meta: Vec<(String, Value)> = vec![
+    let mut meta: Vec<(String, Value)> = vec![
         ("general.architecture".into(), s(a)),
         ("general.name".into(), s("tiny-test")),
         (format!("{a}.attention.head_count"), Value::U32(HEADS as u32)),
@@ -112,6 +120,10 @@ pub fn write_tiny_gguf(dir: &Path, spec: &TinySpec, seed: u64) -> PathBuf {
         ("tokenizer.ggml.bos_token_id".into(), Value::U32(n_vocab as u32 - 2)),
         ("tokenizer.ggml.eos_token_id".into(), Value::U32(n_vocab as u32 - 1)),
     ];
+    for (key, value) in &spec.meta_overrides {
+        meta.retain(|(k, _)| k != key);
+        meta.push((key.clone(), value.clone()));
+    }
     let path = dir.join(format!("tiny-{a}-{}l-{:?}.gguf", spec.n_layers, spec.weight_dtype));
     let mut f = std::fs::File::create(&path).unwrap();
     let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();

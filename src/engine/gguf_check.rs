@@ -1,0 +1,192 @@
+//! Reading a GGUF file that may be hostile (the app downloads them from the internet).
+//!
+//! candle's reader bounds every string and array by the file's size, but it divides by
+//! `general.alignment` unchecked (0 panics), and it accepts tensors whose dimensions
+//! multiply past 2^64 or whose data lies outside the file: those load, and the first use
+//! panics or reads garbage. [`read`] runs candle's reader behind a panic guard and then
+//! checks, with checked arithmetic, what it did not: the alignment is a power of two and
+//! every tensor's size is representable and its data inside the file. The model loader
+//! then checks that the figures in the metadata agree with the tensors present
+//! (`Model::load`).
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use candle_core::quantized::gguf_file::{Content, Value};
+
+/// The largest alignment accepted (llama.cpp writes 32; more is padding nobody needs).
+const MAX_ALIGNMENT: u64 = 1 << 16;
+
+/// Reads the header of the GGUF behind `reader` and checks it against the file's size.
+pub fn read(reader: &mut BufReader<File>) -> Result<Content, String> {
+    let file_len = reader.get_ref().metadata().map_err(|e| e.to_string())?.len();
+    // candle divides by the alignment before anyone can look at it: look first.
+    let start = reader.stream_position().map_err(|e| e.to_string())?;
+    let declared = declared_alignment(reader, file_len);
+    reader.seek(SeekFrom::Start(start)).map_err(|e| e.to_string())?;
+    if let Some(alignment) = declared? {
+        check_alignment(alignment)?;
+    }
+    let content = match catch_unwind(AssertUnwindSafe(|| Content::read(reader))) {
+        Ok(read) => read.map_err(|e| e.to_string())?,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            return Err(format!("the file's header is malformed (the GGUF reader failed: {what})"));
+        }
+    };
+    check(&content, file_len)?;
+    Ok(content)
+}
+
+/// The checks candle's reader leaves out; see the module docs.
+pub fn check(content: &Content, file_len: u64) -> Result<(), String> {
+    let alignment = match content.metadata.get("general.alignment") {
+        None => 32,
+        Some(v) => integer(v).ok_or("`general.alignment` is not a whole number")?,
+    };
+    check_alignment(alignment)?;
+    for (name, info) in &content.tensor_infos {
+        let dims = info.shape.dims();
+        let elements = dims.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
+        let elements = elements.ok_or_else(|| format!("tensor `{name}`: its dimensions {dims:?} overflow"))?;
+        let block = info.ggml_dtype.block_size() as u64;
+        if elements == 0 || elements % block != 0 {
+            return Err(format!("tensor `{name}`: {elements} values do not fill blocks of {block}"));
+        }
+        let bytes = (elements / block).checked_mul(info.ggml_dtype.type_size() as u64);
+        let end = bytes
+            .and_then(|b| content.tensor_data_offset.checked_add(info.offset)?.checked_add(b))
+            .ok_or_else(|| format!("tensor `{name}`: its size overflows"))?;
+        if end > file_len {
+            return Err(format!("tensor `{name}` ends at byte {end}, past the end of the file ({file_len} bytes)"));
+        }
+        if info.offset % alignment != 0 {
+            return Err(format!("tensor `{name}` is not aligned to {alignment} bytes"));
+        }
+    }
+    Ok(())
+}
+
+fn check_alignment(alignment: u64) -> Result<(), String> {
+    if alignment == 0 || !alignment.is_power_of_two() || alignment > MAX_ALIGNMENT {
+        return Err(format!("`general.alignment` is {alignment}: not a power of two up to {MAX_ALIGNMENT}"));
+    }
+    Ok(())
+}
+
+/// The value of `general.alignment` in the metadata, if any, found by walking the
+/// metadata entries (every length checked against the file's size). Errors only where
+/// the file cannot be a GGUF at all; candle's reader reports the rest.
+fn declared_alignment(r: &mut BufReader<File>, file_len: u64) -> Result<Option<u64>, String> {
+    let mut walk = Walk { r, file_len, wide: true };
+    let magic = walk.u32()?;
+    if magic != u32::from_le_bytes(*b"GGUF") {
+        return Ok(None);
+    }
+    walk.wide = walk.u32()? >= 2; // version 1 has 32-bit lengths
+    let _tensors = walk.len()?;
+    let entries = walk.len()?;
+    for _ in 0..entries {
+        let key = walk.string()?;
+        let ty = walk.u32()?;
+        if key == b"general.alignment" {
+            return Ok(Some(match ty {
+                0 | 1 => walk.bytes(1)?[0] as u64,
+                2 | 3 => u16::from_le_bytes(walk.bytes(2)?.try_into().expect("2")) as u64,
+                4 | 5 => u32::from_le_bytes(walk.bytes(4)?.try_into().expect("4")) as u64,
+                10 | 11 => u64::from_le_bytes(walk.bytes(8)?.try_into().expect("8")),
+                _ => return Err("`general.alignment` is not a whole number".into()),
+            }));
+        }
+        walk.skip_value(ty, 0)?;
+    }
+    Ok(None)
+}
+
+/// A bounded walk over a GGUF header.
+struct Walk<'a> {
+    r: &'a mut BufReader<File>,
+    file_len: u64,
+    wide: bool,
+}
+
+impl Walk<'_> {
+    fn remaining(&mut self) -> Result<u64, String> {
+        let at = self.r.stream_position().map_err(|e| e.to_string())?;
+        Ok(self.file_len.saturating_sub(at))
+    }
+
+    fn bytes(&mut self, n: u64) -> Result<Vec<u8>, String> {
+        if n > self.remaining()? {
+            return Err("the file's header is cut short".into());
+        }
+        let mut buf = vec![0u8; n as usize];
+        self.r.read_exact(&mut buf).map_err(|e| e.to_string())?;
+        Ok(buf)
+    }
+
+    fn skip(&mut self, n: u64) -> Result<(), String> {
+        if n > self.remaining()? {
+            return Err("the file's header is cut short".into());
+        }
+        self.r.seek_relative(n as i64).map_err(|e| e.to_string())
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().expect("4 bytes")))
+    }
+
+    fn len(&mut self) -> Result<u64, String> {
+        if self.wide {
+            Ok(u64::from_le_bytes(self.bytes(8)?.try_into().expect("8 bytes")))
+        } else {
+            self.u32().map(u64::from)
+        }
+    }
+
+    fn string(&mut self) -> Result<Vec<u8>, String> {
+        let n = self.len()?;
+        self.bytes(n)
+    }
+
+    fn skip_value(&mut self, ty: u32, depth: usize) -> Result<(), String> {
+        match ty {
+            0 | 1 | 7 => self.skip(1),
+            2 | 3 => self.skip(2),
+            4 | 5 | 6 => self.skip(4),
+            10..=12 => self.skip(8),
+            8 => {
+                let n = self.len()?;
+                self.skip(n)
+            }
+            9 if depth < 2 => {
+                let elem = self.u32()?;
+                let count = self.len()?;
+                if count > self.remaining()? {
+                    return Err("an array is longer than the file".into());
+                }
+                (0..count).try_for_each(|_| self.skip_value(elem, depth + 1))
+            }
+            _ => Err(format!("unknown metadata type {ty}")),
+        }
+    }
+}
+
+fn integer(v: &Value) -> Option<u64> {
+    match v {
+        Value::U8(v) => Some(*v as u64),
+        Value::U16(v) => Some(*v as u64),
+        Value::U32(v) => Some(*v as u64),
+        Value::U64(v) => Some(*v),
+        Value::I8(v) => u64::try_from(*v).ok(),
+        Value::I16(v) => u64::try_from(*v).ok(),
+        Value::I32(v) => u64::try_from(*v).ok(),
+        Value::I64(v) => u64::try_from(*v).ok(),
+        _ => None,
+    }
+}
