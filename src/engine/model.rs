@@ -27,10 +27,9 @@ use super::{EngineError, Result};
 /// Upper bound for the RoPE tables when a file claims a huge context.
 const MAX_ROPE_POSITIONS: usize = 32_768;
 
-/// Positions the rotary tables cover: the model's context, at most [`MAX_ROPE_POSITIONS`].
-fn max_positions(context_length: usize) -> usize {
-    context_length.clamp(1, MAX_ROPE_POSITIONS)
-}
+/// Prompt tokens one forward pass takes at most (see [`Model::forward`]); the memory
+/// accounting reserves the activations of this many (`memory::prefill_scratch_bytes`).
+pub const PREFILL_CHUNK: usize = 256;
 
 /// Which quantized matmul to run (the fast in-crate kernel, or candle's own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -50,6 +49,8 @@ pub struct ModelConfig {
     pub n_kv_heads: usize,
     pub head_dim: usize,
     pub embedding_length: usize,
+    /// Width of the feed-forward layer (`ffn_up` rows).
+    pub ffn_length: usize,
     pub vocab_size: usize,
     pub context_length: usize,
     pub rope_freq_base: f32,
@@ -61,14 +62,6 @@ pub struct ModelConfig {
     /// Set when the file says it was requantized from another type (our `quantize`).
     pub requantized_from: Option<String>,
     pub file_bytes: u64,
-}
-
-impl ModelConfig {
-    /// The most tokens a state of this model may hold (the positions its rotary tables
-    /// cover): budgets are capped at this.
-    pub fn max_positions(&self) -> usize {
-        max_positions(self.context_length)
-    }
 }
 
 struct Layer {
@@ -261,6 +254,7 @@ impl Model {
         }
 
         ld.check_shapes(n_layers, embedding_length, n_heads * head_dim, n_kv_heads * head_dim)?;
+        let ffn_length = content.tensor_infos["blk.0.ffn_up.weight"].shape.dims()[0];
         let embeddings = Arc::new(ld.qtensor("token_embd.weight")?);
         let vocab_size = embeddings.shape().dims()[0];
         progress(0.05);
@@ -293,7 +287,7 @@ impl Model {
         } else {
             linear(embeddings.clone(), kernel)?
         };
-        let positions = max_positions(context_length);
+        let positions = context_length.clamp(1, MAX_ROPE_POSITIONS);
         let (cos, sin) = rope_tables(head_dim, rope_freq_base, positions, device)?;
         let name = content
             .metadata
@@ -313,6 +307,7 @@ impl Model {
             n_kv_heads,
             head_dim,
             embedding_length,
+            ffn_length,
             vocab_size,
             context_length,
             rope_freq_base,
@@ -369,9 +364,19 @@ impl Model {
 
     /// Runs `tokens` at positions `state.len()..`, appends their K/V to `state`, and
     /// returns the logits of the last token: shape `(vocab,)`.
+    ///
+    /// A long prompt runs in chunks of [`PREFILL_CHUNK`] tokens, so its activations (and
+    /// the process's peak memory) stay those of one chunk however long it is.
     pub fn forward(&self, tokens: &[u32], state: &mut State) -> Result<Tensor> {
-        let hidden = self.forward_hidden(tokens, state)?;
-        let last = hidden.narrow(0, tokens.len() - 1, 1)?;
+        if state.len() + tokens.len() > state.max_tokens() {
+            return Err(EngineError::ContextFull { budget: state.max_tokens() });
+        }
+        let mut hidden = None;
+        for chunk in tokens.chunks(PREFILL_CHUNK) {
+            hidden = Some(self.forward_hidden(chunk, state)?);
+        }
+        let hidden = hidden.ok_or(EngineError::EmptyPrompt)?;
+        let last = hidden.narrow(0, hidden.dim(0)? - 1, 1)?;
         let logits = self.output.forward(&last)?;
         Ok(logits.squeeze(0)?.to_dtype(DType::F32)?)
     }

@@ -19,7 +19,7 @@ use futures::Stream;
 
 use super::budget::reply_reserve;
 use super::detokenizer::Detokenizer;
-use super::model::{read_gguf, MatmulKernel, Model};
+use super::model::{read_gguf, MatmulKernel, Model, PREFILL_CHUNK};
 use super::persist::{self, ModelIdentity, StateFileError};
 use super::pool;
 use super::session::{Session, TrimMode};
@@ -248,7 +248,7 @@ impl Worker {
     fn tier_budget(&self) -> usize {
         let budget = self.config.budget_override.unwrap_or(self.policy.token_budget);
         match &self.loaded {
-            Some(l) => budget.min(l.model.config.max_positions()),
+            Some(l) => budget.min(l.model.max_positions()),
             None => budget,
         }
     }
@@ -369,7 +369,7 @@ impl Worker {
             });
         }
         let template = ChatTemplate::new(template_src.as_deref(), tokenizer.bos_token(), tokenizer.eos_token());
-        let budget = self.budget().min(model.config.max_positions());
+        let budget = self.budget().min(model.max_positions());
         let mut session = Session::new(model.make_state(budget, self.config.kv_dtype.dtype()), template)?;
         session.trim_mode = self.config.trim_mode;
         let c = &model.config;
@@ -455,8 +455,16 @@ impl Worker {
         if let Some(l) = &self.loaded {
             s.context_tokens = l.session.state.len();
             s.kv_bytes = l.session.state.bytes();
+            let m = &l.model.config;
+            let scratch = memory::prefill_scratch_bytes(
+                PREFILL_CHUNK,
+                m.n_heads,
+                m.embedding_length,
+                m.ffn_length,
+                s.tier_budget,
+            );
             s.predicted_footprint_bytes =
-                memory::predicted_footprint(l.info.file_bytes, l.info.kv_bytes_per_token, s.tier_budget);
+                memory::predicted_footprint(l.info.file_bytes, l.info.kv_bytes_per_token, s.tier_budget, scratch);
         }
         s
     }

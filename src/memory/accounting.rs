@@ -38,12 +38,31 @@ pub fn kv_bytes_per_token(
         .saturating_mul(dtype_bytes as u64)
 }
 
-/// Predicted process footprint at a full context: weights + KV for `budget` tokens +
-/// [`RUNTIME_OVERHEAD_BYTES`].
-pub fn predicted_footprint(weights_bytes: u64, kv_bytes_per_token: u64, budget: usize) -> u64 {
+/// Predicted process footprint at a full context: weights + KV for `budget` tokens + the
+/// largest prefill's activations ([`prefill_scratch_bytes`]) + [`RUNTIME_OVERHEAD_BYTES`].
+/// An upper bound of the peak RSS (`tests/footprint.rs` checks it).
+pub fn predicted_footprint(weights_bytes: u64, kv_bytes_per_token: u64, budget: usize, scratch_bytes: u64) -> u64 {
     weights_bytes
         .saturating_add(kv_bytes_per_token.saturating_mul(budget as u64))
+        .saturating_add(scratch_bytes)
         .saturating_add(RUNTIME_OVERHEAD_BYTES)
+}
+
+/// Activations of one prefill chunk of `chunk` tokens at a full context of `budget`:
+/// its f32 attention scores against every cached position, and one layer's per-token
+/// activations (the residual, norms, q/k/v, attention output: ~8 rows of `width`; gate,
+/// up and their product: ~4 rows of `ffn`).
+///
+/// ```text
+/// chunk · (n_heads · budget + 8 · width + 4 · ffn) · 4 B
+/// SmolLM2-135M, 256-token chunks, 4,096 tokens: 256 · (36,864 + 4,608 + 6,144) · 4 = 48.8 MB
+/// ```
+pub fn prefill_scratch_bytes(chunk: usize, n_heads: usize, width: usize, ffn: usize, budget: usize) -> u64 {
+    let per_token = (n_heads as u64)
+        .saturating_mul(budget as u64)
+        .saturating_add(8u64.saturating_mul(width as u64))
+        .saturating_add(4u64.saturating_mul(ffn as u64));
+    (chunk as u64).saturating_mul(per_token).saturating_mul(4)
 }
 
 /// The token budget for this turn: the tier's budget, lowered when the live headroom
@@ -109,12 +128,15 @@ mod tests {
     #[test]
     fn footprint_adds_weights_kv_and_overhead() {
         // 94 MiB of Q4_1 weights, f32 KV at the 6 GB class budget of 1,024 tokens.
-        let f = predicted_footprint(94 * MIB, 46_080, 1024);
-        assert_eq!(f, 94 * MIB + 46_080 * 1024 + 48 * MIB);
-        assert_eq!(
-            predicted_footprint(u64::MAX, u64::MAX, usize::MAX),
-            u64::MAX
-        );
+        let f = predicted_footprint(94 * MIB, 46_080, 1024, 7);
+        assert_eq!(f, 94 * MIB + 46_080 * 1024 + 7 + 48 * MIB);
+        assert_eq!(predicted_footprint(u64::MAX, u64::MAX, usize::MAX, u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn prefill_scratch_grows_with_the_chunk_and_the_context() {
+        assert_eq!(prefill_scratch_bytes(256, 9, 576, 1536, 4096), 256 * (9 * 4096 + 8 * 576 + 4 * 1536) * 4);
+        assert_eq!(prefill_scratch_bytes(usize::MAX, usize::MAX, 1, 1, usize::MAX), u64::MAX);
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub mod process;
 mod tier;
 
 pub use accounting::{
-    budget_for_headroom, kv_bytes_per_token, predicted_footprint, HEADROOM_SAFETY_BYTES,
+    budget_for_headroom, kv_bytes_per_token, predicted_footprint, prefill_scratch_bytes, HEADROOM_SAFETY_BYTES,
     MIN_TOKEN_BUDGET, RUNTIME_OVERHEAD_BYTES,
 };
 pub use detect::TIER_ENV;
