@@ -135,6 +135,64 @@ fn altered_or_padded_files_are_refused_before_use() {
     refuse("long-header", &long_header, "header");
 }
 
+/// Rewrites a state file's JSON header with `edit` and makes its sizes and checksum
+/// right again: what a forger would do.
+fn reforge(bytes: &[u8], edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
+    let header_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[16..16 + header_len]).unwrap();
+    edit(&mut header);
+    let json = serde_json::to_vec(&header).unwrap();
+    let mut out = bytes[..12].to_vec();
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(&json);
+    out.extend_from_slice(&bytes[16 + header_len..bytes.len() - 4]);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+#[test]
+fn forged_headers_with_a_good_checksum_are_range_checked() {
+    let (dir, model, tok, _) = tiny();
+    let mut s = session(&model, &tok);
+    for text in ["hello", "again", "and again"] {
+        s.prepare_turn(&model, &tok, text, 16).unwrap();
+        s.finish_reply("ok");
+        model.forward(&tok.encode("ok").unwrap(), &mut s.state).unwrap();
+    }
+    let file = dir.path().join("chat.pcstate");
+    persist::save(&s, &identity(), &file).unwrap();
+    let bytes = std::fs::read(&file).unwrap();
+    let try_restore = |name: &str, data: Vec<u8>| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, data).unwrap();
+        let mut fresh = session(&model, &tok);
+        persist::restore(&mut fresh, &identity(), &p).unwrap_err().to_string()
+    };
+    // The untouched file restores (the forger's tool is sound).
+    let mut fresh = session(&model, &tok);
+    let p = dir.path().join("same");
+    std::fs::write(&p, reforge(&bytes, |_| {})).unwrap();
+    persist::restore(&mut fresh, &identity(), &p).unwrap();
+    let e = try_restore("big-id", reforge(&bytes, |h| h["session"]["tokens"][0] = 1_000_000.into()));
+    assert!(e.contains("vocabulary"), "{e}");
+    let e = try_restore("unordered", reforge(&bytes, |h| h["session"]["turns"].as_array_mut().unwrap().swap(0, 1)));
+    assert!(e.contains("inconsistent"), "{e}");
+}
+
+#[test]
+fn saving_to_a_path_ending_in_part_works() {
+    let (dir, model, tok, _) = tiny();
+    let mut s = session(&model, &tok);
+    s.prepare_turn(&model, &tok, "hello", 16).unwrap();
+    let file = dir.path().join("chat.part");
+    persist::save(&s, &identity(), &file).unwrap();
+    persist::save(&s, &identity(), &file).unwrap();
+    let mut fresh = session(&model, &tok);
+    persist::restore(&mut fresh, &identity(), &file).unwrap();
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "the model and chat.part, nothing else");
+}
+
 #[test]
 fn saving_never_replaces_a_file_that_is_not_ours() {
     let (dir, model, tok, gguf) = tiny();
@@ -193,6 +251,36 @@ fn the_engine_keeps_a_file_it_cannot_use_and_saves_beside_it() {
     while events.recv_blocking().is_some() {}
     assert_eq!(std::fs::read(&session_file).unwrap(), b"not a conversation");
     assert!(dir.path().join("precious-2.txt").exists());
+}
+
+#[test]
+fn two_engines_on_one_state_file_save_to_two_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = write_tiny_gguf(dir.path(), &TinySpec::default(), 21);
+    let shared = dir.path().join("chat.pcstate");
+    let start = |text: &str| {
+        let mut config = EngineConfig::new(gguf.clone());
+        config.state_file = Some(shared.clone());
+        config.max_tokens = 4;
+        let (handle, mut events) = Engine::spawn(config);
+        let start = collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Ready(_)));
+        handle.send(Command::Send { text: text.into() }).unwrap();
+        let evs = collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Done { .. }));
+        let saved = evs.iter().find_map(|e| if let EngineEvent::Saved { path, .. } = e { Some(path.clone()) } else { None });
+        (handle, events, start, saved.expect("saved"))
+    };
+    let (first, mut first_events, _, first_saved) = start("one");
+    let (second, mut second_events, notices, second_saved) = start("two");
+    assert!(first_saved.ends_with("chat.pcstate"), "{first_saved}");
+    assert!(second_saved.ends_with("chat-2.pcstate"), "{second_saved}");
+    assert!(
+        notices.iter().any(|e| matches!(e, EngineEvent::Notice { message } if message.contains("in use by another pocketchat"))),
+        "{notices:?}"
+    );
+    for (handle, events) in [(first, &mut first_events), (second, &mut second_events)] {
+        handle.send(Command::Shutdown).unwrap();
+        while events.recv_blocking().is_some() {}
+    }
 }
 
 fn collect_until_stats_after(events: &mut pocketchat::engine::EngineEvents, stop: fn(&EngineEvent) -> bool) -> Vec<EngineEvent> {

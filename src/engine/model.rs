@@ -353,6 +353,7 @@ impl Model {
     /// in chunks, as the conversation grows).
     pub fn make_state(&self, max_tokens: usize, dtype: DType) -> State {
         State::new(
+            self.config.vocab_size,
             self.config.n_layers,
             self.config.n_kv_heads,
             self.config.head_dim,

@@ -18,7 +18,7 @@
 //!   ([`StateFileError::WontOverwrite`]; the engine then saves beside it, see
 //!   [`free_path_beside`]). It writes a temporary file with a unique name in the same
 //!   folder, syncs it, renames it into place and syncs the folder; the temporary file is
-//!   removed on every failure.
+//!   removed on every failure. A process holds a [`StateLock`] on the file it saves to.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
@@ -143,6 +143,38 @@ fn check_replaceable(path: &Path, model: &ModelIdentity) -> Result<(), StateFile
         Err(e) => return Err(StateFileError::Unreadable(e.to_string())),
     };
     check_model(&read_header(&mut f, path)?.header, model)
+}
+
+/// An advisory lock on a state file, held on a hidden `.NAME.lock` beside it for as long
+/// as a conversation is saved there: a second pocketchat on the same file finds it taken
+/// and saves elsewhere, so two processes never replace each other's conversation.
+pub struct StateLock {
+    _file: Option<File>,
+}
+
+impl StateLock {
+    /// Takes the lock for `path`; `None` when another process holds it. Where no lock
+    /// file can be made (a read-only folder) there is nothing to protect: no lock, `Some`.
+    pub fn try_acquire(path: &Path) -> Option<StateLock> {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let lock_path = path.with_file_name(format!(".{name}.lock"));
+        let file = match std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::debug!("no lock file at {}: {e}", lock_path.display());
+                return Some(StateLock { _file: None });
+            }
+        };
+        #[cfg(unix)]
+        {
+            use std::os::fd::AsRawFd;
+            // SAFETY: flock on a descriptor we own; released when the file is closed.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+                return None;
+            }
+        }
+        Some(StateLock { _file: Some(file) })
+    }
 }
 
 /// Picks a name beside `path` that nothing uses yet: `chat.pcstate` → `chat-2.pcstate`, …

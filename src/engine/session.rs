@@ -119,9 +119,14 @@ impl Session {
     pub(crate) fn restore(&mut self, snap: SessionSnapshot, kv: Vec<(candle_core::Tensor, candle_core::Tensor)>) -> Result<()> {
         let consistent = snap.pinned_tokens <= snap.tokens.len()
             && snap.turns.iter().all(|a| a.token <= snap.tokens.len() && a.text <= snap.cached_text.len() && a.message <= snap.messages.len())
-            && snap.turns.iter().all(|a| snap.cached_text.is_char_boundary(a.text));
+            && snap.turns.iter().all(|a| snap.cached_text.is_char_boundary(a.text))
+            && snap.turns.first().is_none_or(|a| snap.pinned_tokens <= a.token)
+            && snap.turns.windows(2).all(|w| w[0].token < w[1].token && w[0].text < w[1].text && w[0].message < w[1].message);
         if !consistent {
             return Err(EngineError::Inference("inconsistent turn bookkeeping".into()));
+        }
+        if let Some(id) = snap.tokens.iter().find(|&&id| id as usize >= self.state.vocab_size()) {
+            return Err(EngineError::Inference(format!("token id {id} is outside the vocabulary")));
         }
         self.clear();
         self.state.import(snap.tokens, kv)?;

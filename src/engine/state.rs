@@ -23,6 +23,8 @@ struct LayerKv {
 }
 
 pub struct State {
+    /// Token ids must be below this (the model's embedding rows).
+    vocab_size: usize,
     n_kv_heads: usize,
     head_dim: usize,
     max_tokens: usize,
@@ -35,6 +37,7 @@ pub struct State {
 
 impl State {
     pub(crate) fn new(
+        vocab_size: usize,
         n_layers: usize,
         n_kv_heads: usize,
         head_dim: usize,
@@ -43,6 +46,7 @@ impl State {
         device: Device,
     ) -> State {
         State {
+            vocab_size,
             n_kv_heads,
             head_dim,
             max_tokens,
@@ -52,6 +56,11 @@ impl State {
             layers: (0..n_layers).map(|_| None).collect(),
             tokens: Vec::new(),
         }
+    }
+
+    /// Token ids this state may hold are below this.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
     }
 
     /// Tokens held.

@@ -200,6 +200,8 @@ struct Worker {
     policy: Policy,
     loaded: Option<Loaded>,
     last_stats: Stats,
+    /// Held on the state file this conversation is saved to.
+    state_lock: Option<persist::StateLock>,
 }
 
 /// What a reply's interruption asked for, applied once the reply has ended cleanly.
@@ -235,6 +237,7 @@ impl Worker {
             policy,
             loaded: None,
             last_stats: Stats::default(),
+            state_lock: None,
         }
     }
 
@@ -333,6 +336,9 @@ impl Worker {
                 self.loaded = Some(loaded);
                 self.emit(EngineEvent::Policy { report: self.report.clone(), policy: self.policy });
                 if let Some(path) = self.config.state_file.clone() {
+                    self.lock_state_file(&path);
+                }
+                if let Some(path) = self.config.state_file.clone() {
                     if path.exists() || path.is_symlink() {
                         self.restore_or_save_beside(&path);
                     }
@@ -424,6 +430,29 @@ impl Worker {
         Ok(())
     }
 
+    /// Locks `path` for this process; when another pocketchat holds it, this conversation
+    /// is saved under a free name beside it instead, and the user is told.
+    fn lock_state_file(&mut self, path: &std::path::Path) {
+        let mut candidate = path.to_path_buf();
+        for _ in 0..100 {
+            if let Some(lock) = persist::StateLock::try_acquire(&candidate) {
+                self.state_lock = Some(lock);
+                if candidate != path {
+                    self.emit(EngineEvent::Notice {
+                        message: format!(
+                            "{} is in use by another pocketchat; this conversation will be saved to {}.",
+                            path.display(),
+                            candidate.display()
+                        ),
+                    });
+                    self.config.state_file = Some(candidate);
+                }
+                return;
+            }
+            candidate = persist::free_path_beside(&candidate);
+        }
+    }
+
     /// Restores the configured state file; when it holds something that must be kept
     /// (not a state file, another model's, a newer format's, a damaged one), it is left
     /// as it is and this conversation is saved under a free name beside it.
@@ -436,7 +465,8 @@ impl Worker {
                 path.display(),
                 beside.display()
             );
-            self.config.state_file = Some(beside);
+            self.config.state_file = Some(beside.clone());
+            self.lock_state_file(&beside);
             message
         } else {
             format!("{e}. Starting a fresh conversation.")
