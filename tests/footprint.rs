@@ -24,7 +24,7 @@ fn peak_and_predicted(args: &[&str], input: &str) -> (u64, u64) {
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    let last = stderr.lines().filter(|l| l.starts_with("[turn ")).last().unwrap_or_else(|| panic!("no turn: {stderr}"));
+    let last = stderr.lines().rfind(|l| l.starts_with("[turn ")).unwrap_or_else(|| panic!("no turn: {stderr}"));
     let field = |name: &str| -> u64 {
         let rest = &last[last.find(name).unwrap_or_else(|| panic!("no {name} in {last}")) + name.len()..];
         rest.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
