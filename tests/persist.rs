@@ -32,6 +32,33 @@ fn identity() -> ModelIdentity {
     ModelIdentity { sha256: "ab".repeat(32), bytes: 1234 }
 }
 
+/// A session of `turns` (each answered "ok") saved as `DIR/chat.pcstate`, and the file's bytes.
+fn saved(dir: &std::path::Path, model: &Model, tok: &TextTokenizer, turns: &[&str]) -> (Session, Vec<u8>) {
+    let mut s = session(model, tok);
+    for text in turns {
+        s.prepare_turn(model, tok, text, 16).unwrap();
+        s.finish_reply("ok");
+        model.forward(&tok.encode("ok").unwrap(), &mut s.state).unwrap();
+    }
+    let file = dir.join("chat.pcstate");
+    persist::save(&s, &identity(), &file).unwrap();
+    let bytes = std::fs::read(&file).unwrap();
+    (s, bytes)
+}
+
+/// Writes `data` as `DIR/NAME`, restores it for model `id` into a fresh session and
+/// returns the error, having checked that the session was left empty and usable.
+fn refused(dir: &std::path::Path, model: &Model, tok: &TextTokenizer, name: &str, data: &[u8], id: &ModelIdentity) -> StateFileError {
+    let p = dir.join(name);
+    std::fs::write(&p, data).unwrap();
+    let mut fresh = session(model, tok);
+    let e = persist::restore(&mut fresh, id, &p).expect_err(name);
+    assert!(fresh.state.is_empty() && fresh.messages().is_empty(), "{name}");
+    fresh.prepare_turn(model, tok, "hi again", 16).unwrap();
+    println!("{name}: {e}");
+    e
+}
+
 #[test]
 fn restored_session_continues_like_the_original() {
     let (dir, model, tok, _) = tiny();
@@ -61,22 +88,10 @@ fn restored_session_continues_like_the_original() {
 #[test]
 fn bad_state_files_are_refused_and_leave_a_fresh_session() {
     let (dir, model, tok, _) = tiny();
-    let mut s = session(&model, &tok);
-    s.prepare_turn(&model, &tok, "hello", 16).unwrap();
-    let file = dir.path().join("chat.pcstate");
-    persist::save(&s, &identity(), &file).unwrap();
-    let bytes = std::fs::read(&file).unwrap();
-
+    let (_, bytes) = saved(dir.path(), &model, &tok, &["hello"]);
     let check = |name: &str, data: &[u8], id: &ModelIdentity, want: fn(&StateFileError) -> bool| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, data).unwrap();
-        let mut fresh = session(&model, &tok);
-        let e = persist::restore(&mut fresh, id, &p).unwrap_err();
+        let e = refused(dir.path(), &model, &tok, name, data, id);
         assert!(want(&e), "{name}: unexpected error {e:?}");
-        assert!(fresh.state.is_empty() && fresh.messages().is_empty());
-        // Still usable.
-        fresh.prepare_turn(&model, &tok, "hi again", 16).unwrap();
-        println!("{name}: {e}");
     };
     let other = ModelIdentity { sha256: "cd".repeat(32), bytes: 1234 };
     check("other-model", &bytes, &other, |e| matches!(e, StateFileError::OtherModel(_)));
@@ -96,18 +111,10 @@ fn bad_state_files_are_refused_and_leave_a_fresh_session() {
 #[test]
 fn altered_or_padded_files_are_refused_before_use() {
     let (dir, model, tok, _) = tiny();
-    let mut s = session(&model, &tok);
-    s.prepare_turn(&model, &tok, "hello", 16).unwrap();
-    let file = dir.path().join("chat.pcstate");
-    persist::save(&s, &identity(), &file).unwrap();
-    let bytes = std::fs::read(&file).unwrap();
+    let (_, bytes) = saved(dir.path(), &model, &tok, &["hello"]);
     let refuse = |name: &str, data: &[u8], why: &str| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, data).unwrap();
-        let mut fresh = session(&model, &tok);
-        let e = persist::restore(&mut fresh, &identity(), &p).unwrap_err();
+        let e = refused(dir.path(), &model, &tok, name, data, &identity());
         assert!(matches!(e, StateFileError::Damaged(_)) && e.to_string().contains(why), "{name}: {e}");
-        assert!(fresh.state.is_empty());
     };
     // 500 flipped bytes in the cache: the checksum says so.
     let mut flipped = bytes.clone();
@@ -154,29 +161,16 @@ fn reforge(bytes: &[u8], edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
 #[test]
 fn forged_headers_with_a_good_checksum_are_range_checked() {
     let (dir, model, tok, _) = tiny();
-    let mut s = session(&model, &tok);
-    for text in ["hello", "again", "and again"] {
-        s.prepare_turn(&model, &tok, text, 16).unwrap();
-        s.finish_reply("ok");
-        model.forward(&tok.encode("ok").unwrap(), &mut s.state).unwrap();
-    }
-    let file = dir.path().join("chat.pcstate");
-    persist::save(&s, &identity(), &file).unwrap();
-    let bytes = std::fs::read(&file).unwrap();
-    let try_restore = |name: &str, data: Vec<u8>| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, data).unwrap();
-        let mut fresh = session(&model, &tok);
-        persist::restore(&mut fresh, &identity(), &p).unwrap_err().to_string()
-    };
+    let (_, bytes) = saved(dir.path(), &model, &tok, &["hello", "again", "and again"]);
     // The untouched file restores (the forger's tool is sound).
     let mut fresh = session(&model, &tok);
     let p = dir.path().join("same");
     std::fs::write(&p, reforge(&bytes, |_| {})).unwrap();
     persist::restore(&mut fresh, &identity(), &p).unwrap();
-    let e = try_restore("big-id", reforge(&bytes, |h| h["session"]["tokens"][0] = 1_000_000.into()));
+    let forged = |name: &str, data: Vec<u8>| refused(dir.path(), &model, &tok, name, &data, &identity()).to_string();
+    let e = forged("big-id", reforge(&bytes, |h| h["session"]["tokens"][0] = 1_000_000.into()));
     assert!(e.contains("vocabulary"), "{e}");
-    let e = try_restore("unordered", reforge(&bytes, |h| h["session"]["turns"].as_array_mut().unwrap().swap(0, 1)));
+    let e = forged("unordered", reforge(&bytes, |h| h["session"]["turns"].as_array_mut().unwrap().swap(0, 1)));
     assert!(e.contains("inconsistent"), "{e}");
 }
 
