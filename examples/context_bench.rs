@@ -41,7 +41,8 @@ fn main() -> Result<()> {
         loop {
             turn += 1;
             let t = Instant::now();
-            let p = s.prepare_turn(&model, &tok, &format!("Question number {turn}: tell me something new."), reserve)?;
+            let p =
+                s.prepare_turn(&model, &tok, &format!("Question number {turn}: tell me something new."), reserve)?;
             argmax(p.logits.as_ref().expect("logits"))?;
             let ttft = t.elapsed().as_secs_f64() * 1e3;
             if p.dropped_tokens > 0 {

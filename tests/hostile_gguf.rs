@@ -32,8 +32,9 @@ fn patch_tensor(path: &Path, name: &str, patch: impl FnOnce(&mut Vec<u64>, &mut 
     let at = bytes.windows(key.len()).position(|w| w == key).expect("tensor info") + key.len();
     let n_dims = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
     let dims_at = at + 4;
-    let mut dims: Vec<u64> =
-        (0..n_dims).map(|i| u64::from_le_bytes(bytes[dims_at + 8 * i..dims_at + 8 * i + 8].try_into().unwrap())).collect();
+    let mut dims: Vec<u64> = (0..n_dims)
+        .map(|i| u64::from_le_bytes(bytes[dims_at + 8 * i..dims_at + 8 * i + 8].try_into().unwrap()))
+        .collect();
     let offset_at = dims_at + 8 * n_dims + 4;
     let mut offset = u64::from_le_bytes(bytes[offset_at..offset_at + 8].try_into().unwrap());
     patch(&mut dims, &mut offset);

@@ -58,7 +58,11 @@ fn run_chat(prompts: &[String], budget: usize, extra: &[&str]) -> Run {
     let turns = stderr
         .lines()
         .filter(|l| l.starts_with("[turn "))
-        .map(|l| Turn { generated: field(l, "generated ") as usize, context: field(l, "context ") as usize, peak_rss: field(l, "peak_rss ") })
+        .map(|l| Turn {
+            generated: field(l, "generated ") as usize,
+            context: field(l, "context ") as usize,
+            peak_rss: field(l, "peak_rss "),
+        })
         .collect();
     Run {
         turns,

@@ -48,7 +48,14 @@ fn saved(dir: &std::path::Path, model: &Model, tok: &TextTokenizer, turns: &[&st
 
 /// Writes `data` as `DIR/NAME`, restores it for model `id` into a fresh session and
 /// returns the error, having checked that the session was left empty and usable.
-fn refused(dir: &std::path::Path, model: &Model, tok: &TextTokenizer, name: &str, data: &[u8], id: &ModelIdentity) -> StateFileError {
+fn refused(
+    dir: &std::path::Path,
+    model: &Model,
+    tok: &TextTokenizer,
+    name: &str,
+    data: &[u8],
+    id: &ModelIdentity,
+) -> StateFileError {
     let p = dir.join(name);
     std::fs::write(&p, data).unwrap();
     let mut fresh = session(model, tok);
@@ -235,12 +242,17 @@ fn the_engine_keeps_a_file_it_cannot_use_and_saves_beside_it() {
     config.max_tokens = 4;
     let (handle, mut events) = Engine::spawn(config);
     let start = collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Ready(_)));
-    let notices: Vec<String> =
-        start.iter().filter_map(|e| if let EngineEvent::Notice { message } = e { Some(message.clone()) } else { None }).collect();
+    let notices: Vec<String> = start
+        .iter()
+        .filter_map(|e| if let EngineEvent::Notice { message } = e { Some(message.clone()) } else { None })
+        .collect();
     assert!(notices.iter().any(|n| n.contains("left as it is") && n.contains("precious-2.txt")), "{notices:?}");
     handle.send(Command::Send { text: "hello".into() }).unwrap();
     let evs = collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Done { .. }));
-    assert!(evs.iter().any(|e| matches!(e, EngineEvent::Saved { path, .. } if path.ends_with("precious-2.txt"))), "{evs:?}");
+    assert!(
+        evs.iter().any(|e| matches!(e, EngineEvent::Saved { path, .. } if path.ends_with("precious-2.txt"))),
+        "{evs:?}"
+    );
     handle.send(Command::Shutdown).unwrap();
     while events.recv_blocking().is_some() {}
     assert_eq!(std::fs::read(&session_file).unwrap(), b"not a conversation");
@@ -260,7 +272,8 @@ fn two_engines_on_one_state_file_save_to_two_files() {
         let start = collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Ready(_)));
         handle.send(Command::Send { text: text.into() }).unwrap();
         let evs = collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Done { .. }));
-        let saved = evs.iter().find_map(|e| if let EngineEvent::Saved { path, .. } = e { Some(path.clone()) } else { None });
+        let saved =
+            evs.iter().find_map(|e| if let EngineEvent::Saved { path, .. } = e { Some(path.clone()) } else { None });
         (handle, events, start, saved.expect("saved"))
     };
     let (first, mut first_events, _, first_saved) = start("one");
@@ -268,7 +281,9 @@ fn two_engines_on_one_state_file_save_to_two_files() {
     assert!(first_saved.ends_with("chat.pcstate"), "{first_saved}");
     assert!(second_saved.ends_with("chat-2.pcstate"), "{second_saved}");
     assert!(
-        notices.iter().any(|e| matches!(e, EngineEvent::Notice { message } if message.contains("in use by another pocketchat"))),
+        notices
+            .iter()
+            .any(|e| matches!(e, EngineEvent::Notice { message } if message.contains("in use by another pocketchat"))),
         "{notices:?}"
     );
     for (handle, events) in [(first, &mut first_events), (second, &mut second_events)] {
@@ -277,7 +292,10 @@ fn two_engines_on_one_state_file_save_to_two_files() {
     }
 }
 
-fn collect_until_stats_after(events: &mut pocketchat::engine::EngineEvents, stop: fn(&EngineEvent) -> bool) -> Vec<EngineEvent> {
+fn collect_until_stats_after(
+    events: &mut pocketchat::engine::EngineEvents,
+    stop: fn(&EngineEvent) -> bool,
+) -> Vec<EngineEvent> {
     let mut out = Vec::new();
     let mut seen = false;
     loop {
@@ -316,13 +334,23 @@ fn the_engine_restores_a_real_conversation_at_launch_without_re_prefill() {
     let start = collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Restored { .. }));
     let (messages, tokens) = start
         .iter()
-        .find_map(|e| if let EngineEvent::Restored { messages, tokens } = e { Some((messages.clone(), *tokens)) } else { None })
+        .find_map(|e| {
+            if let EngineEvent::Restored { messages, tokens } = e {
+                Some((messages.clone(), *tokens))
+            } else {
+                None
+            }
+        })
         .expect("no Restored event");
     assert_eq!(messages.len(), 4);
     assert!(tokens > 50);
     handle.send(Command::Send { text: "And of Spain?".into() }).unwrap();
     let evs = collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Done { .. }));
-    let fed = evs.iter().rev().find_map(|e| if let EngineEvent::Stats(s) = e { Some(s.prefill_tokens) } else { None }).unwrap();
+    let fed = evs
+        .iter()
+        .rev()
+        .find_map(|e| if let EngineEvent::Stats(s) = e { Some(s.prefill_tokens) } else { None })
+        .unwrap();
     assert!(fed < 20, "after restore the turn fed {fed} tokens (re-prefill?)");
 
     handle.send(Command::Shutdown).unwrap();

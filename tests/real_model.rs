@@ -10,7 +10,9 @@ use common::*;
 use pocketchat::engine::model::{argmax, read_gguf};
 use pocketchat::engine::template::{ChatTemplate, Message, Role};
 use pocketchat::engine::tokenizer::TextTokenizer;
-use pocketchat::engine::{Command, DoneReason, Engine, EngineConfig, EngineError, EngineEvent, EngineEvents, MatmulKernel, Model};
+use pocketchat::engine::{
+    Command, DoneReason, Engine, EngineConfig, EngineError, EngineEvent, EngineEvents, MatmulKernel, Model,
+};
 
 fn tokenizer() -> TextTokenizer {
     let (content, _) = read_gguf(&default_model()).unwrap();
@@ -19,10 +21,11 @@ fn tokenizer() -> TextTokenizer {
 
 fn fixtures() -> serde_json::Value {
     let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let path = [here.join("../shared/fixtures/smollm2-tokenizer.json"), "/work/shared/fixtures/smollm2-tokenizer.json".into()]
-        .into_iter()
-        .find(|p| p.exists())
-        .expect("shared/fixtures/smollm2-tokenizer.json beside the checkout");
+    let path =
+        [here.join("../shared/fixtures/smollm2-tokenizer.json"), "/work/shared/fixtures/smollm2-tokenizer.json".into()]
+            .into_iter()
+            .find(|p| p.exists())
+            .expect("shared/fixtures/smollm2-tokenizer.json beside the checkout");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -82,7 +85,8 @@ fn reference_greedy(prompt: &[u32], n: usize) -> Vec<u32> {
     let path = default_model();
     let mut f = std::fs::File::open(&path).unwrap();
     let content = gguf_file::Content::read(&mut f).unwrap();
-    let mut m = candle_transformers::models::quantized_llama::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap();
+    let mut m =
+        candle_transformers::models::quantized_llama::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap();
     let input = Tensor::new(prompt, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
     let mut next = argmax(&m.forward(&input, 0).unwrap().squeeze(0).unwrap()).unwrap();
     let mut out = vec![next];

@@ -49,7 +49,8 @@ fn matches_candle_transformers_quantized_llama() {
         let mut f = std::fs::File::open(&path).unwrap();
         let content = gguf_file::Content::read(&mut f).unwrap();
         let mut reference =
-            candle_transformers::models::quantized_llama::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap();
+            candle_transformers::models::quantized_llama::ModelWeights::from_gguf(content, &mut f, &Device::Cpu)
+                .unwrap();
         let input = Tensor::new(&TOKENS, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
         let expected = reference.forward(&input, 0).unwrap().squeeze(0).unwrap();
 
@@ -88,7 +89,9 @@ fn each_turn_feeds_only_its_new_tokens_and_matches_a_full_rerun() {
         assert_eq!(p.fed_tokens, fed);
         if k > 0 {
             // Only the new turn's text: its tokens, not the conversation's.
-            let expected = tok.encode(&format!("<|im_end|>\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n")).unwrap();
+            let expected = tok
+                .encode(&format!("<|im_end|>\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"))
+                .unwrap();
             assert_eq!(fed, expected.len(), "turn {k} fed {fed} tokens");
         }
         // A from-scratch run over every token in the cache gives the same last logits.

@@ -328,7 +328,8 @@ fn settings_panel_shows_the_figures() {
 
     // The log, newest first, with times.
     let trim = t.find("Trimmed 64 tokens to fit the budget, kept 200").expect("trim logged");
-    let evict = t.find("Memory warning (simulated from settings): 900 → 450 tokens, 20.0 MiB freed").expect("eviction logged");
+    let evict =
+        t.find("Memory warning (simulated from settings): 900 → 450 tokens, 20.0 MiB freed").expect("eviction logged");
     assert!(trim < evict, "newest first: {t}");
     assert!(html.contains("class=\"log-eviction\""), "{html}");
     assert!(t.contains("12:07:30") && t.contains("12:00:03"), "{t}");

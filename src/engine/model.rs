@@ -150,7 +150,9 @@ impl Loader<'_> {
         let expect = |name: String, dims: &[usize]| -> Result<()> {
             match shape(&name) {
                 None => Err(self.bad(format!("missing tensor `{name}`"))),
-                Some(d) if d != dims => Err(self.bad(format!("tensor `{name}` is {d:?}, the metadata implies {dims:?}"))),
+                Some(d) if d != dims => {
+                    Err(self.bad(format!("tensor `{name}` is {d:?}, the metadata implies {dims:?}")))
+                }
                 Some(_) => Ok(()),
             }
         };
@@ -186,9 +188,7 @@ impl Loader<'_> {
         if !self.has(name) {
             return Err(self.bad(format!("missing tensor `{name}`")));
         }
-        self.content
-            .tensor(self.reader, name, self.device)
-            .map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
+        self.content.tensor(self.reader, name, self.device).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
     }
 
     fn vector(&mut self, name: &str) -> Result<Tensor> {
@@ -212,12 +212,7 @@ impl Loader<'_> {
 
 impl Model {
     /// Loads a GGUF file. `progress` is called with values in 0.0..=1.0 while tensors load.
-    pub fn load(
-        path: &Path,
-        device: &Device,
-        kernel: MatmulKernel,
-        mut progress: impl FnMut(f32),
-    ) -> Result<Model> {
+    pub fn load(path: &Path, device: &Device, kernel: MatmulKernel, mut progress: impl FnMut(f32)) -> Result<Model> {
         let _span = tracing::info_span!("load", path = %path.display()).entered();
         let (content, mut reader) = read_gguf(path)?;
         let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
@@ -295,8 +290,7 @@ impl Model {
             .and_then(|v| v.to_string().ok())
             .cloned()
             .unwrap_or_else(|| path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default());
-        let requantized_from =
-            content.metadata.get("general.quantized_from").and_then(|v| v.to_string().ok()).cloned();
+        let requantized_from = content.metadata.get("general.quantized_from").and_then(|v| v.to_string().ok()).cloned();
         progress(1.0);
         let config = ModelConfig {
             rope_neox: arch == "qwen2",
@@ -410,9 +404,8 @@ impl Model {
             let attn = self.attention(i, layer, &h, state, pos, &cos, &sin, &mask)?;
             x = (x + attn)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.config.rms_eps)?;
-            let [gate, up]: [Tensor; 2] = Linear::forward_many(&[&layer.w_gate, &layer.w_up], &h)?
-                .try_into()
-                .expect("two layers, two outputs");
+            let [gate, up]: [Tensor; 2] =
+                Linear::forward_many(&[&layer.w_gate, &layer.w_up], &h)?.try_into().expect("two layers, two outputs");
             let mlp = layer.w_down.forward(&(candle_nn::ops::silu(&gate)? * up)?)?;
             x = (x + mlp)?;
         }
@@ -451,8 +444,9 @@ impl Model {
             }
         };
         // One activation quantization and one parallel region for q, k and v.
-        let [q, k, v]: [Tensor; 3] =
-            Linear::forward_many(&[&layer.wq, &layer.wk, &layer.wv], h)?.try_into().expect("three layers, three outputs");
+        let [q, k, v]: [Tensor; 3] = Linear::forward_many(&[&layer.wq, &layer.wk, &layer.wv], h)?
+            .try_into()
+            .expect("three layers, three outputs");
         let q = with_bias(q, &layer.bq)?;
         let k = with_bias(k, &layer.bk)?;
         let v = with_bias(v, &layer.bv)?;
@@ -503,7 +497,8 @@ impl Model {
         if tail > 0 {
             // Rotation by -delta: cos(-a) = cos(a), sin(-a) = -sin(a).
             let cos = self.cos.narrow(0, delta, 1)?.broadcast_as((tail, self.config.head_dim / 2))?.contiguous()?;
-            let sin = self.sin.narrow(0, delta, 1)?.neg()?.broadcast_as((tail, self.config.head_dim / 2))?.contiguous()?;
+            let sin =
+                self.sin.narrow(0, delta, 1)?.neg()?.broadcast_as((tail, self.config.head_dim / 2))?.contiguous()?;
             let neox = self.config.rope_neox;
             state.shift_out(start, end, |k| {
                 let k = k.unsqueeze(0)?;
@@ -538,8 +533,7 @@ fn softmax_owned(scores: Tensor) -> candle_core::Result<Tensor> {
 
 /// The RoPE cos/sin tables, `(positions, head_dim / 2)`.
 fn rope_tables(head_dim: usize, base: f32, positions: usize, device: &Device) -> Result<(Tensor, Tensor)> {
-    let inv_freq: Vec<f32> =
-        (0..head_dim).step_by(2).map(|i| 1f32 / base.powf(i as f32 / head_dim as f32)).collect();
+    let inv_freq: Vec<f32> = (0..head_dim).step_by(2).map(|i| 1f32 / base.powf(i as f32 / head_dim as f32)).collect();
     let inv_freq = Tensor::new(inv_freq.as_slice(), device)?;
     let t = Tensor::arange(0u32, positions as u32, device)?.to_dtype(DType::F32)?.reshape((positions, 1))?;
     let freqs = t.matmul(&inv_freq.reshape((1, head_dim / 2))?)?;

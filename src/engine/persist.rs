@@ -114,8 +114,11 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
     f.write_all(&json).map_err(io)?;
     for (k, v) in kv {
         for t in [k, v] {
-            let data: Vec<half::f16> =
-                t.to_dtype(DType::F16).and_then(|t| t.flatten_all()).and_then(|t| t.to_vec1()).map_err(|e| other(&e))?;
+            let data: Vec<half::f16> = t
+                .to_dtype(DType::F16)
+                .and_then(|t| t.flatten_all())
+                .and_then(|t| t.to_vec1())
+                .map_err(|e| other(&e))?;
             let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
             f.write_all(&bytes).map_err(io)?;
         }
@@ -272,7 +275,9 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
     let trailer = if version >= 2 { 4 } else { 0 };
     let expected_len = PREFIX_BYTES + header_len + body + trailer;
     if file_len != expected_len {
-        return Err(StateFileError::Damaged(format!("the file is {file_len} bytes; its header describes {expected_len}")));
+        return Err(StateFileError::Damaged(format!(
+            "the file is {file_len} bytes; its header describes {expected_len}"
+        )));
     }
     // Read again from the start, one tensor at a time, through the checksum.
     let unreadable = |e: std::io::Error| StateFileError::Unreadable(e.to_string());
@@ -325,7 +330,8 @@ impl TempFile {
         use std::sync::atomic::{AtomicU64, Ordering};
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
         let unique = format!("{}.{nanos:x}{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
         TempFile(dir.join(format!(".{name}.{unique}.tmp")))
     }

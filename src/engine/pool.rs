@@ -194,7 +194,10 @@ impl Pool {
         while workers.len() < wanted {
             let tid = workers.len();
             let shared = self.shared.clone();
-            match std::thread::Builder::new().name(format!("pocketchat-compute-{tid}")).spawn(move || worker(shared, tid)) {
+            match std::thread::Builder::new()
+                .name(format!("pocketchat-compute-{tid}"))
+                .spawn(move || worker(shared, tid))
+            {
                 Ok(handle) => workers.push(handle.thread().clone()),
                 Err(e) => {
                     tracing::warn!("could not start compute thread {tid}: {e}");
@@ -423,9 +426,8 @@ fn worker(shared: Arc<Shared>, tid: usize) {
 /// Waits until a job newer than `seen_gen` is open and this worker may join it; returns
 /// the state word seen, or `None` when the pool is gone.
 fn wait_for_job(shared: &Shared, tid: usize, seen_gen: u64) -> Option<u64> {
-    let ready = |state: u64| {
-        state & OPEN != 0 && state & GEN != seen_gen && tid < shared.joinable.load(Ordering::Relaxed)
-    };
+    let ready =
+        |state: u64| state & OPEN != 0 && state & GEN != seen_gen && tid < shared.joinable.load(Ordering::Relaxed);
     let mut started = Instant::now();
     let mut spins = 0u32;
     loop {

@@ -116,12 +116,21 @@ impl Session {
     }
 
     /// Puts a saved conversation back, K/V included: no re-prefill.
-    pub(crate) fn restore(&mut self, snap: SessionSnapshot, kv: Vec<(candle_core::Tensor, candle_core::Tensor)>) -> Result<()> {
+    pub(crate) fn restore(
+        &mut self,
+        snap: SessionSnapshot,
+        kv: Vec<(candle_core::Tensor, candle_core::Tensor)>,
+    ) -> Result<()> {
         let consistent = snap.pinned_tokens <= snap.tokens.len()
-            && snap.turns.iter().all(|a| a.token <= snap.tokens.len() && a.text <= snap.cached_text.len() && a.message <= snap.messages.len())
+            && snap.turns.iter().all(|a| {
+                a.token <= snap.tokens.len() && a.text <= snap.cached_text.len() && a.message <= snap.messages.len()
+            })
             && snap.turns.iter().all(|a| snap.cached_text.is_char_boundary(a.text))
             && snap.turns.first().is_none_or(|a| snap.pinned_tokens <= a.token)
-            && snap.turns.windows(2).all(|w| w[0].token < w[1].token && w[0].text < w[1].text && w[0].message < w[1].message);
+            && snap
+                .turns
+                .windows(2)
+                .all(|w| w[0].token < w[1].token && w[0].text < w[1].text && w[0].message < w[1].message);
         if !consistent {
             return Err(EngineError::Inference("inconsistent turn bookkeeping".into()));
         }
@@ -148,7 +157,13 @@ impl Session {
 
     /// Adds the user's message and prefills its tokens, dropping old turns first when the
     /// budget requires it. `reserve` tokens are kept free for the reply.
-    pub fn prepare_turn(&mut self, model: &Model, tok: &TextTokenizer, user_text: &str, reserve: usize) -> Result<Prepared> {
+    pub fn prepare_turn(
+        &mut self,
+        model: &Model,
+        tok: &TextTokenizer,
+        user_text: &str,
+        reserve: usize,
+    ) -> Result<Prepared> {
         if user_text.trim().is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
@@ -226,7 +241,13 @@ impl Session {
         Ok((pieces, from_scratch))
     }
 
-    fn feed(&mut self, model: &Model, user_text: &str, pieces: Pieces, from_scratch: bool) -> Result<candle_core::Tensor> {
+    fn feed(
+        &mut self,
+        model: &Model,
+        user_text: &str,
+        pieces: Pieces,
+        from_scratch: bool,
+    ) -> Result<candle_core::Tensor> {
         let mut messages = self.messages.clone();
         messages.push(Message::new(Role::User, user_text));
         let full = self.template.render(&messages, true)?;

@@ -234,9 +234,7 @@ mod tests {
     #[test]
     fn chatml_fallback_renders_and_finds_the_user_header() {
         let t = ChatTemplate::new(None, "", "");
-        let text = t
-            .render(&[Message::new(Role::System, "sys"), Message::new(Role::User, "hi")], true)
-            .unwrap();
+        let text = t.render(&[Message::new(Role::System, "sys"), Message::new(Role::User, "hi")], true).unwrap();
         assert_eq!(text, "<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
         assert_eq!(t.user_header().unwrap(), "<|im_start|>user\n");
     }

@@ -45,17 +45,14 @@ impl TextTokenizer {
                 "`{kind}` (SentencePiece and other non-BPE tokenizers are not supported)"
             )));
         }
-        let mut inner =
-            Tokenizer::from_gguf(content).map_err(|e| EngineError::UnsupportedTokenizer(e.to_string()))?;
+        let mut inner = Tokenizer::from_gguf(content).map_err(|e| EngineError::UnsupportedTokenizer(e.to_string()))?;
         let pre = content.metadata.get("tokenizer.ggml.pre").and_then(|v| v.to_string().ok()).cloned();
         if matches!(pre.as_deref(), None | Some("smollm") | Some("gpt2") | Some("default")) {
             inner.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
         }
         let token_at = |key: &str| -> Option<u32> { content.metadata.get(key).and_then(|v| v.to_u32().ok()) };
         let vocab = inner.get_vocab(true);
-        let name_of = |id: Option<u32>| -> String {
-            id.and_then(|id| inner.id_to_token(id)).unwrap_or_default()
-        };
+        let name_of = |id: Option<u32>| -> String { id.and_then(|id| inner.id_to_token(id)).unwrap_or_default() };
         let eos_id = token_at("tokenizer.ggml.eos_token_id");
         let mut stop_ids: Vec<u32> = eos_id.into_iter().collect();
         stop_ids.extend(END_OF_TURN_TOKENS.iter().filter_map(|t| vocab.get(*t).copied()));
@@ -85,7 +82,12 @@ impl TextTokenizer {
     /// Token ids of `text[range]`, a part of a rendered conversation whose message texts
     /// are at `bodies` (sorted, not overlapping): those are read as plain text, the rest
     /// (the template's markers) with special tokens.
-    pub fn encode_rendered(&self, text: &str, range: Range<usize>, bodies: &[Range<usize>]) -> Result<Vec<u32>, EngineError> {
+    pub fn encode_rendered(
+        &self,
+        text: &str,
+        range: Range<usize>,
+        bodies: &[Range<usize>],
+    ) -> Result<Vec<u32>, EngineError> {
         let mut ids = Vec::new();
         let mut at = range.start;
         for body in bodies {

@@ -122,8 +122,10 @@ impl EngineHandle {
     /// Queues a command; `Stop`, `MemoryWarning`, `NewConversation` and `Shutdown` also
     /// interrupt the running reply at its next token.
     pub fn send(&self, command: Command) -> Result<(), EngineError> {
-        let interrupts =
-            matches!(command, Command::Stop | Command::MemoryWarning { .. } | Command::NewConversation | Command::Shutdown);
+        let interrupts = matches!(
+            command,
+            Command::Stop | Command::MemoryWarning { .. } | Command::NewConversation | Command::Shutdown
+        );
         self.commands.send(command).map_err(|_| EngineError::EngineGone)?;
         if interrupts {
             self.interrupt.store(true, Ordering::SeqCst);
@@ -307,7 +309,8 @@ impl Worker {
                         }
                         self.emit_stats();
                     }
-                    _ => self.emit(EngineEvent::Notice { message: "There is no evicted conversation to restore.".into() }),
+                    _ => self
+                        .emit(EngineEvent::Notice { message: "There is no evicted conversation to restore.".into() }),
                 },
                 Command::Shutdown => {
                     self.save();

@@ -26,12 +26,7 @@ pub const MIN_TOKEN_BUDGET: usize = 128;
 /// 2 (K, V) · n_layers · n_kv_heads · head_dim · dtype_bytes
 /// SmolLM2-135M: 2 · 30 · 3 · 64 · 4 = 46,080 B (f32), 23,040 B (f16)
 /// ```
-pub fn kv_bytes_per_token(
-    n_layers: usize,
-    n_kv_heads: usize,
-    head_dim: usize,
-    dtype_bytes: usize,
-) -> u64 {
+pub fn kv_bytes_per_token(n_layers: usize, n_kv_heads: usize, head_dim: usize, dtype_bytes: usize) -> u64 {
     2u64.saturating_mul(n_layers as u64)
         .saturating_mul(n_kv_heads as u64)
         .saturating_mul(head_dim as u64)
@@ -146,10 +141,7 @@ mod tests {
 
     #[test]
     fn ample_headroom_keeps_tier_budget() {
-        assert_eq!(
-            budget_for_headroom(2048, 100, 46_080, Some(GIB)),
-            (2048, None)
-        );
+        assert_eq!(budget_for_headroom(2048, 100, 46_080, Some(GIB)), (2048, None));
     }
 
     #[test]

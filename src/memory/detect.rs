@@ -10,11 +10,7 @@ impl TierReport {
     /// Reads physical memory, the BF16 capability and `POCKETCHAT_TIER`.
     pub fn detect() -> TierReport {
         let env = std::env::var(TIER_ENV).ok();
-        TierReport::from_parts(
-            probe::physical_bytes(),
-            probe::bf16_supported(),
-            env.as_deref(),
-        )
+        TierReport::from_parts(probe::physical_bytes(), probe::bf16_supported(), env.as_deref())
     }
 
     /// The pure part of [`TierReport::detect`].
@@ -23,18 +19,11 @@ impl TierReport {
     /// low costs context length, guessing high can get the app killed. An override that
     /// is not a tier id is ignored with a warning; an empty one counts as unset.
     /// `physical_bytes` is 0 in the report when the OS would not say.
-    pub fn from_parts(
-        physical: Option<u64>,
-        bf16: Option<bool>,
-        env_override: Option<&str>,
-    ) -> TierReport {
+    pub fn from_parts(physical: Option<u64>, bf16: Option<bool>, env_override: Option<&str>) -> TierReport {
         let detected = match physical {
             Some(bytes) => classify(bytes),
             None => {
-                tracing::warn!(
-                    "physical memory is unknown; assuming the {} to stay safe",
-                    RamTier::Phone6Gb.label()
-                );
+                tracing::warn!("physical memory is unknown; assuming the {} to stay safe", RamTier::Phone6Gb.label());
                 RamTier::Phone6Gb
             }
         };
@@ -48,12 +37,7 @@ impl TierReport {
             }
             tier
         });
-        TierReport {
-            physical_bytes: physical.unwrap_or(0),
-            detected,
-            overridden,
-            bf16,
-        }
+        TierReport { physical_bytes: physical.unwrap_or(0), detected, overridden, bf16 }
     }
 
     /// The same report with the QA override replaced (the settings panel's selector);
@@ -112,10 +96,7 @@ mod tests {
     fn with_override_replaces_and_clears() {
         let r = TierReport::from_parts(gib(16.0), None, Some("6gb"));
         assert_eq!(r.clone().with_override(None).effective(), RamTier::Desktop);
-        assert_eq!(
-            r.with_override(Some(RamTier::Phone8Gb)).effective(),
-            RamTier::Phone8Gb
-        );
+        assert_eq!(r.with_override(Some(RamTier::Phone8Gb)).effective(), RamTier::Phone8Gb);
     }
 
     #[test]

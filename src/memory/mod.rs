@@ -28,9 +28,7 @@ pub use accounting::{
 pub use detect::TIER_ENV;
 pub use monitor::{MemoryMonitor, MonitorConfig};
 pub use policy::{Policy, WeightQuant};
-pub use process::{
-    available_bytes, footprint_bytes, peak_rss_bytes, release_free_memory, rss_bytes,
-};
+pub use process::{available_bytes, footprint_bytes, peak_rss_bytes, release_free_memory, rss_bytes};
 pub use tier::{classify, RamTier, TierReport};
 
 pub const MIB: u64 = 1024 * 1024;

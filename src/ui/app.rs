@@ -25,10 +25,10 @@ use super::chat::ChatView;
 use super::clock::now_label;
 use super::meter::{LiveFigures, ReplyMeter};
 use super::pacer::{self, FRAME};
-use super::{lifecycle, monitor};
 use super::qa::QaHook;
 use super::settings::SettingsPanel;
 use super::state::{ChatState, Phase};
+use super::{lifecycle, monitor};
 
 /// The stylesheet, compiled in so the app needs no asset pipeline (`cargo run` works).
 pub const STYLE: &str = include_str!("../../assets/style.css");
@@ -340,10 +340,9 @@ pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
             Phase::Starting => ("status-loading", "Starting…".to_string()),
             Phase::Loading { progress, .. } => ("status-loading", format!("Loading {:.0}%", progress * 100.0)),
             Phase::Ready if s.generating() => ("status-busy", "Writing…".to_string()),
-            Phase::Ready => (
-                "status-ready",
-                s.model.as_ref().map(|m| m.name.clone()).unwrap_or_else(|| "Ready".into()),
-            ),
+            Phase::Ready => {
+                ("status-ready", s.model.as_ref().map(|m| m.name.clone()).unwrap_or_else(|| "Ready".into()))
+            }
             Phase::Failed(f) => ("status-failed", f.title.clone()),
         }
     });

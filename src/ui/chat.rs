@@ -191,7 +191,11 @@ fn MarkdownBlock(html: Rc<str>) -> Element {
 }
 
 fn tokens_label(n: usize) -> String {
-    if n == 1 { "1 token".to_string() } else { format!("{n} tokens") }
+    if n == 1 {
+        "1 token".to_string()
+    } else {
+        format!("{n} tokens")
+    }
 }
 
 /// The input row. Enter sends, Shift+Enter inserts a newline; Stop while generating.

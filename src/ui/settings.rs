@@ -83,7 +83,13 @@ fn Figure(name: String, label: String, value: String) -> Element {
 #[component]
 fn Meter(name: String, label: String, used: f64, total: f64, text: String) -> Element {
     let pct = percent(used, total);
-    let level = if pct >= 90.0 { "high" } else if pct >= 70.0 { "mid" } else { "low" };
+    let level = if pct >= 90.0 {
+        "high"
+    } else if pct >= 70.0 {
+        "mid"
+    } else {
+        "low"
+    };
     rsx! {
         div { class: "meter meter-{level}", "data-figure": "{name}",
             div { class: "meter-top",
@@ -117,7 +123,8 @@ fn ContextSection(state: ReadSignal<ChatState>) -> Element {
         };
     };
     let budget = if stats.budget > 0 { stats.budget } else { policy.map(|p| p.token_budget).unwrap_or(0) };
-    let ceiling = if stats.ceiling_bytes > 0 { stats.ceiling_bytes } else { policy.map(|p| p.ceiling_bytes).unwrap_or(0) };
+    let ceiling =
+        if stats.ceiling_bytes > 0 { stats.ceiling_bytes } else { policy.map(|p| p.ceiling_bytes).unwrap_or(0) };
     let context_tokens = live.map_or(stats.context_tokens, |l| l.context_tokens);
     let (decode_label, decode_rate) = match live {
         Some(l) => ("Shown now", l.reply_tok_s),

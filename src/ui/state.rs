@@ -27,7 +27,8 @@ pub const EVICTED_TEXT: &str = "Memory limit reached — earlier messages were f
 
 /// Text of the notice shown when a memory warning stopped the reply but the context had
 /// nothing older to drop (every eviction notice starts with [`EVICTED_PREFIX`]).
-pub const EVICTED_NOTHING_TEXT: &str = "Memory limit reached — the reply was stopped; there was nothing older to forget";
+pub const EVICTED_NOTHING_TEXT: &str =
+    "Memory limit reached — the reply was stopped; there was nothing older to forget";
 
 /// How every eviction notice begins.
 pub const EVICTED_PREFIX: &str = "Memory limit reached";
@@ -377,10 +378,7 @@ impl ChatState {
             }
             EngineEvent::Evicted { reason, before_tokens, after_tokens, freed_bytes } => {
                 self.evictions += 1;
-                let figures = format!(
-                    "{before_tokens} → {after_tokens} tokens, {} freed",
-                    format_bytes(freed_bytes)
-                );
+                let figures = format!("{before_tokens} → {after_tokens} tokens, {} freed", format_bytes(freed_bytes));
                 self.log.push(LogEntry {
                     time: now.to_string(),
                     kind: LogKind::Eviction,
@@ -591,11 +589,7 @@ impl ChatState {
             last_error: self.last_error.clone(),
             messages: self.messages().count(),
             prompts: self.messages().filter(|m| m.role == Role::User).map(|m| m.text.clone()).collect(),
-            last_reply: self
-                .messages()
-                .filter(|m| m.role == Role::Assistant)
-                .last()
-                .map(|m| m.text.clone()),
+            last_reply: self.messages().filter(|m| m.role == Role::Assistant).last().map(|m| m.text.clone()),
             decode_tok_s: self.stats.as_ref().map_or(0.0, |s| s.decode_tok_s),
             ttft_ms: self.stats.as_ref().map_or(0.0, |s| s.ttft_ms),
             compute_threads: self.stats.as_ref().map_or(0, |s| s.compute_threads),
@@ -847,9 +841,7 @@ mod tests {
     #[test]
     fn model_missing_tells_the_fetch_command() {
         let mut s = ChatState::new();
-        s.apply(EngineEvent::Failed {
-            error: EngineError::ModelMissing { path: PathBuf::from("models/x.gguf") },
-        });
+        s.apply(EngineEvent::Failed { error: EngineError::ModelMissing { path: PathBuf::from("models/x.gguf") } });
         match &s.phase {
             Phase::Failed(f) => {
                 assert!(f.missing);
@@ -963,7 +955,11 @@ mod tests {
         s.apply(EngineEvent::Done { reason: DoneReason::EndOfTurn });
         s.apply(EngineEvent::Evicted { reason: "r".into(), before_tokens: 30, after_tokens: 0, freed_bytes: 1 });
         s.apply(EngineEvent::Evicted { reason: "r".into(), before_tokens: 0, after_tokens: 0, freed_bytes: 0 });
-        assert_eq!(s.notices().filter(|n| n.restorable).count(), 0, "only the newest eviction, and only when it dropped something");
+        assert_eq!(
+            s.notices().filter(|n| n.restorable).count(),
+            0,
+            "only the newest eviction, and only when it dropped something"
+        );
 
         s.apply_at(
             EngineEvent::Restored {

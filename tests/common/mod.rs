@@ -11,11 +11,7 @@ use candle_core::{Device, Tensor};
 /// The default model; the test suite fetches it before running (scripts/test).
 pub fn default_model() -> PathBuf {
     let p = pocketchat::catalog::default_model_path();
-    assert!(
-        p.exists(),
-        "the default model is missing at {} — run `scripts/fetch-model.sh` (CI does)",
-        p.display()
-    );
+    assert!(p.exists(), "the default model is missing at {} — run `scripts/fetch-model.sh` (CI does)", p.display());
     p
 }
 
@@ -49,10 +45,8 @@ pub const FFN: usize = 128;
 /// A tiny GPT2-BPE vocabulary: the 256 byte-level symbols, one merge, and two ChatML
 /// special tokens.
 fn vocab() -> (Vec<String>, Vec<String>) {
-    let mut tokens: Vec<String> = tokenizers::pre_tokenizers::byte_level::ByteLevel::alphabet()
-        .into_iter()
-        .map(|c| c.to_string())
-        .collect();
+    let mut tokens: Vec<String> =
+        tokenizers::pre_tokenizers::byte_level::ByteLevel::alphabet().into_iter().map(|c| c.to_string()).collect();
     tokens.sort();
     tokens.push("Ġt".into());
     tokens.push("<|im_start|>".into());

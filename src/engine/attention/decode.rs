@@ -19,8 +19,8 @@
 //! bytes of an f32 cache to stream, which is what late-conversation decode waits on).
 
 use super::{exp, for_each_unit, lanes, max, mul_add, prefetch, Dims, Kv};
-use half::f16;
 use crate::engine::pool::SendPtr;
+use half::f16;
 
 /// Cached positions per unit.
 const CHUNK: usize = 128;

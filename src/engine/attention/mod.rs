@@ -210,7 +210,7 @@ fn exp(x: f32) -> f32 {
     let t = x * LOG2_E + ROUND;
     let n = t - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO; // |r| ≤ ln2 / 2
-    // e^r by its Taylor series to r^6 (relative error < 2e-7 on |r| ≤ 0.347), Horner form.
+                                         // e^r by its Taylor series to r^6 (relative error < 2e-7 on |r| ≤ 0.347), Horner form.
     let p = [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0];
     let mut e = 1.0 / 720.0;
     for c in p {
@@ -242,10 +242,14 @@ mod tests {
             .map(|h| {
                 let q_h = q.narrow(1, h, 1).unwrap().squeeze(0).unwrap().squeeze(0).unwrap(); // (n, hd)
                 let kv = h / group;
-                let k_h = k.narrow(1, kv, 1).unwrap().narrow(2, 0, len).unwrap().squeeze(0).unwrap().squeeze(0).unwrap();
-                let v_h = v.narrow(1, kv, 1).unwrap().narrow(2, 0, len).unwrap().squeeze(0).unwrap().squeeze(0).unwrap();
-                let s = ((q_h.matmul(&k_h.t().unwrap()).unwrap() * (1.0 / (hd as f64).sqrt())).unwrap() + &mask).unwrap();
-                candle_nn::ops::softmax_last_dim(&s).unwrap().matmul(&v_h.contiguous().unwrap()).unwrap() // (n, hd)
+                let k_h =
+                    k.narrow(1, kv, 1).unwrap().narrow(2, 0, len).unwrap().squeeze(0).unwrap().squeeze(0).unwrap();
+                let v_h =
+                    v.narrow(1, kv, 1).unwrap().narrow(2, 0, len).unwrap().squeeze(0).unwrap().squeeze(0).unwrap();
+                let s =
+                    ((q_h.matmul(&k_h.t().unwrap()).unwrap() * (1.0 / (hd as f64).sqrt())).unwrap() + &mask).unwrap();
+                candle_nn::ops::softmax_last_dim(&s).unwrap().matmul(&v_h.contiguous().unwrap()).unwrap()
+                // (n, hd)
             })
             .collect();
         Tensor::cat(&heads, 1).unwrap() // (n, n_heads · hd)
@@ -258,7 +262,8 @@ mod tests {
         // caches; one new token (decode: one chunk, a partial chunk, several chunks merged
         // across the pool) and several (prefill: token counts that do and do not fill whole
         // units, caches that do and do not fill whole key blocks).
-        let cases = [(0, 1), (6, 1), (199, 1), (255, 1), (256, 1), (1099, 1), (0, 2), (0, 37), (5, 8), (250, 70), (1000, 100)];
+        let cases =
+            [(0, 1), (6, 1), (199, 1), (255, 1), (256, 1), (1099, 1), (0, 2), (0, 37), (5, 8), (250, 70), (1000, 100)];
         for (n_heads, n_kv, hd) in [(9, 3, 64), (4, 2, 128)] {
             let capacity = 1100;
             for dtype in [DType::F32, DType::F16] {
@@ -271,7 +276,10 @@ mod tests {
                     let want = reference(&q, &k, &v, n_heads / n_kv, pos);
                     assert_eq!(fast.dims(), &[n, n_heads * hd]);
                     let diff = (fast - want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
-                    assert!(diff <= 2e-5, "heads {n_heads}/{n_kv} hd {hd} {dtype:?} pos {pos} n {n}: max abs diff {diff}");
+                    assert!(
+                        diff <= 2e-5,
+                        "heads {n_heads}/{n_kv} hd {hd} {dtype:?} pos {pos} n {n}: max abs diff {diff}"
+                    );
                 }
             }
         }

@@ -157,8 +157,11 @@ fn unit<const HD: usize>(
     let kt = kt.as_chunks::<BLOCK_KEYS>().0.as_chunks::<HD>().0;
     let kt = &kt[..n_keys.div_ceil(BLOCK_KEYS)];
 
-    let mut acc =
-        Accumulators { o: vec![[0.0f32; HD]; padded], max: vec![f32::NEG_INFINITY; padded], sum: vec![[0.0; LANES]; padded] };
+    let mut acc = Accumulators {
+        o: vec![[0.0f32; HD]; padded],
+        max: vec![f32::NEG_INFINITY; padded],
+        sum: vec![[0.0; LANES]; padded],
+    };
     key_loop::<HD>(&qs, &limit, kt, values, &mut acc);
 
     for r in 0..rows {

@@ -88,9 +88,7 @@ impl<D: DotU8I8> TileKernel for Q4_1<D> {
             for r in 0..R {
                 let blk = w[r].add(b);
                 _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(PREFETCH_BYTES));
-                let raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(
-                    (*blk).qs.as_ptr() as *const __m128i
-                ));
+                let raw = _mm256_broadcastsi128_si256(_mm_loadu_si128((*blk).qs.as_ptr() as *const __m128i));
                 qx[r] = _mm256_and_si256(_mm256_srlv_epi64(raw, shift), mask);
                 dm[r] = load_f16_pair(blk as *const u8);
             }
@@ -223,12 +221,8 @@ pub(super) unsafe fn quantize_row(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]],
     let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (b, ds) in ds.iter_mut().enumerate() {
         let xp = x.as_ptr().add(b * QK);
-        let v = [
-            _mm256_loadu_ps(xp),
-            _mm256_loadu_ps(xp.add(8)),
-            _mm256_loadu_ps(xp.add(16)),
-            _mm256_loadu_ps(xp.add(24)),
-        ];
+        let v =
+            [_mm256_loadu_ps(xp), _mm256_loadu_ps(xp.add(8)), _mm256_loadu_ps(xp.add(16)), _mm256_loadu_ps(xp.add(24))];
         let a01 = _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1]));
         let a23 = _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3]));
         let a = _mm256_max_ps(a01, a23);
@@ -247,17 +241,11 @@ pub(super) unsafe fn quantize_row(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]],
             let t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
             let frac = _mm256_andnot_ps(sign, _mm256_sub_ps(p, t));
             let step = _mm256_or_ps(_mm256_and_ps(p, sign), one);
-            let r = _mm256_add_ps(
-                t,
-                _mm256_and_ps(_mm256_cmp_ps(frac, half, _CMP_GE_OQ), step),
-            );
+            let r = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(frac, half, _CMP_GE_OQ), step));
             qi[j] = _mm256_cvttps_epi32(r);
         }
         let sum = if with_sum {
-            let s = _mm256_add_epi32(
-                _mm256_add_epi32(qi[0], qi[1]),
-                _mm256_add_epi32(qi[2], qi[3]),
-            );
+            let s = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
             let s = _mm_add_epi32(_mm256_extracti128_si256(s, 1), _mm256_castsi256_si128(s));
             let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
             let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
@@ -271,11 +259,7 @@ pub(super) unsafe fn quantize_row(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]],
         _mm256_storeu_si256(qs.as_mut_ptr().add(b * QK) as *mut __m256i, p);
 
         let dh = half::f16::from_f32(d);
-        let s = if with_sum {
-            (half::f16::from_f32(sum as f32) * dh).to_f32()
-        } else {
-            0.0
-        };
+        let s = if with_sum { (half::f16::from_f32(sum as f32) * dh).to_f32() } else { 0.0 };
         *ds = [dh.to_f32(), s];
     }
 }

@@ -105,12 +105,7 @@ pub unsafe fn drive<K: TileKernel>(
         let (q, d) = (acts.row_qs(0), acts.row_ds(0));
         let mut r = rows.start;
         while r + DECODE_ROWS <= rows.end {
-            let out = K::tile::<DECODE_ROWS, 1>(
-                [wrow(r), wrow(r + 1), wrow(r + 2), wrow(r + 3)],
-                [q],
-                [d],
-                nb,
-            );
+            let out = K::tile::<DECODE_ROWS, 1>([wrow(r), wrow(r + 1), wrow(r + 2), wrow(r + 3)], [q], [d], nb);
             for (j, o) in out.iter().enumerate() {
                 *dst.add(r + j) = o[0];
             }

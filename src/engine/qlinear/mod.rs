@@ -280,11 +280,7 @@ impl QLinear {
             (QLinearBackend::Candle, _) | (_, None) => None,
             (_, Some(kind)) if Self::storage_ok(&w, kind)? => Some(Backend::Ours {
                 kind,
-                isa: if choice == QLinearBackend::Scalar {
-                    Isa::Scalar
-                } else {
-                    Isa::detect()
-                },
+                isa: if choice == QLinearBackend::Scalar { Isa::Scalar } else { Isa::detect() },
             }),
             _ => None,
         };
@@ -292,12 +288,7 @@ impl QLinear {
             Some(b) => b,
             None => Backend::Candle(QMatMul::from_arc(w.clone())?),
         };
-        Ok(Self {
-            w,
-            backend,
-            out_features,
-            in_features,
-        })
+        Ok(Self { w, backend, out_features, in_features })
     }
 
     /// CPU storage holding exactly `n * k / 32` blocks, aligned for f16 reads.
@@ -333,8 +324,7 @@ impl QLinear {
             _ => return layers.iter().map(|l| l.forward(x)).collect(),
         };
         let same = layers.iter().all(|l| {
-            matches!(l.backend, Backend::Ours { isa: i, .. } if i == isa)
-                && l.in_features == layers[0].in_features
+            matches!(l.backend, Backend::Ours { isa: i, .. } if i == isa) && l.in_features == layers[0].in_features
         });
         if !same || !x.device().is_cpu() {
             return layers.iter().map(|l| l.forward(x)).collect();
@@ -376,33 +366,22 @@ impl QLinear {
 fn fused_forward(layers: &[&QLinear], isa: Isa, x: &Tensor) -> Result<Vec<Tensor>> {
     let k = layers[0].in_features;
     if !x.device().is_cpu() {
-        candle_core::bail!(
-            "QLinear: input on {:?} but the weight is on the CPU",
-            x.device().location()
-        )
+        candle_core::bail!("QLinear: input on {:?} but the weight is on the CPU", x.device().location())
     }
     let dims = x.dims();
     let Some((&xk, batch)) = dims.split_last() else {
         candle_core::bail!("QLinear: input must have at least one dimension")
     };
     if xk != k {
-        candle_core::bail!(
-            "QLinear: input {:?} does not end in in_features = {k}",
-            x.shape()
-        )
+        candle_core::bail!("QLinear: input {:?} does not end in in_features = {k}", x.shape())
     }
     let in_dtype = x.dtype();
     let xf = x.to_dtype(DType::F32)?.contiguous()?;
     let m: usize = batch.iter().product();
-    let mut dsts: Vec<Vec<f32>> = layers
-        .iter()
-        .map(|l| vec![0f32; m * l.out_features])
-        .collect();
+    let mut dsts: Vec<Vec<f32>> = layers.iter().map(|l| vec![0f32; m * l.out_features]).collect();
     {
         let (storage, layout) = xf.storage_and_layout();
-        let candle_core::Storage::Cpu(cpu) = &*storage else {
-            candle_core::bail!("QLinear: expected CPU storage")
-        };
+        let candle_core::Storage::Cpu(cpu) = &*storage else { candle_core::bail!("QLinear: expected CPU storage") };
         let Some((start, end)) = layout.contiguous_offsets() else {
             candle_core::bail!("QLinear: input is not contiguous {layout:?}")
         };
@@ -428,13 +407,7 @@ fn fused_forward(layers: &[&QLinear], isa: Isa, x: &Tensor) -> Result<Vec<Tensor
 /// `dsts[j] (m x n_j) = x (m x k) W_j^T` for every layer `j`, on the CPU with our kernels:
 /// `x` is quantized once (Q8_1, which also serves Q8_0 weights: same quants and scales)
 /// and the weight rows of all layers are shared out in one parallel region.
-fn matmul_many(
-    layers: &[&QLinear],
-    isa: Isa,
-    x: &[f32],
-    m: usize,
-    dsts: &mut [Vec<f32>],
-) -> Result<()> {
+fn matmul_many(layers: &[&QLinear], isa: Isa, x: &[f32], m: usize, dsts: &mut [Vec<f32>]) -> Result<()> {
     let k = layers[0].in_features;
     assert_eq!(x.len(), m * k);
     if m == 0 {
@@ -457,21 +430,13 @@ fn matmul_many(
         total_rows += l.out_features;
     }
     unit_start.push(total_units);
-    let weights: Vec<SendPtr<u8>> = datas
-        .iter()
-        .map(|d| SendPtr(d.as_ptr() as *mut u8))
-        .collect();
+    let weights: Vec<SendPtr<u8>> = datas.iter().map(|d| SendPtr(d.as_ptr() as *mut u8)).collect();
     let dst_ptrs: Vec<SendPtr<f32>> = dsts.iter_mut().map(|d| SendPtr(d.as_mut_ptr())).collect();
     let with_sum = layers.iter().any(|l| l.kind().with_sum());
 
     with_scratch(m * k, m * nb, |qs, ds| {
         quantize_rows(isa, with_sum, x, k, qs, ds);
-        let acts = Acts {
-            qs: &*qs,
-            ds: &*ds,
-            m,
-            nb,
-        };
+        let acts = Acts { qs: &*qs, ds: &*ds, m, nb };
         let run = |units: std::ops::Range<usize>| {
             let mut u = units.start;
             let mut j = unit_start.partition_point(|&s| s <= u) - 1;
@@ -485,23 +450,12 @@ fn matmul_many(
                 // stay in L1 across them: one call per unit
                 let end = if m == 1 { layer_end } else { u + 1 };
                 let n = layers[j].out_features;
-                let rows =
-                    (u - unit_start[j]) * UNIT_ROWS..n.min((end - unit_start[j]) * UNIT_ROWS);
+                let rows = (u - unit_start[j]) * UNIT_ROWS..n.min((end - unit_start[j]) * UNIT_ROWS);
                 // SAFETY: layer j's weight holds n * nb blocks of its kind (checked at
                 // construction) and `datas` keeps it borrowed; `acts` holds m rows of nb blocks;
                 // each unit writes only dst_j[i * n + r] for its own rows r; `isa` came from
                 // `Isa::detect` (or is scalar).
-                unsafe {
-                    isa.rows(
-                        layers[j].kind(),
-                        weights[j].get(),
-                        nb,
-                        rows,
-                        &acts,
-                        dst_ptrs[j].get(),
-                        n,
-                    )
-                }
+                unsafe { isa.rows(layers[j].kind(), weights[j].get(), nb, rows, &acts, dst_ptrs[j].get(), n) }
                 u = end;
             }
         };
@@ -511,22 +465,11 @@ fn matmul_many(
 }
 
 /// Quantizes `x`'s rows into `qs`/`ds`, across the pool when there are many.
-fn quantize_rows(
-    isa: Isa,
-    with_sum: bool,
-    x: &[f32],
-    k: usize,
-    qs: &mut [i8],
-    ds: &mut [[f32; 2]],
-) {
+fn quantize_rows(isa: Isa, with_sum: bool, x: &[f32], k: usize, qs: &mut [i8], ds: &mut [[f32; 2]]) {
     let m = x.len() / k;
     let nb = k / QK;
     if x.len() < PAR_MIN_QUANT || m == 1 {
-        for ((x, qs), ds) in x
-            .chunks_exact(k)
-            .zip(qs.chunks_exact_mut(k))
-            .zip(ds.chunks_exact_mut(nb))
-        {
+        for ((x, qs), ds) in x.chunks_exact(k).zip(qs.chunks_exact_mut(k)).zip(ds.chunks_exact_mut(nb)) {
             isa.quantize_row(x, qs, ds, with_sum);
         }
         return;
@@ -548,11 +491,7 @@ fn quantize_rows(
 
 /// Runs `f` on this thread's reusable activation buffers (`qs_len` quants, `ds_len` scale
 /// pairs), so steady-state forwards allocate nothing but their outputs.
-fn with_scratch<R>(
-    qs_len: usize,
-    ds_len: usize,
-    f: impl FnOnce(&mut [i8], &mut [[f32; 2]]) -> R,
-) -> R {
+fn with_scratch<R>(qs_len: usize, ds_len: usize, f: impl FnOnce(&mut [i8], &mut [[f32; 2]]) -> R) -> R {
     thread_local! {
         static SCRATCH: RefCell<(Vec<i8>, Vec<[f32; 2]>)> =
             const { RefCell::new((Vec::new(), Vec::new())) };

@@ -210,26 +210,20 @@ pub(super) unsafe fn quantize_row(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]],
         let amax = vmaxvq_f32(a);
         let d = amax / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        let q: [int32x4_t; 8] =
-            std::array::from_fn(|j| vcvtq_s32_f32(vrndaq_f32(vmulq_n_f32(v[j], id))));
+        let q: [int32x4_t; 8] = std::array::from_fn(|j| vcvtq_s32_f32(vrndaq_f32(vmulq_n_f32(v[j], id))));
         let sum = if with_sum {
             let s = q.iter().fold(vdupq_n_s32(0), |s, qj| vaddq_s32(s, *qj));
             vaddvq_s32(s)
         } else {
             0
         };
-        let h: [int16x8_t; 4] =
-            std::array::from_fn(|j| vcombine_s16(vmovn_s32(q[2 * j]), vmovn_s32(q[2 * j + 1])));
+        let h: [int16x8_t; 4] = std::array::from_fn(|j| vcombine_s16(vmovn_s32(q[2 * j]), vmovn_s32(q[2 * j + 1])));
         let qp = qs.as_mut_ptr().add(b * QK);
         vst1q_s8(qp, vcombine_s8(vmovn_s16(h[0]), vmovn_s16(h[1])));
         vst1q_s8(qp.add(16), vcombine_s8(vmovn_s16(h[2]), vmovn_s16(h[3])));
 
         let dh = half::f16::from_f32(d);
-        let s = if with_sum {
-            (half::f16::from_f32(sum as f32) * dh).to_f32()
-        } else {
-            0.0
-        };
+        let s = if with_sum { (half::f16::from_f32(sum as f32) * dh).to_f32() } else { 0.0 };
         *ds = [dh.to_f32(), s];
     }
 }

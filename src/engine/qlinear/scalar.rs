@@ -11,11 +11,7 @@ use half::f16;
 pub fn quantize_row(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], with_sum: bool) {
     debug_assert_eq!(x.len(), qs.len());
     debug_assert_eq!(x.len(), ds.len() * QK);
-    for ((x, q), ds) in x
-        .chunks_exact(QK)
-        .zip(qs.chunks_exact_mut(QK))
-        .zip(ds.iter_mut())
-    {
+    for ((x, q), ds) in x.chunks_exact(QK).zip(qs.chunks_exact_mut(QK)).zip(ds.iter_mut()) {
         let mut amax = 0f32;
         for &v in x {
             amax = amax.max(v.abs());
@@ -28,11 +24,7 @@ pub fn quantize_row(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], with_sum: boo
             *q = (v * id).round() as i8;
             sum += *q as i32;
         }
-        let s = if with_sum {
-            (f16::from_f32(sum as f32) * dh).to_f32()
-        } else {
-            0.0
-        };
+        let s = if with_sum { (f16::from_f32(sum as f32) * dh).to_f32() } else { 0.0 };
         *ds = [dh.to_f32(), s];
     }
 }
@@ -110,12 +102,7 @@ impl TileKernel for ScalarQ8_0 {
 pub fn dot_q8_0(w: &[BlockQ8_0], qs: &[i8], ds: &[[f32; 2]]) -> f32 {
     let mut sumf = 0f32;
     for ((blk, q), &[dy, _]) in w.iter().zip(qs.chunks_exact(QK)).zip(ds) {
-        let sumi: i32 = blk
-            .qs
-            .iter()
-            .zip(q)
-            .map(|(&a, &b)| a as i32 * b as i32)
-            .sum();
+        let sumi: i32 = blk.qs.iter().zip(q).map(|(&a, &b)| a as i32 * b as i32).sum();
         sumf += sumi as f32 * blk.d.to_f32() * dy;
     }
     sumf

@@ -53,14 +53,8 @@ fn rel_err(ours: &Tensor, reference: &Tensor) -> f32 {
     assert_eq!(ours.dims(), reference.dims());
     let a = ours.flatten_all().unwrap().to_vec1::<f32>().unwrap();
     let b = reference.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    let scale = b
-        .iter()
-        .fold(0f32, |m, v| m.max(v.abs()))
-        .max(f32::MIN_POSITIVE);
-    let diff = a
-        .iter()
-        .zip(&b)
-        .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
+    let diff = a.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
     diff / scale
 }
 
@@ -130,8 +124,7 @@ fn q8_1_quantization_is_candles_bit_for_bit() {
         let mut theirs = vec![k_quants::BlockQ8_1::zeros(); x.len() / QK];
         k_quants::BlockQ8_1::from_float(&x, &mut theirs);
         // BlockQ8_1 is #[repr(C)] { d: f16, s: f16, qs: [i8; 32] } (36 bytes)
-        let bytes =
-            unsafe { std::slice::from_raw_parts(theirs.as_ptr() as *const u8, theirs.len() * 36) };
+        let bytes = unsafe { std::slice::from_raw_parts(theirs.as_ptr() as *const u8, theirs.len() * 36) };
         for isa in Isa::all_supported() {
             let (qs, ds) = our_quantize(isa, &x, true);
             for (b, blk) in bytes.chunks_exact(36).enumerate() {
@@ -152,8 +145,7 @@ fn q8_0_quantization_matches_candle() {
     for x in quantization_rows(&mut rng) {
         let mut theirs = vec![k_quants::BlockQ8_0::zeros(); x.len() / QK];
         k_quants::BlockQ8_0::from_float(&x, &mut theirs);
-        let bytes =
-            unsafe { std::slice::from_raw_parts(theirs.as_ptr() as *const u8, theirs.len() * 34) };
+        let bytes = unsafe { std::slice::from_raw_parts(theirs.as_ptr() as *const u8, theirs.len() * 34) };
         for isa in Isa::all_supported() {
             let (qs, ds) = our_quantize(isa, &x, false);
             for (b, blk) in bytes.chunks_exact(34).enumerate() {
@@ -192,10 +184,7 @@ fn q4_1_matches_candle() {
             // the scalar path is candle's arithmetic term for term
             let scalar = forward_with(&lin, Isa::Scalar, &x);
             let err_scalar = rel_err(&scalar, &reference);
-            assert!(
-                err_scalar <= 1e-6,
-                "scalar n={n} k={k} m={m}: {err_scalar:e}"
-            );
+            assert!(err_scalar <= 1e-6, "scalar n={n} k={k} m={m}: {err_scalar:e}");
             eprintln!("Q4_1 {n}x{k} m={m}: simd {err:.1e}, scalar {err_scalar:.1e}");
         }
     }
@@ -232,9 +221,7 @@ fn q8_0_matches_reference() {
         let lin = QLinear::with_backend(w.clone(), QLinearBackend::Auto).unwrap();
         assert!(lin.uses_own_kernel());
         let data = w.data().unwrap();
-        let blocks = unsafe {
-            std::slice::from_raw_parts(data.as_ptr() as *const k_quants::BlockQ8_0, n * k / QK)
-        };
+        let blocks = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const k_quants::BlockQ8_0, n * k / QK) };
         for m in ROWS {
             let xs = random_acts(&mut rng, m, k);
             let mut reference = vec![0f32; m * n];
@@ -261,10 +248,7 @@ fn q8_0_matches_reference() {
 
 #[test]
 fn real_gguf_tensors_match_candle() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-    );
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/models/SmolLM2-135M-Instruct.Q4_1.gguf");
     let mut file = std::fs::File::open(path)
         .unwrap_or_else(|e| panic!("{path}: {e} — run scripts/fetch-model.sh (scripts/test does)"));
     let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
@@ -282,11 +266,7 @@ fn real_gguf_tensors_match_candle() {
         for &m in rows {
             let x = tensor(random_acts(&mut rng, m, k), &[m, k]);
             let err = rel_err(&lin.forward(&x).unwrap(), &candle_forward(&w, &x));
-            eprintln!(
-                "{name} {:?} {:?} m={m}: rel err {err:.1e}",
-                w.dtype(),
-                w.shape()
-            );
+            eprintln!("{name} {:?} {:?} m={m}: rel err {err:.1e}", w.dtype(), w.shape());
             assert!(err <= 1e-5, "{name} m={m}: rel err {err:e}");
         }
     }
@@ -306,17 +286,12 @@ fn shapes_dtypes_and_layouts() {
     assert_eq!(rel_err(&y.reshape((10, 64)).unwrap(), &flat), 0.0);
     assert!(rel_err(&y, &candle_forward(&w, &x)) <= 1e-5);
     // a single vector
-    let v = lin
-        .forward(&x.i((0, 0)).unwrap().unsqueeze(0).unwrap())
-        .unwrap();
+    let v = lin.forward(&x.i((0, 0)).unwrap().unsqueeze(0).unwrap()).unwrap();
     assert_eq!(v.dims(), &[1, 64]);
     // non-contiguous input
     let xt = tensor(rng.vec(128 * 3, 1.0), &[128, 3]).t().unwrap();
     assert!(!xt.is_contiguous());
-    let err = rel_err(
-        &lin.forward(&xt).unwrap(),
-        &candle_forward(&w, &xt.contiguous().unwrap()),
-    );
+    let err = rel_err(&lin.forward(&xt).unwrap(), &candle_forward(&w, &xt.contiguous().unwrap()));
     assert!(err <= 1e-5);
     // f16 / bf16 input: computed in f32, returned in the input dtype
     for dt in [DType::F16, DType::BF16] {
@@ -334,12 +309,7 @@ fn shapes_dtypes_and_layouts() {
 fn other_formats_and_the_candle_switch_use_candle() {
     let mut rng = Rng(0x5eed_0008);
     let x = tensor(rng.vec(3 * 256, 1.0), &[3, 256]);
-    for dtype in [
-        GgmlDType::Q4_0,
-        GgmlDType::Q4K,
-        GgmlDType::Q6K,
-        GgmlDType::F32,
-    ] {
+    for dtype in [GgmlDType::Q4_0, GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::F32] {
         let w = random_weight(&mut rng, 32, 256, dtype);
         let lin = QLinear::from_qtensor(w.clone()).unwrap();
         assert!(!lin.uses_own_kernel(), "{dtype:?}");
@@ -350,10 +320,7 @@ fn other_formats_and_the_candle_switch_use_candle() {
     let w = random_weight(&mut rng, 32, 256, GgmlDType::Q4_1);
     let lin = QLinear::with_backend(w.clone(), QLinearBackend::Candle).unwrap();
     assert!(!lin.uses_own_kernel());
-    assert_eq!(
-        rel_err(&lin.forward(&x).unwrap(), &candle_forward(&w, &x)),
-        0.0
-    );
+    assert_eq!(rel_err(&lin.forward(&x).unwrap(), &candle_forward(&w, &x)), 0.0);
     let lin = QLinear::with_backend(w, QLinearBackend::Scalar).unwrap();
     assert!(lin.uses_own_kernel());
     assert!(format!("{lin:?}").contains("Scalar"));
@@ -364,9 +331,8 @@ fn concurrent_callers_get_their_own_results() {
     let mut rng = Rng(0x5eed_0009);
     let w = random_weight(&mut rng, 1536, 576, GgmlDType::Q4_1);
     let lin = Arc::new(QLinear::from_qtensor(w.clone()).unwrap());
-    let inputs: Vec<Tensor> = (0..4)
-        .map(|i| tensor(random_acts(&mut rng, 1 + i * 5, 576), &[1 + i * 5, 576]))
-        .collect();
+    let inputs: Vec<Tensor> =
+        (0..4).map(|i| tensor(random_acts(&mut rng, 1 + i * 5, 576), &[1 + i * 5, 576])).collect();
     let expected: Vec<Tensor> = inputs.iter().map(|x| lin.forward(x).unwrap()).collect();
     std::thread::scope(|s| {
         for (x, want) in inputs.iter().zip(&expected) {
@@ -390,12 +356,7 @@ fn forward_many_equals_separate_forwards() {
     let other = QLinear::from_qtensor(random_weight(&mut rng, 64, k, GgmlDType::Q4_0)).unwrap();
     for m in [1, 2, 7, 33] {
         let x = tensor(random_acts(&mut rng, m, k), &[1, m, k]);
-        for layers in [
-            vec![&q, &kp, &v],
-            vec![&kp],
-            vec![&v, &q],
-            vec![&q, &other, &kp],
-        ] {
+        for layers in [vec![&q, &kp, &v], vec![&kp], vec![&v, &q], vec![&q, &other, &kp]] {
             let fused = QLinear::forward_many(&layers, &x).unwrap();
             assert_eq!(fused.len(), layers.len());
             for (l, y) in layers.iter().zip(&fused) {
@@ -404,7 +365,5 @@ fn forward_many_equals_separate_forwards() {
             }
         }
     }
-    assert!(QLinear::forward_many(&[], &tensor(vec![0.0; k], &[1, k]))
-        .unwrap()
-        .is_empty());
+    assert!(QLinear::forward_many(&[], &tensor(vec![0.0; k], &[1, k])).unwrap().is_empty());
 }

@@ -59,10 +59,7 @@ pub struct PressureDetector {
 
 impl PressureDetector {
     pub fn new(thresholds: Thresholds) -> PressureDetector {
-        PressureDetector {
-            thresholds,
-            in_episode: false,
-        }
+        PressureDetector { thresholds, in_episode: false }
     }
 
     /// Whether the last readings left us inside a pressure episode.
@@ -87,20 +84,14 @@ impl PressureDetector {
     fn trigger(&self, r: &Reading) -> Option<String> {
         let t = &self.thresholds;
         if let Some(psi) = r.psi_some_avg10.filter(|&p| p > t.psi_enter_percent) {
-            return Some(format!(
-                "memory pressure: tasks stalled on memory {psi:.1}% of the last 10 s"
-            ));
+            return Some(format!("memory pressure: tasks stalled on memory {psi:.1}% of the last 10 s"));
         }
         if let Some(avail) = r.available_bytes.filter(|&a| a < t.headroom_enter_bytes) {
             return Some(format!("low memory: only {} MiB left", avail / MIB));
         }
         if let (Some(fp), Some(ceiling)) = (r.footprint_bytes, t.ceiling_bytes) {
             if fp >= ceiling {
-                return Some(format!(
-                    "memory ceiling reached: using {} MiB of {} MiB",
-                    fp / MIB,
-                    ceiling / MIB
-                ));
+                return Some(format!("memory ceiling reached: using {} MiB of {} MiB", fp / MIB, ceiling / MIB));
             }
         }
         None
@@ -126,13 +117,8 @@ impl PressureDetector {
 /// ```
 pub fn parse_psi_some_avg10(text: &str) -> Option<f64> {
     let line = text.lines().find(|l| l.starts_with("some "))?;
-    let value = line
-        .split_whitespace()
-        .find_map(|f| f.strip_prefix("avg10="))?;
-    value
-        .parse::<f64>()
-        .ok()
-        .filter(|v| v.is_finite() && *v >= 0.0)
+    let value = line.split_whitespace().find_map(|f| f.strip_prefix("avg10="))?;
+    value.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0)
 }
 
 #[cfg(test)]
@@ -140,17 +126,11 @@ mod tests {
     use super::*;
 
     fn psi(p: f64) -> Reading {
-        Reading {
-            psi_some_avg10: Some(p),
-            ..Reading::default()
-        }
+        Reading { psi_some_avg10: Some(p), ..Reading::default() }
     }
 
     fn avail_mib(m: u64) -> Reading {
-        Reading {
-            available_bytes: Some(m * MIB),
-            ..Reading::default()
-        }
+        Reading { available_bytes: Some(m * MIB), ..Reading::default() }
     }
 
     fn warnings(d: &mut PressureDetector, readings: &[Reading]) -> Vec<String> {
@@ -160,27 +140,13 @@ mod tests {
     #[test]
     fn quiet_readings_give_no_warning() {
         let mut d = PressureDetector::new(Thresholds::default());
-        assert!(warnings(
-            &mut d,
-            &[psi(0.0), psi(5.0), avail_mib(4096), Reading::default()]
-        )
-        .is_empty());
+        assert!(warnings(&mut d, &[psi(0.0), psi(5.0), avail_mib(4096), Reading::default()]).is_empty());
     }
 
     #[test]
     fn one_episode_gives_one_warning() {
         let mut d = PressureDetector::new(Thresholds::default());
-        let w = warnings(
-            &mut d,
-            &[
-                psi(0.0),
-                psi(30.0),
-                psi(45.0),
-                psi(12.0),
-                psi(5.0),
-                psi(15.0),
-            ],
-        );
+        let w = warnings(&mut d, &[psi(0.0), psi(30.0), psi(45.0), psi(12.0), psi(5.0), psi(15.0)]);
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(w[0].contains("30.0%"), "{}", w[0]);
         assert!(d.in_episode());
@@ -198,38 +164,16 @@ mod tests {
         let mut d = PressureDetector::new(Thresholds::default());
         let w = warnings(
             &mut d,
-            &[
-                avail_mib(1000),
-                avail_mib(100),
-                avail_mib(200),
-                avail_mib(90),
-                avail_mib(300),
-                avail_mib(64),
-            ],
+            &[avail_mib(1000), avail_mib(100), avail_mib(200), avail_mib(90), avail_mib(300), avail_mib(64)],
         );
-        assert_eq!(
-            w,
-            vec![
-                "low memory: only 100 MiB left".to_string(),
-                "low memory: only 64 MiB left".to_string()
-            ]
-        );
+        assert_eq!(w, vec!["low memory: only 100 MiB left".to_string(), "low memory: only 64 MiB left".to_string()]);
     }
 
     #[test]
     fn ceiling_with_hysteresis() {
-        let mut d = PressureDetector::new(Thresholds {
-            ceiling_bytes: Some(1000 * MIB),
-            ..Thresholds::default()
-        });
-        let fp = |m: u64| Reading {
-            footprint_bytes: Some(m * MIB),
-            ..Reading::default()
-        };
-        let w = warnings(
-            &mut d,
-            &[fp(500), fp(1000), fp(950), fp(1100), fp(899), fp(1000)],
-        );
+        let mut d = PressureDetector::new(Thresholds { ceiling_bytes: Some(1000 * MIB), ..Thresholds::default() });
+        let fp = |m: u64| Reading { footprint_bytes: Some(m * MIB), ..Reading::default() };
+        let w = warnings(&mut d, &[fp(500), fp(1000), fp(950), fp(1100), fp(899), fp(1000)]);
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w[0].contains("1000 MiB of 1000 MiB"), "{}", w[0]);
     }
@@ -237,10 +181,7 @@ mod tests {
     #[test]
     fn footprint_ignored_without_ceiling() {
         let mut d = PressureDetector::new(Thresholds::default());
-        let r = Reading {
-            footprint_bytes: Some(u64::MAX),
-            ..Reading::default()
-        };
+        let r = Reading { footprint_bytes: Some(u64::MAX), ..Reading::default() };
         assert_eq!(d.observe(&r), None);
     }
 
@@ -248,19 +189,11 @@ mod tests {
     fn unreadable_signals_do_not_end_an_episode_by_themselves() {
         let mut d = PressureDetector::new(Thresholds::default());
         assert!(d
-            .observe(&Reading {
-                psi_some_avg10: Some(50.0),
-                available_bytes: Some(50 * MIB),
-                footprint_bytes: None
-            })
+            .observe(&Reading { psi_some_avg10: Some(50.0), available_bytes: Some(50 * MIB), footprint_bytes: None })
             .is_some());
         // PSI calms, headroom is still low: still the same episode.
         assert!(d
-            .observe(&Reading {
-                psi_some_avg10: Some(0.0),
-                available_bytes: Some(50 * MIB),
-                footprint_bytes: None
-            })
+            .observe(&Reading { psi_some_avg10: Some(0.0), available_bytes: Some(50 * MIB), footprint_bytes: None })
             .is_none());
         assert!(d.in_episode());
         // Nothing readable: counts as calm, so a later spike warns again.
@@ -270,7 +203,8 @@ mod tests {
 
     #[test]
     fn psi_parsing() {
-        let text = "some avg10=12.34 avg60=1.00 avg300=0.10 total=123\nfull avg10=3.00 avg60=0.00 avg300=0.00 total=5\n";
+        let text =
+            "some avg10=12.34 avg60=1.00 avg300=0.10 total=123\nfull avg10=3.00 avg60=0.00 avg300=0.00 total=5\n";
         assert_eq!(parse_psi_some_avg10(text), Some(12.34));
         assert_eq!(parse_psi_some_avg10("full avg10=3.00\n"), None);
         assert_eq!(parse_psi_some_avg10("some avg10=NaN avg60=0\n"), None);

@@ -23,13 +23,9 @@ const PERIOD: Duration = Duration::from_millis(500);
 /// Reads one [`Reading`]; quiet about missing files, which are normal here.
 pub(crate) fn sample(fs: &dyn FileSource) -> Reading {
     Reading {
-        psi_some_avg10: fs
-            .read(Path::new("/proc/pressure/memory"))
-            .and_then(|t| parse_psi_some_avg10(&t)),
+        psi_some_avg10: fs.read(Path::new("/proc/pressure/memory")).and_then(|t| parse_psi_some_avg10(&t)),
         available_bytes: available_bytes_from(fs),
-        footprint_bytes: fs
-            .read(Path::new("/proc/self/status"))
-            .and_then(|t| colon_field_bytes(&t, "RssAnon")),
+        footprint_bytes: fs.read(Path::new("/proc/self/status")).and_then(|t| colon_field_bytes(&t, "RssAnon")),
     }
 }
 
@@ -42,33 +38,28 @@ impl Inner {
     pub(super) fn start(config: MonitorConfig, on_warning: Callback) -> Inner {
         let first = sample(&RealFiles);
         if first == Reading::default() {
-            tracing::warn!("no memory pressure signal is readable (PSI, MemAvailable, RssAnon); the monitor will stay silent");
-        } else if first.psi_some_avg10.is_none() {
-            tracing::info!(
-                "/proc/pressure/memory unavailable; watching MemAvailable and the footprint only"
+            tracing::warn!(
+                "no memory pressure signal is readable (PSI, MemAvailable, RssAnon); the monitor will stay silent"
             );
+        } else if first.psi_some_avg10.is_none() {
+            tracing::info!("/proc/pressure/memory unavailable; watching MemAvailable and the footprint only");
         }
-        let thresholds = Thresholds {
-            ceiling_bytes: config.ceiling_bytes,
-            ..Thresholds::default()
-        };
+        let thresholds = Thresholds { ceiling_bytes: config.ceiling_bytes, ..Thresholds::default() };
         let (stop, stopped) = mpsc::channel::<()>();
-        let spawned = std::thread::Builder::new()
-            .name("memory-monitor".into())
-            .spawn(move || {
-                let mut detector = PressureDetector::new(thresholds);
-                let mut reading = first;
-                loop {
-                    if let Some(reason) = detector.observe(&reading) {
-                        tracing::warn!(%reason, "memory warning");
-                        on_warning(reason);
-                    }
-                    match stopped.recv_timeout(PERIOD) {
-                        Err(RecvTimeoutError::Timeout) => reading = sample(&RealFiles),
-                        Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
-                    }
+        let spawned = std::thread::Builder::new().name("memory-monitor".into()).spawn(move || {
+            let mut detector = PressureDetector::new(thresholds);
+            let mut reading = first;
+            loop {
+                if let Some(reason) = detector.observe(&reading) {
+                    tracing::warn!(%reason, "memory warning");
+                    on_warning(reason);
                 }
-            });
+                match stopped.recv_timeout(PERIOD) {
+                    Err(RecvTimeoutError::Timeout) => reading = sample(&RealFiles),
+                    Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+                }
+            }
+        });
         let thread = match spawned {
             Ok(t) => Some(t),
             Err(e) => {
@@ -76,10 +67,7 @@ impl Inner {
                 None
             }
         };
-        Inner {
-            stop: Some(stop),
-            thread,
-        }
+        Inner { stop: Some(stop), thread }
     }
 }
 
@@ -102,14 +90,8 @@ mod tests {
     #[test]
     fn sample_reads_all_three_signals() {
         let fs = FakeFiles::new()
-            .with(
-                "/proc/pressure/memory",
-                "some avg10=3.50 avg60=0 avg300=0 total=1\n",
-            )
-            .with(
-                "/proc/meminfo",
-                "MemTotal: 1048576 kB\nMemAvailable: 102400 kB\n",
-            )
+            .with("/proc/pressure/memory", "some avg10=3.50 avg60=0 avg300=0 total=1\n")
+            .with("/proc/meminfo", "MemTotal: 1048576 kB\nMemAvailable: 102400 kB\n")
             .with("/proc/self/status", "VmRSS:\t2048 kB\nRssAnon:\t1024 kB\n");
         let r = sample(&fs);
         assert_eq!(r.psi_some_avg10, Some(3.5));

@@ -9,8 +9,8 @@ use std::ptr::addr_of;
 
 use block2::RcBlock;
 use dispatch2::{
-    dispatch_source_memorypressure_flags_t as Flags, DispatchObject, DispatchQoS, DispatchQueue,
-    DispatchRetained, DispatchSource, GlobalQueueIdentifier,
+    dispatch_source_memorypressure_flags_t as Flags, DispatchObject, DispatchQoS, DispatchQueue, DispatchRetained,
+    DispatchSource, GlobalQueueIdentifier,
 };
 
 use super::{Callback, MonitorConfig};
@@ -49,9 +49,7 @@ fn pressure_source(
 
 impl Inner {
     pub(super) fn start(_config: MonitorConfig, on_warning: Callback) -> Inner {
-        let queue = DispatchQueue::global_queue(GlobalQueueIdentifier::QualityOfService(
-            DispatchQoS::Utility,
-        ));
+        let queue = DispatchQueue::global_queue(GlobalQueueIdentifier::QualityOfService(DispatchQoS::Utility));
         let sources = vec![
             pressure_source(
                 &queue,

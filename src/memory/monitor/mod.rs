@@ -55,14 +55,9 @@ impl MemoryMonitor {
     }
 
     /// Starts watching with `config`.
-    pub fn start_with(
-        config: MonitorConfig,
-        on_warning: impl Fn(String) + Send + Sync + 'static,
-    ) -> MemoryMonitor {
+    pub fn start_with(config: MonitorConfig, on_warning: impl Fn(String) + Send + Sync + 'static) -> MemoryMonitor {
         tracing::info!(source = platform::SOURCE, "memory monitor started");
-        MemoryMonitor {
-            _inner: platform::Inner::start(config, Arc::new(on_warning)),
-        }
+        MemoryMonitor { _inner: platform::Inner::start(config, Arc::new(on_warning)) }
     }
 
     /// Which OS signal this build listens to, for the settings panel and the log.
@@ -73,9 +68,7 @@ impl MemoryMonitor {
 
 impl std::fmt::Debug for MemoryMonitor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryMonitor")
-            .field("source", &platform::SOURCE)
-            .finish()
+        f.debug_struct("MemoryMonitor").field("source", &platform::SOURCE).finish()
     }
 }
 
@@ -101,10 +94,7 @@ mod tests {
             c.fetch_add(1, Ordering::Relaxed);
         });
         drop(monitor);
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "drop must not wait out a poll period"
-        );
+        assert!(started.elapsed() < Duration::from_secs(2), "drop must not wait out a poll period");
         assert!(!MemoryMonitor::source().is_empty());
     }
 
@@ -115,16 +105,11 @@ mod tests {
     fn linux_ceiling_fires_once() {
         let calls = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         let c = calls.clone();
-        let monitor = MemoryMonitor::start_with(
-            MonitorConfig {
-                ceiling_bytes: Some(1),
-            },
-            move |why| {
-                if let Ok(mut v) = c.lock() {
-                    v.push(why);
-                }
-            },
-        );
+        let monitor = MemoryMonitor::start_with(MonitorConfig { ceiling_bytes: Some(1) }, move |why| {
+            if let Ok(mut v) = c.lock() {
+                v.push(why);
+            }
+        });
         std::thread::sleep(Duration::from_millis(1200));
         drop(monitor);
         let calls = calls.lock().map(|v| v.clone()).unwrap_or_default();

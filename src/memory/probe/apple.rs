@@ -9,22 +9,12 @@ pub(crate) fn sysctl_u64(name: &CStr) -> Option<u64> {
     let mut len: libc::size_t = buf.len();
     // SAFETY: `name` is NUL-terminated; `buf` is writable for `len` bytes and the kernel
     // writes at most `len` bytes and stores the real length back into `len`.
-    let rc = unsafe {
-        libc::sysctlbyname(
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            &mut len,
-            std::ptr::null_mut(),
-            0,
-        )
-    };
+    let rc = unsafe { libc::sysctlbyname(name.as_ptr(), buf.as_mut_ptr().cast(), &mut len, std::ptr::null_mut(), 0) };
     if rc != 0 {
         return None;
     }
     match len {
-        4 => Some(u64::from(u32::from_ne_bytes([
-            buf[0], buf[1], buf[2], buf[3],
-        ]))),
+        4 => Some(u64::from(u32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]))),
         8 => Some(u64::from_ne_bytes(buf)),
         _ => None,
     }

@@ -46,14 +46,8 @@ impl CgroupMounts {
     /// The usual layout, used when `/proc/self/mountinfo` cannot be read.
     fn conventional() -> CgroupMounts {
         CgroupMounts {
-            v2: Some(CgroupMount {
-                root: "/".into(),
-                point: "/sys/fs/cgroup".into(),
-            }),
-            v1_memory: Some(CgroupMount {
-                root: "/".into(),
-                point: "/sys/fs/cgroup/memory".into(),
-            }),
+            v2: Some(CgroupMount { root: "/".into(), point: "/sys/fs/cgroup".into() }),
+            v1_memory: Some(CgroupMount { root: "/".into(), point: "/sys/fs/cgroup/memory".into() }),
         }
     }
 }
@@ -91,14 +85,10 @@ pub(crate) fn parse_mountinfo(text: &str) -> CgroupMounts {
         };
         let left: Vec<&str> = left.split_whitespace().collect();
         let right: Vec<&str> = right.split_whitespace().collect();
-        let (Some(root), Some(point), Some(fstype)) = (left.get(3), left.get(4), right.first())
-        else {
+        let (Some(root), Some(point), Some(fstype)) = (left.get(3), left.get(4), right.first()) else {
             continue;
         };
-        let mount = CgroupMount {
-            root: unescape_octal(root),
-            point: unescape_octal(point).into(),
-        };
+        let mount = CgroupMount { root: unescape_octal(root), point: unescape_octal(point).into() };
         match *fstype {
             "cgroup2" if mounts.v2.is_none() => mounts.v2 = Some(mount),
             "cgroup" if mounts.v1_memory.is_none() => {
@@ -143,8 +133,7 @@ pub(crate) fn parse_membership(text: &str) -> CgroupMembership {
     let mut m = CgroupMembership::default();
     for line in text.lines() {
         let mut parts = line.splitn(3, ':');
-        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
-        else {
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
             continue;
         };
         if id == "0" && controllers.is_empty() {
@@ -163,11 +152,7 @@ pub(crate) fn parse_limit(text: &str) -> Option<Limit> {
         return Some(Limit::Unlimited);
     }
     let v: u64 = t.parse().ok()?;
-    Some(if v >= UNLIMITED_FROM {
-        Limit::Unlimited
-    } else {
-        Limit::Bytes(v)
-    })
+    Some(if v >= UNLIMITED_FROM { Limit::Unlimited } else { Limit::Bytes(v) })
 }
 
 /// The directory of our cgroup under a mount. When the mount shows a sub-tree (as in
@@ -203,41 +188,19 @@ struct Files {
     inactive_file_key: &'static str,
 }
 
-const V2: Files = Files {
-    limit: "memory.max",
-    usage: "memory.current",
-    inactive_file_key: "inactive_file",
-};
-const V1: Files = Files {
-    limit: "memory.limit_in_bytes",
-    usage: "memory.usage_in_bytes",
-    inactive_file_key: "total_inactive_file",
-};
+const V2: Files = Files { limit: "memory.max", usage: "memory.current", inactive_file_key: "inactive_file" };
+const V1: Files =
+    Files { limit: "memory.limit_in_bytes", usage: "memory.usage_in_bytes", inactive_file_key: "total_inactive_file" };
 
 /// Reads limits and usage at `dir` and each ancestor up to `top`, folding them into `acc`.
-fn fold_hierarchy(
-    fs: &dyn FileSource,
-    dir: &Path,
-    top: &Path,
-    names: &Files,
-    acc: &mut CgroupMemory,
-) {
+fn fold_hierarchy(fs: &dyn FileSource, dir: &Path, top: &Path, names: &Files, acc: &mut CgroupMemory) {
     let mut current = Some(dir);
     while let Some(d) = current {
-        if let Some(Limit::Bytes(limit)) = fs
-            .read(&d.join(names.limit))
-            .as_deref()
-            .and_then(parse_limit)
-        {
+        if let Some(Limit::Bytes(limit)) = fs.read(&d.join(names.limit)).as_deref().and_then(parse_limit) {
             acc.limit_bytes = Some(acc.limit_bytes.map_or(limit, |l| l.min(limit)));
-            if let Some(usage) = fs
-                .read(&d.join(names.usage))
-                .and_then(|t| t.trim().parse::<u64>().ok())
-            {
-                let reclaimable = fs
-                    .read(&d.join("memory.stat"))
-                    .and_then(|t| space_field(&t, names.inactive_file_key))
-                    .unwrap_or(0);
+            if let Some(usage) = fs.read(&d.join(names.usage)).and_then(|t| t.trim().parse::<u64>().ok()) {
+                let reclaimable =
+                    fs.read(&d.join("memory.stat")).and_then(|t| space_field(&t, names.inactive_file_key)).unwrap_or(0);
                 let used = usage.saturating_sub(reclaimable);
                 let headroom = limit.saturating_sub(used);
                 acc.headroom_bytes = Some(acc.headroom_bytes.map_or(headroom, |h| h.min(headroom)));
@@ -256,17 +219,11 @@ pub(crate) fn cgroup_memory(fs: &dyn FileSource) -> CgroupMemory {
         .read(Path::new("/proc/self/mountinfo"))
         .map(|t| parse_mountinfo(&t))
         .unwrap_or_else(CgroupMounts::conventional);
-    let Some(membership) = fs
-        .read(Path::new("/proc/self/cgroup"))
-        .map(|t| parse_membership(&t))
-    else {
+    let Some(membership) = fs.read(Path::new("/proc/self/cgroup")).map(|t| parse_membership(&t)) else {
         return CgroupMemory::default();
     };
     let mut acc = CgroupMemory::default();
-    for (mount, path, names) in [
-        (&mounts.v2, &membership.v2, &V2),
-        (&mounts.v1_memory, &membership.v1_memory, &V1),
-    ] {
+    for (mount, path, names) in [(&mounts.v2, &membership.v2, &V2), (&mounts.v1_memory, &membership.v1_memory, &V1)] {
         if let (Some(mount), Some(path)) = (mount, path) {
             let dir = cgroup_dir(mount, path);
             fold_hierarchy(fs, &dir, &mount.point, names, &mut acc);
@@ -290,20 +247,13 @@ mod tests {
 ";
     const HYBRID_CGROUP: &str = "9:name=systemd:/\n4:memory:/process_api/abc\n0::/\n";
 
-    const V2_MOUNTINFO: &str =
-        "30 24 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
+    const V2_MOUNTINFO: &str = "30 24 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
 
     #[test]
     fn mountinfo_finds_both_hierarchies() {
         let m = parse_mountinfo(HYBRID_MOUNTINFO);
-        assert_eq!(
-            m.v2.map(|m| m.point),
-            Some(PathBuf::from("/sys/fs/cgroup/unified"))
-        );
-        assert_eq!(
-            m.v1_memory.map(|m| m.point),
-            Some(PathBuf::from("/sys/fs/cgroup/memory"))
-        );
+        assert_eq!(m.v2.map(|m| m.point), Some(PathBuf::from("/sys/fs/cgroup/unified")));
+        assert_eq!(m.v1_memory.map(|m| m.point), Some(PathBuf::from("/sys/fs/cgroup/memory")));
         let m = parse_mountinfo(V2_MOUNTINFO);
         assert_eq!(m.v2.map(|m| m.point), Some(PathBuf::from("/sys/fs/cgroup")));
         assert_eq!(m.v1_memory, None);
@@ -311,10 +261,7 @@ mod tests {
 
     #[test]
     fn mountinfo_garbage_is_empty() {
-        assert_eq!(
-            parse_mountinfo("nonsense\n - \n1 2 3\n"),
-            CgroupMounts::default()
-        );
+        assert_eq!(parse_mountinfo("nonsense\n - \n1 2 3\n"), CgroupMounts::default());
     }
 
     #[test]
@@ -344,36 +291,15 @@ mod tests {
 
     #[test]
     fn dir_strips_mounted_root() {
-        let at_root = CgroupMount {
-            root: "/".into(),
-            point: "/sys/fs/cgroup".into(),
-        };
-        assert_eq!(
-            cgroup_dir(&at_root, "/user.slice/app"),
-            PathBuf::from("/sys/fs/cgroup/user.slice/app")
-        );
+        let at_root = CgroupMount { root: "/".into(), point: "/sys/fs/cgroup".into() };
+        assert_eq!(cgroup_dir(&at_root, "/user.slice/app"), PathBuf::from("/sys/fs/cgroup/user.slice/app"));
         assert_eq!(cgroup_dir(&at_root, "/"), PathBuf::from("/sys/fs/cgroup/"));
-        let subtree = CgroupMount {
-            root: "/docker/abc".into(),
-            point: "/sys/fs/cgroup/memory".into(),
-        };
-        assert_eq!(
-            cgroup_dir(&subtree, "/docker/abc"),
-            PathBuf::from("/sys/fs/cgroup/memory/")
-        );
-        assert_eq!(
-            cgroup_dir(&subtree, "/docker/abc/x"),
-            PathBuf::from("/sys/fs/cgroup/memory/x")
-        );
+        let subtree = CgroupMount { root: "/docker/abc".into(), point: "/sys/fs/cgroup/memory".into() };
+        assert_eq!(cgroup_dir(&subtree, "/docker/abc"), PathBuf::from("/sys/fs/cgroup/memory/"));
+        assert_eq!(cgroup_dir(&subtree, "/docker/abc/x"), PathBuf::from("/sys/fs/cgroup/memory/x"));
         // Not under the mounted root ("/docker/abcdef" only shares a prefix).
-        assert_eq!(
-            cgroup_dir(&subtree, "/docker/abcdef"),
-            PathBuf::from("/sys/fs/cgroup/memory")
-        );
-        assert_eq!(
-            cgroup_dir(&at_root, "/../../etc"),
-            PathBuf::from("/sys/fs/cgroup")
-        );
+        assert_eq!(cgroup_dir(&subtree, "/docker/abcdef"), PathBuf::from("/sys/fs/cgroup/memory"));
+        assert_eq!(cgroup_dir(&at_root, "/../../etc"), PathBuf::from("/sys/fs/cgroup"));
     }
 
     #[test]
@@ -382,14 +308,8 @@ mod tests {
             .with("/proc/self/mountinfo", V2_MOUNTINFO)
             .with("/proc/self/cgroup", "0::/app.slice/chat\n")
             .with("/sys/fs/cgroup/app.slice/chat/memory.max", "1073741824\n")
-            .with(
-                "/sys/fs/cgroup/app.slice/chat/memory.current",
-                "805306368\n",
-            )
-            .with(
-                "/sys/fs/cgroup/app.slice/chat/memory.stat",
-                "anon 1\ninactive_file 268435456\n",
-            );
+            .with("/sys/fs/cgroup/app.slice/chat/memory.current", "805306368\n")
+            .with("/sys/fs/cgroup/app.slice/chat/memory.stat", "anon 1\ninactive_file 268435456\n");
         let m = cgroup_memory(&fs);
         assert_eq!(m.limit_bytes, Some(GIB));
         // 1 GiB − (768 MiB − 256 MiB cache) = 512 MiB.
@@ -414,14 +334,8 @@ mod tests {
         let fs = FakeFiles::new()
             .with("/proc/self/mountinfo", HYBRID_MOUNTINFO)
             .with("/proc/self/cgroup", HYBRID_CGROUP)
-            .with(
-                "/sys/fs/cgroup/memory/process_api/abc/memory.limit_in_bytes",
-                "9223372036854771712\n",
-            )
-            .with(
-                "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                "9223372036854771712\n",
-            );
+            .with("/sys/fs/cgroup/memory/process_api/abc/memory.limit_in_bytes", "9223372036854771712\n")
+            .with("/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
         assert_eq!(cgroup_memory(&fs), CgroupMemory::default());
     }
 
@@ -430,27 +344,16 @@ mod tests {
         let fs = FakeFiles::new()
             .with("/proc/self/mountinfo", HYBRID_MOUNTINFO)
             .with("/proc/self/cgroup", HYBRID_CGROUP)
-            .with(
-                "/sys/fs/cgroup/memory/process_api/abc/memory.limit_in_bytes",
-                "536870912\n",
-            )
-            .with(
-                "/sys/fs/cgroup/memory/process_api/abc/memory.usage_in_bytes",
-                "garbage\n",
-            );
+            .with("/sys/fs/cgroup/memory/process_api/abc/memory.limit_in_bytes", "536870912\n")
+            .with("/sys/fs/cgroup/memory/process_api/abc/memory.usage_in_bytes", "garbage\n");
         let m = cgroup_memory(&fs);
         assert_eq!(m.limit_bytes, Some(512 * MIB));
-        assert_eq!(
-            m.headroom_bytes, None,
-            "unreadable usage gives no headroom figure"
-        );
+        assert_eq!(m.headroom_bytes, None, "unreadable usage gives no headroom figure");
     }
 
     #[test]
     fn unreadable_mountinfo_falls_back_to_conventional_paths() {
-        let fs = FakeFiles::new()
-            .with("/proc/self/cgroup", "0::/\n")
-            .with("/sys/fs/cgroup/memory.max", "1073741824\n");
+        let fs = FakeFiles::new().with("/proc/self/cgroup", "0::/\n").with("/sys/fs/cgroup/memory.max", "1073741824\n");
         assert_eq!(cgroup_memory(&fs).limit_bytes, Some(GIB));
     }
 

@@ -45,21 +45,14 @@ mod tests {
 
     #[test]
     fn meminfo_fields_are_kib() {
-        assert_eq!(
-            colon_field_bytes(MEMINFO, "MemTotal"),
-            Some(24684092 * 1024)
-        );
-        assert_eq!(
-            colon_field_bytes(MEMINFO, "MemAvailable"),
-            Some(23402192 * 1024)
-        );
+        assert_eq!(colon_field_bytes(MEMINFO, "MemTotal"), Some(24684092 * 1024));
+        assert_eq!(colon_field_bytes(MEMINFO, "MemAvailable"), Some(23402192 * 1024));
         assert_eq!(colon_field_bytes(MEMINFO, "HugePages_Total"), Some(0));
     }
 
     #[test]
     fn status_fields_with_tabs() {
-        let status =
-            "Name:\tpocketchat\nVmHWM:\t    2116 kB\nVmRSS:\t    2000 kB\nRssAnon:\t     152 kB\n";
+        let status = "Name:\tpocketchat\nVmHWM:\t    2116 kB\nVmRSS:\t    2000 kB\nRssAnon:\t     152 kB\n";
         assert_eq!(colon_field_bytes(status, "VmRSS"), Some(2000 * 1024));
         assert_eq!(colon_field_bytes(status, "VmHWM"), Some(2116 * 1024));
         assert_eq!(colon_field_bytes(status, "RssAnon"), Some(152 * 1024));
@@ -77,10 +70,7 @@ mod tests {
         assert_eq!(colon_field_bytes("MemTotal: lots kB", "MemTotal"), None);
         assert_eq!(colon_field_bytes("MemTotal: 12 parsecs", "MemTotal"), None);
         assert_eq!(colon_field_bytes("MemTotal:", "MemTotal"), None);
-        assert_eq!(
-            colon_field_bytes("MemTotal: 99999999999999999999 kB", "MemTotal"),
-            None
-        );
+        assert_eq!(colon_field_bytes("MemTotal: 99999999999999999999 kB", "MemTotal"), None);
         assert_eq!(colon_field_bytes("\u{0}\u{1}binary", "MemTotal"), None);
     }
 

@@ -83,9 +83,8 @@ pub(crate) fn physical_bytes_from(fs: &dyn FileSource) -> Option<u64> {
 /// Live headroom on Linux: `MemAvailable`, lowered to the cgroup headroom.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn available_bytes_from(fs: &dyn FileSource) -> Option<u64> {
-    let available = fs
-        .read(std::path::Path::new("/proc/meminfo"))
-        .and_then(|t| kv_text::colon_field_bytes(&t, "MemAvailable"));
+    let available =
+        fs.read(std::path::Path::new("/proc/meminfo")).and_then(|t| kv_text::colon_field_bytes(&t, "MemAvailable"));
     let headroom = cgroup::cgroup_memory(fs).headroom_bytes;
     match (available, headroom) {
         (Some(a), Some(h)) => Some(a.min(h)),

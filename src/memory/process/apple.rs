@@ -58,12 +58,7 @@ pub(crate) fn task_vm_info() -> Option<VmInfo> {
     let kr = unsafe {
         #[allow(deprecated)]
         let task = libc::mach_task_self();
-        libc::task_info(
-            task,
-            TASK_VM_INFO,
-            (&mut info as *mut TaskVmInfoRev1).cast(),
-            &mut count,
-        )
+        libc::task_info(task, TASK_VM_INFO, (&mut info as *mut TaskVmInfoRev1).cast(), &mut count)
     };
     if kr != libc::KERN_SUCCESS {
         tracing::debug!(kr, "task_info(TASK_VM_INFO) failed");
@@ -71,10 +66,7 @@ pub(crate) fn task_vm_info() -> Option<VmInfo> {
     }
     let resident_size = info.resident_size;
     let phys_footprint = info.phys_footprint;
-    Some(VmInfo {
-        resident_size,
-        phys_footprint: (count >= REV1_COUNT).then_some(phys_footprint),
-    })
+    Some(VmInfo { resident_size, phys_footprint: (count >= REV1_COUNT).then_some(phys_footprint) })
 }
 
 /// `ru_maxrss` from `getrusage`, which Darwin reports in bytes (Linux uses KiB).

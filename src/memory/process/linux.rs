@@ -24,8 +24,7 @@ mod tests {
     use super::*;
     use crate::memory::files::FakeFiles;
 
-    const STATUS: &str =
-        "Name:\tpocketchat\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\nRssAnon:\t   51200 kB\n";
+    const STATUS: &str = "Name:\tpocketchat\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\nRssAnon:\t   51200 kB\n";
 
     #[test]
     fn reads_fields() {
