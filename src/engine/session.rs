@@ -171,7 +171,7 @@ impl Session {
         let mut user_text = user_text.to_string();
         let budget = self.state.max_tokens();
         for _attempt in 0..3 {
-            let (pieces, from_scratch) = self.pieces_for(tok, &user_text)?;
+            let (pieces, from_scratch, rendered) = self.pieces_for(tok, &user_text)?;
             let new_tokens: usize = pieces.iter().map(|(_, ids)| ids.len()).sum();
             let (pinned, turns) = if from_scratch {
                 (pieces.first().map(|(_, ids)| ids.len()).unwrap_or(0), Vec::new())
@@ -180,7 +180,7 @@ impl Session {
             };
             match budget::plan(pinned, &turns, new_tokens - if from_scratch { pinned } else { 0 }, reserve, budget) {
                 Plan::Fits => {
-                    let logits = self.feed(model, &user_text, pieces, from_scratch)?;
+                    let logits = self.feed(model, &user_text, rendered, pieces, from_scratch)?;
                     prepared.fed_tokens = new_tokens;
                     prepared.logits = Some(logits);
                     return Ok(prepared);
@@ -213,8 +213,9 @@ impl Session {
 
     /// The text to feed for a new user message, split at turn anchors and tokenized:
     /// `(byte offset in the rendered text, ids)`. The first piece belongs to the previous
-    /// turn (or is the system prompt when starting from scratch).
-    fn pieces_for(&self, tok: &TextTokenizer, user_text: &str) -> Result<(Pieces, bool)> {
+    /// turn (or is the system prompt when starting from scratch). Also says whether the
+    /// cache starts from scratch, and returns the whole rendered conversation.
+    fn pieces_for(&self, tok: &TextTokenizer, user_text: &str) -> Result<(Pieces, bool, String)> {
         let mut messages = self.messages.clone();
         messages.push(Message::new(Role::User, user_text));
         let rendered = self.template.render_marked(&messages, true)?;
@@ -238,19 +239,19 @@ impl Session {
             let end = cuts.get(i + 1).copied().unwrap_or(full.len());
             pieces.push((start, tok.encode_rendered(full, start..end, &rendered.bodies)?));
         }
-        Ok((pieces, from_scratch))
+        Ok((pieces, from_scratch, rendered.text))
     }
 
     fn feed(
         &mut self,
         model: &Model,
         user_text: &str,
+        full: String,
         pieces: Pieces,
         from_scratch: bool,
     ) -> Result<candle_core::Tensor> {
         let mut messages = self.messages.clone();
         messages.push(Message::new(Role::User, user_text));
-        let full = self.template.render(&messages, true)?;
         if from_scratch {
             self.state.reset();
             self.turns.clear();
