@@ -341,6 +341,7 @@ impl Worker {
                 if let Some(path) = self.config.state_file.clone() {
                     self.lock_state_file(&path);
                 }
+                // The lock may have moved this conversation to a free name beside the file.
                 if let Some(path) = self.config.state_file.clone() {
                     if path.exists() || path.is_symlink() {
                         self.restore_or_save_beside(&path);
@@ -378,8 +379,7 @@ impl Worker {
             });
         }
         let template = ChatTemplate::new(template_src.as_deref(), tokenizer.bos_token(), tokenizer.eos_token());
-        let budget = self.budget().min(model.max_positions());
-        let mut session = Session::new(model.make_state(budget, self.config.kv_dtype.dtype()), template)?;
+        let mut session = Session::new(model.make_state(self.budget(), self.config.kv_dtype.dtype()), template)?;
         session.trim_mode = self.config.trim_mode;
         let c = &model.config;
         let weights_quant = match &c.requantized_from {
