@@ -131,7 +131,6 @@ impl QaHook {
         let hook = self.clone();
         spawn(async move {
             let first = painted_at(FIRST_TOKEN_SHOWN).await;
-            tracing::debug!("first token painted at {first:?}");
             hook.inner.borrow_mut().paint.first_ms = first;
         });
     }
@@ -141,9 +140,7 @@ impl QaHook {
     pub fn watch_last_paint(&self) {
         let hook = self.clone();
         spawn(async move {
-            let last = painted_at(REPLY_FINISHED_SHOWN).await;
-            tracing::debug!("finished reply painted at {last:?}");
-            let Some(last) = last else { return };
+            let Some(last) = painted_at(REPLY_FINISHED_SHOWN).await else { return };
             {
                 let mut inner = hook.inner.borrow_mut();
                 let PaintWatch { sent_ms, first_ms } = inner.paint;
