@@ -44,7 +44,7 @@ pub fn read(reader: &mut BufReader<File>) -> Result<Content, String> {
 }
 
 /// The checks candle's reader leaves out; see the module docs.
-pub fn check(content: &Content, file_len: u64) -> Result<(), String> {
+fn check(content: &Content, file_len: u64) -> Result<(), String> {
     let alignment = match content.metadata.get("general.alignment") {
         None => 32,
         Some(v) => integer(v).ok_or("`general.alignment` is not a whole number")?,
