@@ -14,7 +14,7 @@ use pocketchat::engine::model::{argmax, read_gguf};
 use pocketchat::engine::persist::{self, ModelIdentity};
 use pocketchat::engine::template::ChatTemplate;
 use pocketchat::engine::tokenizer::TextTokenizer;
-use pocketchat::engine::{MatmulKernel, Model, Session, TrimMode};
+use pocketchat::engine::{Kernels, Model, Session, TrimMode};
 
 const REPLY: &str = "Here is a short answer with a few words in it, enough to fill the context \
 a little with every turn so the budget is reached after several turns.";
@@ -22,7 +22,7 @@ a little with every turn so the budget is reached after several turns.";
 fn main() -> Result<()> {
     let budget: usize = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(1024);
     let path = pocketchat::catalog::default_model_path();
-    let model = Model::load(&path, &Device::Cpu, MatmulKernel::Fast, |_| {})?;
+    let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {})?;
     let (content, _) = read_gguf(&path)?;
     let tok = TextTokenizer::from_gguf(&content)?;
     let src = content.metadata.get("tokenizer.chat_template").and_then(|v| v.to_string().ok()).cloned();
@@ -43,7 +43,7 @@ fn main() -> Result<()> {
             let t = Instant::now();
             let p =
                 s.prepare_turn(&model, &tok, &format!("Question number {turn}: tell me something new."), reserve)?;
-            argmax(p.logits.as_ref().expect("logits"))?;
+            argmax(&p.logits)?;
             let ttft = t.elapsed().as_secs_f64() * 1e3;
             if p.dropped_tokens > 0 {
                 println!(

@@ -12,7 +12,8 @@
 
 use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
-use pocketchat::engine::qlinear::{QLinear, QLinearBackend};
+use pocketchat::engine::qlinear::QLinear;
+use pocketchat::engine::Kernels;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -79,12 +80,12 @@ fn main() -> anyhow::Result<()> {
 
     println!(
         "threads: {threads}; our kernels: {:?}",
-        QLinear::with_backend(
+        QLinear::new(
             Arc::new(QTensor::quantize(
                 &Tensor::zeros((4, 32), candle_core::DType::F32, &Device::Cpu)?,
                 GgmlDType::Q4_1
             )?),
-            QLinearBackend::Auto
+            Kernels::Fast
         )?
     );
     println!();
@@ -104,7 +105,7 @@ fn main() -> anyhow::Result<()> {
             }
         };
         let candle = QMatMul::from_arc(w.clone())?;
-        let ours = QLinear::with_backend(w.clone(), QLinearBackend::Auto)?;
+        let ours = QLinear::new(w.clone(), Kernels::Fast)?;
         for m in [1usize, 128] {
             let x = Tensor::randn(0f32, 1.0, (m, k), &Device::Cpu)?;
             let t_candle = time_us(|| {
@@ -138,7 +139,7 @@ fn main() -> anyhow::Result<()> {
             for name in names {
                 let w = Arc::new(content.tensor(&mut file, name, &Device::Cpu)?);
                 candle.push(QMatMul::from_arc(w.clone())?);
-                ours.push(QLinear::with_backend(w, QLinearBackend::Auto)?);
+                ours.push(QLinear::new(w, Kernels::Fast)?);
             }
             let ours: Vec<&QLinear> = ours.iter().collect();
             let k = ours[0].in_features();

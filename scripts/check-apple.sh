@@ -20,12 +20,8 @@ for arg in "$@"; do
 done
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# CI clones the repo beside shared/; this machine keeps it at /work/shared.
-shared="$(cd "$repo/../shared" 2>/dev/null && pwd || true)"
-if [ -z "$shared" ] || [ ! -x "$shared/apple-check-cc" ]; then
-  shared=/work/shared
-fi
-cc="$shared/apple-check-cc"
+# The shared folder sits beside the checkout (here and in CI).
+cc="$repo/../shared/apple-check-cc"
 if [ ! -x "$cc" ]; then
   echo "SKIPPED: Apple check: no stand-in compiler at $cc"
   exit 0

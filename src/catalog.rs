@@ -294,6 +294,13 @@ pub fn models_dir() -> PathBuf {
     )
 }
 
+/// The catalog's name for a known model file ("SmolLM2-135M-Instruct"), which reads
+/// better than the GGUF's `general.name`.
+pub fn display_name(path: &Path) -> Option<String> {
+    let file = path.file_name()?.to_str()?;
+    catalog().models.iter().find(|e| e.file == file).map(|e| e.name.clone())
+}
+
 /// Path of the default model file: `POCKETCHAT_MODEL` when set, else the default
 /// entry's file in [`models_dir`]. The file may not exist yet; see [`fetch_default`].
 pub fn default_model_path() -> PathBuf {

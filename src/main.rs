@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use pocketchat::engine::{
-    model::argmax, Command, DoneReason, Engine, EngineConfig, EngineEvent, KvDtype, MatmulKernel, Model, TrimMode,
+    model::argmax, Command, DoneReason, Engine, EngineConfig, EngineEvent, Kernels, KvDtype, Model, TrimMode,
 };
 use pocketchat::{catalog, memory};
 
@@ -65,12 +65,13 @@ struct EngineArgs {
     #[arg(long, value_parser = tier)]
     tier: Option<memory::RamTier>,
     /// KV cache element type
-    #[arg(long, value_enum, default_value_t = Kv::F32)]
+    #[arg(long, value_enum, default_value_t = Kv::F16)]
     kv: Kv,
     /// How the context is cut when it fills up
     #[arg(long, value_enum, default_value_t = Trim::Shift)]
     trim: Trim,
-    /// Matrix kernels [default: fast, or POCKETCHAT_QLINEAR]
+    /// CPU kernels: fast (SIMD, detected at run time), portable, candle [default: fast, or
+    /// POCKETCHAT_KERNELS]
     #[arg(long, value_enum)]
     kernel: Option<Kernel>,
     /// Use the weights the memory tier chooses (the app always does)
@@ -117,7 +118,7 @@ struct BenchArgs {
     /// Compute threads, capped at the cores there are [default: every core]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
     threads: Option<u32>,
-    #[arg(long, value_enum, default_value_t = Kv::F32)]
+    #[arg(long, value_enum, default_value_t = Kv::F16)]
     kv: Kv,
     #[arg(long, value_enum)]
     kernel: Option<Kernel>,
@@ -158,6 +159,7 @@ enum Trim {
 #[derive(Clone, Copy, ValueEnum)]
 enum Kernel {
     Fast,
+    Portable,
     Candle,
 }
 
@@ -181,17 +183,23 @@ impl Kv {
     }
 }
 
-/// `--kernel`, else `POCKETCHAT_QLINEAR`, else fast.
-fn kernel(choice: Option<Kernel>) -> Result<MatmulKernel> {
+/// `--kernel`, else `POCKETCHAT_KERNELS`, else fast.
+fn kernels(choice: Option<Kernel>) -> Result<Kernels> {
     match choice {
-        Some(Kernel::Fast) => Ok(MatmulKernel::Fast),
-        Some(Kernel::Candle) => Ok(MatmulKernel::Candle),
-        None => match std::env::var("POCKETCHAT_QLINEAR").ok().as_deref() {
-            None | Some("fast") => Ok(MatmulKernel::Fast),
-            Some("candle") => Ok(MatmulKernel::Candle),
-            Some(o) => bail!("POCKETCHAT_QLINEAR={o}: use fast or candle"),
+        Some(Kernel::Fast) => Ok(Kernels::Fast),
+        Some(Kernel::Portable) => Ok(Kernels::Portable),
+        Some(Kernel::Candle) => Ok(Kernels::Candle),
+        None => match std::env::var("POCKETCHAT_KERNELS") {
+            Err(_) => Ok(Kernels::Fast),
+            Ok(name) => Kernels::parse(&name)
+                .with_context(|| format!("POCKETCHAT_KERNELS={name:?}: use one of {}", Kernels::NAMES)),
         },
     }
+}
+
+/// The catalog's 8-bit sibling of a 4-bit file, made on first use.
+fn q8_variant() -> pocketchat::engine::Q8Variant {
+    std::sync::Arc::new(|q4: &std::path::Path| catalog::ensure_q8_variant(q4).map_err(pocketchat::engine::Cause::new))
 }
 
 /// `--threads`, else `POCKETCHAT_THREADS`.
@@ -227,15 +235,18 @@ impl ModelArg {
 impl EngineArgs {
     fn config(&self) -> Result<EngineConfig> {
         let mut c = EngineConfig::new(self.model.path()?);
+        c.display_name = catalog::display_name(&c.model_path);
         c.temperature = self.temperature;
         if let Some(n) = self.max_tokens {
             c.max_tokens = n as usize;
         }
         c.budget_override = self.budget.map(|b| b as usize);
-        c.tier_override = self.tier;
+        c.tier_override = self.tier.or_else(memory::tier_from_env);
         c.kv_dtype = self.kv.dtype();
-        c.kernel = kernel(self.kernel)?;
-        c.follow_policy_quant = self.follow_policy_quant;
+        c.kernels = kernels(self.kernel)?;
+        if self.follow_policy_quant {
+            c.q8_variant = Some(q8_variant());
+        }
         c.threads = threads(self.threads)?;
         c.state_file = self.session.clone();
         c.trim_mode = match self.trim {
@@ -310,7 +321,7 @@ fn tame_candle_pool() {
 #[cfg(feature = "ui")]
 fn app(args: &EngineArgs) -> Result<()> {
     let mut config = args.config()?;
-    config.follow_policy_quant = true;
+    config.q8_variant = Some(q8_variant());
     if config.threads.is_none() {
         config.threads = pocketchat::ui::app::threads_beside_the_window();
     }
@@ -517,8 +528,9 @@ fn bench(args: &BenchArgs) -> Result<()> {
     let (prompt_tokens, gen, turns) = (args.prompt_tokens as usize, args.gen as usize, args.turns as usize);
     let kv = args.kv.dtype();
     let path = args.model.path()?;
+    let kernels = kernels(args.kernel)?;
     let t = Instant::now();
-    let model = Model::load(&path, &candle_core::Device::Cpu, kernel(args.kernel)?, |_| {})?;
+    let model = Model::load(&path, &candle_core::Device::Cpu, kernels, |_| {})?;
     let load_s = t.elapsed().as_secs_f64();
     let vocab = model.config.vocab_size;
     let max = turns * (prompt_tokens + gen + 1);
@@ -552,6 +564,8 @@ fn bench(args: &BenchArgs) -> Result<()> {
     let report = serde_json::json!({
         "engine": "pocketchat",
         "threads": threads,
+        "kernels": kernels.describe(),
+        "kv": format!("{:?}", args.kv.dtype()),
         "load_s": load_s,
         "prompt_tokens": prompt_tokens,
         "gen_tokens": gen,

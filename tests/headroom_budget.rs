@@ -6,7 +6,7 @@ mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use pocketchat::engine::{Command, Engine, EngineConfig, EngineEvent, EngineEvents, Stats};
+use pocketchat::engine::{Command, Engine, EngineConfig, EngineEvent, EngineEvents, KvDtype, Stats};
 use pocketchat::memory::MIB;
 
 fn answer(events: &mut EngineEvents) -> Stats {
@@ -28,6 +28,8 @@ fn budget_shrinks_with_headroom_and_grows_back() {
     let mut config = EngineConfig::new(common::default_model());
     config.budget_override = Some(512);
     config.max_tokens = 8;
+    // f16 KV (the default): 23,040 bytes per token of SmolLM2.
+    config.kv_dtype = KvDtype::F16;
     config.headroom = Arc::new(move || Some(probe.load(Ordering::SeqCst)));
     let (handle, mut events) = Engine::spawn(config);
 
@@ -36,7 +38,7 @@ fn budget_shrinks_with_headroom_and_grows_back() {
     assert_eq!((s.budget, s.tier_budget, s.budget_note.clone()), (512, 512, None));
 
     // Memory gets tight: 64 MiB safety + room for 100 more tokens beyond the 256 allocated.
-    fake_headroom.store(64 * MIB + 100 * 46_080, Ordering::SeqCst);
+    fake_headroom.store(64 * MIB + 100 * 23_040, Ordering::SeqCst);
     handle.send(Command::Send { text: "Tell me about cats.".into() }).unwrap();
     let s = answer(&mut events);
     assert_eq!(s.budget, 356, "{s:?}");

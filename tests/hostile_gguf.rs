@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use candle_core::quantized::gguf_file::Value;
 use candle_core::Device;
 use common::*;
-use pocketchat::engine::{EngineError, MatmulKernel, Model};
+use pocketchat::engine::{EngineError, Kernels, Model};
 
 fn tiny_with(dir: &Path, meta: Vec<(&str, Value)>) -> PathBuf {
     let meta_overrides = meta.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
@@ -17,7 +17,7 @@ fn tiny_with(dir: &Path, meta: Vec<(&str, Value)>) -> PathBuf {
 
 /// Loads `path` and returns the error's text; fails the test if it loads.
 fn load_error(path: &Path) -> String {
-    match Model::load(path, &Device::Cpu, MatmulKernel::Fast, |_| {}) {
+    match Model::load(path, &Device::Cpu, Kernels::Fast, |_| {}) {
         Ok(_) => panic!("{} loaded", path.display()),
         Err(e @ EngineError::BadModelFile { .. }) => e.to_string(),
         Err(e) => panic!("{}: not a bad-file error: {e:?}", path.display()),

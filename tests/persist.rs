@@ -9,12 +9,12 @@ use common::*;
 use pocketchat::engine::persist::{self, ModelIdentity, StateFileError};
 use pocketchat::engine::template::ChatTemplate;
 use pocketchat::engine::tokenizer::TextTokenizer;
-use pocketchat::engine::{Command, Engine, EngineConfig, EngineEvent, MatmulKernel, Model, Session};
+use pocketchat::engine::{Command, Engine, EngineConfig, EngineEvent, Kernels, Model, Session};
 
 fn tiny() -> (tempfile::TempDir, Model, TextTokenizer, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = write_tiny_gguf(dir.path(), &TinySpec::default(), 21);
-    let model = Model::load(&path, &Device::Cpu, MatmulKernel::Candle, |_| {}).unwrap();
+    let model = Model::load(&path, &Device::Cpu, Kernels::Candle, |_| {}).unwrap();
     let (content, _) = pocketchat::engine::model::read_gguf(&path).unwrap();
     let tok = TextTokenizer::from_gguf(&content).unwrap();
     (dir, model, tok, path)
@@ -88,7 +88,7 @@ fn restored_session_continues_like_the_original() {
     let a = s.prepare_turn(&model, &tok, "third", 16).unwrap();
     let b = restored.prepare_turn(&model, &tok, "third", 16).unwrap();
     assert_eq!(a.fed_tokens, b.fed_tokens, "the restored session re-prefilled");
-    let diff = max_abs_diff(a.logits.as_ref().unwrap(), b.logits.as_ref().unwrap());
+    let diff = max_abs_diff(&a.logits, &b.logits);
     assert!(diff <= 1e-5, "logits after restore differ by {diff}");
 }
 

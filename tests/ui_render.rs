@@ -8,9 +8,10 @@
 
 use dioxus::prelude::*;
 use pocketchat::engine::template::{Message as TemplateMessage, Role as TemplateRole};
-use pocketchat::engine::{DoneReason, EngineError, EngineEvent, ModelInfo, Stats};
+use pocketchat::engine::{Cause, DoneReason, EngineError, EngineEvent, ModelInfo, Stats};
 use pocketchat::memory::{Policy, RamTier, TierReport, GIB, MIB};
-use pocketchat::ui::state::{ChatState, EVICTED_TEXT, FETCH_COMMAND};
+use pocketchat::ui::copy::{EVICTED_TEXT, FETCH_COMMAND};
+use pocketchat::ui::state::ChatState;
 use pocketchat::ui::Shell;
 
 #[derive(Props, Clone, PartialEq)]
@@ -269,7 +270,7 @@ fn failed_turn_is_an_inline_error() {
     s.submit("hi", "");
     s.apply(EngineEvent::ReplyStarted { prompt: "hi".into() });
     tok(&mut s, "Partial");
-    s.apply(EngineEvent::Failed { error: EngineError::Inference("shape mismatch".into()) });
+    s.apply(EngineEvent::Failed { error: EngineError::Inference(Cause::msg("shape mismatch")) });
     let html = render(&s, false);
     let t = text(&html);
     assert!(html.contains("notice notice-error"), "{html}");

@@ -9,22 +9,24 @@ pub mod budget;
 mod detokenizer;
 mod error;
 pub mod gguf_check;
-mod linear;
+pub mod kernels;
 pub mod model;
 pub mod persist;
 pub mod pool;
 pub mod protocol;
+pub mod sampler;
 pub mod session;
 pub mod state;
 pub mod template;
 pub mod tokenizer;
 
-pub use error::{EngineError, Result};
-pub use model::{MatmulKernel, Model, ModelConfig};
+pub use error::{Cause, EngineError, Result};
+pub use kernels::Kernels;
+pub use model::{Model, ModelConfig};
 pub use protocol::{Command, DoneReason, EngineEvent, ModelInfo, Stats};
 pub use session::{Session, TrimMode};
 pub use state::State;
 pub mod qlinear;
 mod worker;
 
-pub use worker::{Engine, EngineConfig, EngineEvents, EngineHandle, KvDtype};
+pub use worker::{Engine, EngineConfig, EngineEvents, EngineHandle, HeadroomProbe, KvDtype, Q8Variant};

@@ -20,9 +20,10 @@ use std::sync::Arc;
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor, D};
 
-use super::linear::{linear, Linear};
+use super::kernels::Kernels;
+use super::qlinear::QLinear as Linear;
 use super::state::State;
-use super::{EngineError, Result};
+use super::{Cause, EngineError, Result};
 
 /// Upper bound for the RoPE tables when a file claims a huge context.
 const MAX_ROPE_POSITIONS: usize = 32_768;
@@ -30,14 +31,6 @@ const MAX_ROPE_POSITIONS: usize = 32_768;
 /// Prompt tokens one forward pass takes at most (see [`Model::forward`]); the memory
 /// accounting reserves the activations of this many (`memory::prefill_scratch_bytes`).
 pub const PREFILL_CHUNK: usize = 256;
-
-/// Which quantized matmul to run (the fast in-crate kernel, or candle's own).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MatmulKernel {
-    #[default]
-    Fast,
-    Candle,
-}
 
 /// Shape facts of a loaded model.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,8 +84,8 @@ pub struct Model {
     cos: Tensor,
     sin: Tensor,
     /// `Candle` keeps every op on candle's own kernels (bit-faithful to the reference);
-    /// `Fast` also takes the plain-Rust attention kernels of `engine::attention`.
-    kernel: MatmulKernel,
+    /// the others also take the plain-Rust attention kernels of `engine::attention`.
+    kernels: Kernels,
 }
 
 /// Opens and parses a GGUF header, mapping IO and format errors to user-facing ones.
@@ -101,7 +94,7 @@ pub fn read_gguf(path: &Path) -> Result<(gguf_file::Content, BufReader<File>)> {
         if e.kind() == std::io::ErrorKind::NotFound {
             EngineError::ModelMissing { path: path.to_path_buf() }
         } else {
-            EngineError::ModelLoad { path: path.to_path_buf(), message: e.to_string() }
+            EngineError::ModelLoad { path: path.to_path_buf(), source: Cause::new(e) }
         }
     })?;
     let mut reader = BufReader::new(file);
@@ -204,15 +197,15 @@ impl Loader<'_> {
         }
     }
 
-    fn linear(&mut self, name: &str, kernel: MatmulKernel) -> Result<Linear> {
+    fn linear(&mut self, name: &str, kernels: Kernels) -> Result<Linear> {
         let q = self.qtensor(name)?;
-        linear(Arc::new(q), kernel).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
+        Linear::new(Arc::new(q), kernels).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
     }
 }
 
 impl Model {
     /// Loads a GGUF file. `progress` is called with values in 0.0..=1.0 while tensors load.
-    pub fn load(path: &Path, device: &Device, kernel: MatmulKernel, mut progress: impl FnMut(f32)) -> Result<Model> {
+    pub fn load(path: &Path, device: &Device, kernels: Kernels, mut progress: impl FnMut(f32)) -> Result<Model> {
         let _span = tracing::info_span!("load", path = %path.display()).entered();
         let (content, mut reader) = read_gguf(path)?;
         let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
@@ -257,30 +250,30 @@ impl Model {
         let mut weights_dtype = None;
         for i in 0..n_layers {
             let p = format!("blk.{i}");
-            let wq = ld.linear(&format!("{p}.attn_q.weight"), kernel)?;
+            let wq = ld.linear(&format!("{p}.attn_q.weight"), kernels)?;
             weights_dtype.get_or_insert(wq.dtype());
             layers.push(Layer {
                 attn_norm: ld.vector(&format!("{p}.attn_norm.weight"))?,
                 wq,
-                wk: ld.linear(&format!("{p}.attn_k.weight"), kernel)?,
-                wv: ld.linear(&format!("{p}.attn_v.weight"), kernel)?,
-                wo: ld.linear(&format!("{p}.attn_output.weight"), kernel)?,
+                wk: ld.linear(&format!("{p}.attn_k.weight"), kernels)?,
+                wv: ld.linear(&format!("{p}.attn_v.weight"), kernels)?,
+                wo: ld.linear(&format!("{p}.attn_output.weight"), kernels)?,
                 bq: ld.optional_vector(&format!("{p}.attn_q.bias"))?,
                 bk: ld.optional_vector(&format!("{p}.attn_k.bias"))?,
                 bv: ld.optional_vector(&format!("{p}.attn_v.bias"))?,
                 ffn_norm: ld.vector(&format!("{p}.ffn_norm.weight"))?,
-                w_gate: ld.linear(&format!("{p}.ffn_gate.weight"), kernel)?,
-                w_up: ld.linear(&format!("{p}.ffn_up.weight"), kernel)?,
-                w_down: ld.linear(&format!("{p}.ffn_down.weight"), kernel)?,
+                w_gate: ld.linear(&format!("{p}.ffn_gate.weight"), kernels)?,
+                w_up: ld.linear(&format!("{p}.ffn_up.weight"), kernels)?,
+                w_down: ld.linear(&format!("{p}.ffn_down.weight"), kernels)?,
             });
             progress(0.05 + 0.9 * (i + 1) as f32 / n_layers as f32);
         }
         let output_norm = ld.vector("output_norm.weight")?;
         // Tied embeddings: the output projection shares the (quantized) embedding table.
         let output = if ld.has("output.weight") {
-            ld.linear("output.weight", kernel)?
+            ld.linear("output.weight", kernels)?
         } else {
-            linear(embeddings.clone(), kernel)?
+            Linear::new(embeddings.clone(), kernels)?
         };
         let positions = context_length.clamp(1, MAX_ROPE_POSITIONS);
         let (cos, sin) = rope_tables(head_dim, rope_freq_base, positions, device)?;
@@ -321,7 +314,7 @@ impl Model {
             output,
             cos,
             sin,
-            kernel,
+            kernels,
         })
     }
 
@@ -460,11 +453,11 @@ impl Model {
             (candle_nn::rotary_emb::rope_i(&q, cos, sin)?, candle_nn::rotary_emb::rope_i(&k, cos, sin)?)
         };
         state.write(index, pos, &k, &v)?;
-        if self.kernel == MatmulKernel::Fast {
+        if let Some(isa) = self.kernels.isa() {
             // On the CPU: plain-Rust kernels instead of a dozen candle ops
-            // (sums in another order than candle's gemm, so only with the fast kernels).
+            // (sums in another order than candle's gemm, so not with candle's kernels).
             let (k_buf, v_buf) = state.buffers(index);
-            if let Some(out) = super::attention::try_attention(&q, k_buf, v_buf, pos) {
+            if let Some(out) = super::attention::try_attention(&q, k_buf, v_buf, pos, isa) {
                 return Ok(layer.wo.forward(&out)?);
             }
         }

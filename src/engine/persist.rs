@@ -28,6 +28,7 @@ use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::session::{Session, SessionSnapshot};
+use super::Cause;
 
 const MAGIC: &[u8; 8] = b"PCSTATE\0";
 pub const FORMAT_VERSION: u32 = 2;
@@ -50,17 +51,19 @@ pub enum StateFileError {
     #[error("the saved conversation is damaged: {0}")]
     Damaged(String),
     #[error("could not read the saved conversation: {0}")]
-    Unreadable(String),
+    Unreadable(#[source] Cause),
     #[error("{} was left as it is: {why}", path.display())]
     WontOverwrite { path: PathBuf, why: String },
     #[error("could not write the conversation: {0}")]
-    Io(String),
+    Io(#[source] Cause),
+    #[error("could not encode the conversation: {0}")]
+    Encode(#[source] Cause),
 }
 
 impl StateFileError {
     /// The file at the path is something that must be kept: not ours to replace.
     pub fn keeps_the_file(&self) -> bool {
-        !matches!(self, StateFileError::Missing(_) | StateFileError::Io(_))
+        !matches!(self, StateFileError::Missing(_) | StateFileError::Io(_) | StateFileError::Encode(_))
     }
 }
 
@@ -74,7 +77,6 @@ pub struct ModelIdentity {
 #[derive(Serialize, Deserialize)]
 struct Header {
     model: ModelIdentity,
-    budget: usize,
     n_layers: usize,
     n_kv_heads: usize,
     head_dim: usize,
@@ -88,19 +90,17 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
     if let Err(e) = check_replaceable(path, model) {
         return Err(StateFileError::WontOverwrite { path: path.to_path_buf(), why: e.to_string() });
     }
-    let io = |e: std::io::Error| StateFileError::Io(e.to_string());
-    let other = |e: &dyn std::fmt::Display| StateFileError::Io(e.to_string());
-    let kv = session.state.export().map_err(|e| other(&e))?;
+    let io = |e: std::io::Error| StateFileError::Io(Cause::new(e));
+    let kv = session.state.export().map_err(|e| StateFileError::Encode(Cause::new(e)))?;
     let (n_kv_heads, head_dim) = session.state.shape();
     let header = Header {
         model: model.clone(),
-        budget: session.state.max_tokens(),
         n_layers: session.state.n_layers(),
         n_kv_heads,
         head_dim,
         session: session.snapshot(),
     };
-    let json = serde_json::to_vec(&header).map_err(|e| other(&e))?;
+    let json = serde_json::to_vec(&header).map_err(|e| StateFileError::Encode(Cause::new(e)))?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -118,7 +118,7 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
                 .to_dtype(DType::F16)
                 .and_then(|t| t.flatten_all())
                 .and_then(|t| t.to_vec1())
-                .map_err(|e| other(&e))?;
+                .map_err(|e| StateFileError::Encode(Cause::new(e)))?;
             let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
             f.write_all(&bytes).map_err(io)?;
         }
@@ -126,7 +126,7 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
     let Checksummed { inner: mut f, crc } = f;
     let crc = crc.finalize();
     f.write_all(&crc.to_le_bytes()).map_err(io)?;
-    f.into_inner().map_err(|e| other(&e))?.sync_all().map_err(io)?;
+    f.into_inner().map_err(|e| io(e.into_error()))?.sync_all().map_err(io)?;
     std::fs::rename(&tmp.0, path).map_err(io)?;
     tmp.keep();
     // The rename itself survives a power cut once the folder is synced (not possible on
@@ -143,7 +143,7 @@ fn check_replaceable(path: &Path, model: &ModelIdentity) -> Result<(), StateFile
     let mut f = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(StateFileError::Unreadable(e.to_string())),
+        Err(e) => return Err(StateFileError::Unreadable(Cause::new(e))),
     };
     check_model(&read_header(&mut f, path)?.header, model)
 }
@@ -211,14 +211,14 @@ struct Prefix {
 
 /// Reads and checks the prefix and the header (at most [`MAX_HEADER_BYTES`]).
 fn read_header(f: &mut File, path: &Path) -> Result<Prefix, StateFileError> {
-    let meta = f.metadata().map_err(|e| StateFileError::Unreadable(e.to_string()))?;
+    let meta = f.metadata().map_err(|e| StateFileError::Unreadable(Cause::new(e)))?;
     if !meta.is_file() {
-        return Err(StateFileError::Unreadable(format!("{} is not a file", path.display())));
+        return Err(StateFileError::Unreadable(Cause::msg(format!("{} is not a file", path.display()))));
     }
     let len = meta.len();
     let mut prefix = [0u8; PREFIX_BYTES as usize];
     if len < PREFIX_BYTES {
-        f.read_exact(&mut prefix[..len as usize]).map_err(|e| StateFileError::Unreadable(e.to_string()))?;
+        f.read_exact(&mut prefix[..len as usize]).map_err(|e| StateFileError::Unreadable(Cause::new(e)))?;
         let n = (len as usize).min(MAGIC.len());
         return Err(if n > 0 && prefix[..n] == MAGIC[..n] {
             StateFileError::Damaged("the file is cut short".into())
@@ -226,7 +226,7 @@ fn read_header(f: &mut File, path: &Path) -> Result<Prefix, StateFileError> {
             StateFileError::NotAStateFile
         });
     }
-    f.read_exact(&mut prefix).map_err(|e| StateFileError::Unreadable(e.to_string()))?;
+    f.read_exact(&mut prefix).map_err(|e| StateFileError::Unreadable(Cause::new(e)))?;
     if &prefix[..8] != MAGIC {
         return Err(StateFileError::NotAStateFile);
     }
@@ -239,7 +239,7 @@ fn read_header(f: &mut File, path: &Path) -> Result<Prefix, StateFileError> {
         return Err(StateFileError::Damaged("the header is cut short or too long".into()));
     }
     let mut json = vec![0u8; header_len as usize];
-    f.read_exact(&mut json).map_err(|e| StateFileError::Unreadable(e.to_string()))?;
+    f.read_exact(&mut json).map_err(|e| StateFileError::Unreadable(Cause::new(e)))?;
     let header: Header = serde_json::from_slice(&json).map_err(|e| StateFileError::Damaged(e.to_string()))?;
     Ok(Prefix { version, header, header_len, file_len: len })
 }
@@ -254,7 +254,7 @@ fn check_model(header: &Header, model: &ModelIdentity) -> Result<(), StateFileEr
 fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Result<(), StateFileError> {
     let mut f = File::open(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => StateFileError::Missing(path.to_path_buf()),
-        _ => StateFileError::Unreadable(e.to_string()),
+        _ => StateFileError::Unreadable(Cause::new(e)),
     })?;
     let Prefix { version, header, header_len, file_len } = read_header(&mut f, path)?;
     check_model(&header, model)?;
@@ -280,7 +280,7 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
         )));
     }
     // Read again from the start, one tensor at a time, through the checksum.
-    let unreadable = |e: std::io::Error| StateFileError::Unreadable(e.to_string());
+    let unreadable = |e: std::io::Error| StateFileError::Unreadable(Cause::new(e));
     f.seek(SeekFrom::Start(0)).map_err(unreadable)?;
     let mut r = BufReader::new(f);
     let mut crc = crc32fast::Hasher::new();

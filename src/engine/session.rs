@@ -18,7 +18,7 @@ use super::model::Model;
 use super::state::State;
 use super::template::{ChatTemplate, Message, Role};
 use super::tokenizer::TextTokenizer;
-use super::{EngineError, Result};
+use super::{Cause, EngineError, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Anchor {
@@ -41,17 +41,16 @@ pub enum TrimMode {
 }
 
 /// What preparing a turn did before the prompt was fed.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Prepared {
     /// Tokens fed by the prefill of this turn.
     pub fed_tokens: usize,
-    /// Turns and tokens dropped to fit the budget.
-    pub dropped_turns: usize,
+    /// Tokens of old turns dropped to fit the budget.
     pub dropped_tokens: usize,
     /// Set when the prompt itself had to be cut (tokens kept of the user text).
     pub prompt_cut_to: Option<usize>,
     /// Logits after the prompt.
-    pub logits: Option<candle_core::Tensor>,
+    pub logits: candle_core::Tensor,
 }
 
 /// Everything but the K/V tensors, for saving (see [`super::persist`]).
@@ -94,11 +93,6 @@ impl Session {
         &self.messages
     }
 
-    /// Tokens of the pinned system prompt.
-    pub fn pinned_tokens(&self) -> usize {
-        self.pinned_tokens
-    }
-
     /// Token length of each cached turn, oldest first.
     pub fn turn_lengths(&self) -> Vec<usize> {
         let ends = self.turns.iter().skip(1).map(|a| a.token).chain(std::iter::once(self.state.len()));
@@ -132,10 +126,10 @@ impl Session {
                 .windows(2)
                 .all(|w| w[0].token < w[1].token && w[0].text < w[1].text && w[0].message < w[1].message);
         if !consistent {
-            return Err(EngineError::Inference("inconsistent turn bookkeeping".into()));
+            return Err(EngineError::Inference(Cause::msg("inconsistent turn bookkeeping")));
         }
         if let Some(id) = snap.tokens.iter().find(|&&id| id as usize >= self.state.vocab_size()) {
-            return Err(EngineError::Inference(format!("token id {id} is outside the vocabulary")));
+            return Err(EngineError::Inference(Cause::msg(format!("token id {id} is outside the vocabulary"))));
         }
         self.clear();
         self.state.import(snap.tokens, kv)?;
@@ -167,7 +161,7 @@ impl Session {
         if user_text.trim().is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
-        let mut prepared = Prepared::default();
+        let (mut dropped_tokens, mut prompt_cut_to) = (0, None);
         let mut user_text = user_text.to_string();
         let budget = self.state.max_tokens();
         for _attempt in 0..3 {
@@ -181,20 +175,16 @@ impl Session {
             match budget::plan(pinned, &turns, new_tokens - if from_scratch { pinned } else { 0 }, reserve, budget) {
                 Plan::Fits => {
                     let logits = self.feed(model, &user_text, rendered, pieces, from_scratch)?;
-                    prepared.fed_tokens = new_tokens;
-                    prepared.logits = Some(logits);
-                    return Ok(prepared);
+                    return Ok(Prepared { fed_tokens: new_tokens, dropped_tokens, prompt_cut_to, logits });
                 }
                 Plan::DropTurns { turns, tokens } => {
                     self.drop_turns(model, turns)?;
-                    prepared.dropped_turns += turns;
-                    prepared.dropped_tokens += tokens;
+                    dropped_tokens += tokens;
                 }
                 Plan::CutPrompt { turns, tokens, keep_prompt_tokens } => {
                     if turns > 0 {
                         self.drop_turns(model, turns)?;
-                        prepared.dropped_turns += turns;
-                        prepared.dropped_tokens += tokens;
+                        dropped_tokens += tokens;
                     }
                     // Keep the end of the message; leave room for the template's own tokens.
                     let ids = tok.encode_text(&user_text)?;
@@ -204,7 +194,7 @@ impl Session {
                         return Err(EngineError::ContextFull { budget });
                     }
                     user_text = tok.decode(&ids[ids.len().saturating_sub(keep)..])?;
-                    prepared.prompt_cut_to = Some(keep);
+                    prompt_cut_to = Some(keep);
                 }
             }
         }

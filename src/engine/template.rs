@@ -14,7 +14,7 @@ use std::ops::Range;
 use minijinja::{context, Environment, Error, ErrorKind};
 use serde::{Deserialize, Serialize};
 
-use super::EngineError;
+use super::{Cause, EngineError};
 
 const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
@@ -82,7 +82,7 @@ impl ChatTemplate {
 
     /// Renders the conversation; with `add_generation_prompt` it ends where the assistant speaks.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, EngineError> {
-        let tmpl = self.env.get_template("chat").map_err(|e| EngineError::Inference(e.to_string()))?;
+        let tmpl = self.env.get_template("chat").map_err(|e| EngineError::Template(Cause::new(e)))?;
         let mut out = CappedWriter(Vec::new());
         tmpl.render_captured_to(
             context! {
@@ -93,8 +93,8 @@ impl ChatTemplate {
             },
             &mut out,
         )
-        .map_err(|e| EngineError::Inference(format!("chat template: {e}")))?;
-        String::from_utf8(out.0).map_err(|e| EngineError::Inference(format!("chat template: {e}")))
+        .map_err(|e| EngineError::Template(Cause::new(e)))?;
+        String::from_utf8(out.0).map_err(|e| EngineError::Template(Cause::new(e)))
     }
 
     /// Renders like [`render`](Self::render) and finds each message's text in the result:
@@ -114,11 +114,10 @@ impl ChatTemplate {
         let skeleton = self.render(&marked, add_generation_prompt)?;
         match fill_marks(&skeleton, messages, &text) {
             Some(bodies) => Ok(Rendered { text, bodies }),
-            None => Err(EngineError::Inference(
+            None => Err(EngineError::Template(Cause::msg(
                 "the model's chat template changes the text of messages, so what you type could not be kept apart \
-                 from its control tokens"
-                    .into(),
-            )),
+                 from its control tokens",
+            ))),
         }
     }
 

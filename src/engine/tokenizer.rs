@@ -17,7 +17,7 @@ use std::ops::Range;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::Tokenizer;
 
-use super::EngineError;
+use super::{Cause, EngineError};
 
 pub struct TextTokenizer {
     inner: Tokenizer,
@@ -69,13 +69,13 @@ impl TextTokenizer {
     /// nothing added (the chat template already has what the model needs): for the
     /// template's own text, never for what people wrote.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, EngineError> {
-        let enc = self.inner.encode(text, false).map_err(|e| EngineError::Inference(format!("tokenizer: {e}")))?;
+        let enc = self.inner.encode(text, false).map_err(|e| EngineError::Tokenizer(Cause::from(e)))?;
         Ok(enc.get_ids().to_vec())
     }
 
     /// Token ids of `text` with special-token strings read as plain text.
     pub fn encode_text(&self, text: &str) -> Result<Vec<u32>, EngineError> {
-        let enc = self.plain.encode(text, false).map_err(|e| EngineError::Inference(format!("tokenizer: {e}")))?;
+        let enc = self.plain.encode(text, false).map_err(|e| EngineError::Tokenizer(Cause::from(e)))?;
         Ok(enc.get_ids().to_vec())
     }
 
@@ -105,7 +105,7 @@ impl TextTokenizer {
 
     /// Text of `ids`, special tokens included.
     pub fn decode(&self, ids: &[u32]) -> Result<String, EngineError> {
-        self.inner.decode(ids, false).map_err(|e| EngineError::Inference(format!("tokenizer: {e}")))
+        self.inner.decode(ids, false).map_err(|e| EngineError::Tokenizer(Cause::from(e)))
     }
 
     /// The vocabulary's special tokens (control tokens such as `<|im_start|>`), by id.

@@ -1,5 +1,5 @@
 //! Building a [`TierReport`]: the probes say what the device has, `POCKETCHAT_TIER`
-//! says what QA wants, and both are kept so the settings panel can show them apart.
+//! (read by main and the app, never by the engine) says what QA wants, and both are kept so the settings panel can show them apart.
 
 use super::{classify, probe, RamTier, TierReport};
 
@@ -7,13 +7,13 @@ use super::{classify, probe, RamTier, TierReport};
 pub const TIER_ENV: &str = "POCKETCHAT_TIER";
 
 impl TierReport {
-    /// Reads physical memory, the BF16 capability and `POCKETCHAT_TIER`.
-    pub fn detect() -> TierReport {
-        let env = std::env::var(TIER_ENV).ok();
-        TierReport::from_parts(probe::physical_bytes(), probe::bf16_supported(), env.as_deref())
+    /// What the device has, without any override: the engine's view (the override,
+    /// [`tier_from_env`] or the CLI's `--tier`, arrives in its configuration).
+    pub fn probe() -> TierReport {
+        TierReport::from_parts(probe::physical_bytes(), probe::bf16_supported(), None)
     }
 
-    /// The pure part of [`TierReport::detect`].
+    /// The pure part of [`TierReport::probe`], with an override as `POCKETCHAT_TIER` gives it.
     ///
     /// Unknown physical memory classifies as the smallest tier (6 GB class): guessing
     /// low costs context length, guessing high can get the app killed. An override that
@@ -27,16 +27,7 @@ impl TierReport {
                 RamTier::Phone6Gb
             }
         };
-        let overridden = env_override.filter(|s| !s.trim().is_empty()).and_then(|s| {
-            let tier = RamTier::parse(s);
-            if tier.is_none() {
-                tracing::warn!(
-                    value = %s.escape_debug(),
-                    "ignoring {TIER_ENV}: expected one of 6gb, 8gb, desktop"
-                );
-            }
-            tier
-        });
+        let overridden = parse_override(env_override);
         TierReport { physical_bytes: physical.unwrap_or(0), detected, overridden, bf16 }
     }
 
@@ -45,6 +36,22 @@ impl TierReport {
     pub fn with_override(self, overridden: Option<RamTier>) -> TierReport {
         TierReport { overridden, ..self }
     }
+}
+
+/// The QA override in `POCKETCHAT_TIER`, for main and the app to pass to the engine.
+pub fn tier_from_env() -> Option<RamTier> {
+    parse_override(std::env::var(TIER_ENV).ok().as_deref())
+}
+
+/// A tier id; an empty value counts as unset, anything else is ignored with a warning.
+fn parse_override(value: Option<&str>) -> Option<RamTier> {
+    value.filter(|s| !s.trim().is_empty()).and_then(|s| {
+        let tier = RamTier::parse(s);
+        if tier.is_none() {
+            tracing::warn!(value = %s.escape_debug(), "ignoring {TIER_ENV}: expected one of 6gb, 8gb, desktop");
+        }
+        tier
+    })
 }
 
 #[cfg(test)]
@@ -100,8 +107,8 @@ mod tests {
     }
 
     #[test]
-    fn detect_reads_this_machines_memory() {
-        let r = TierReport::detect();
+    fn probe_reads_this_machines_memory() {
+        let r = TierReport::probe();
         // Every machine this runs on has more than 256 MiB and less than 64 TiB.
         assert!((256 << 20..64 << 40).contains(&r.physical_bytes), "{r:?}");
         assert!(RamTier::ALL.contains(&r.effective()));

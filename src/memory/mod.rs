@@ -25,7 +25,7 @@ pub use accounting::{
     budget_for_headroom, kv_bytes_per_token, predicted_footprint, prefill_scratch_bytes, HEADROOM_SAFETY_BYTES,
     MIN_TOKEN_BUDGET, RUNTIME_OVERHEAD_BYTES,
 };
-pub use detect::TIER_ENV;
+pub use detect::{tier_from_env, TIER_ENV};
 pub use monitor::{MemoryMonitor, MonitorConfig};
 pub use policy::{Policy, WeightQuant};
 pub use process::{available_bytes, footprint_bytes, peak_rss_bytes, release_free_memory, rss_bytes};

@@ -20,7 +20,7 @@ use dioxus::prelude::{spawn, try_consume_context, MountedData};
 use serde::Serialize;
 
 use super::meter::ReplyTiming;
-use super::state::QaStatus;
+use super::state::{ChatState, Phase, Role};
 
 /// The environment variable naming the status file.
 pub const QA_STATUS_ENV: &str = "POCKETCHAT_QA_STATUS";
@@ -245,6 +245,59 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = PathBuf::from(tmp);
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)
+}
+
+/// The QA status file's content.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QaStatus {
+    pub phase: String,
+    pub replies_done: usize,
+    pub done_reasons: Vec<String>,
+    pub evictions: usize,
+    pub trims: usize,
+    pub restores: usize,
+    /// Texts of the notices in the transcript now.
+    pub notices: Vec<String>,
+    pub generating: bool,
+    pub last_error: Option<String>,
+    pub messages: usize,
+    /// The user's messages as shown (the end-to-end test checks its typing arrived whole).
+    pub prompts: Vec<String>,
+    pub last_reply: Option<String>,
+    /// The engine's figures for the last reply: decode rate and first-token time (from
+    /// the engine receiving the prompt), and the compute threads it ran on.
+    pub decode_tok_s: f64,
+    pub ttft_ms: f64,
+    pub compute_threads: usize,
+}
+
+impl ChatState {
+    /// What the end-to-end test reads back (`POCKETCHAT_QA_STATUS`).
+    pub fn qa_status(&self) -> QaStatus {
+        QaStatus {
+            phase: match &self.phase {
+                Phase::Starting => "starting",
+                Phase::Loading { .. } => "loading",
+                Phase::Ready => "ready",
+                Phase::Failed(_) => "failed",
+            }
+            .to_string(),
+            replies_done: self.replies_done,
+            done_reasons: self.done_reasons.iter().map(|r| format!("{r:?}")).collect(),
+            evictions: self.evictions,
+            trims: self.trims,
+            restores: self.restores,
+            notices: self.notices().map(|n| n.text.clone()).collect(),
+            generating: self.generating(),
+            last_error: self.last_error.clone(),
+            messages: self.messages().count(),
+            prompts: self.messages().filter(|m| m.role == Role::User).map(|m| m.text.clone()).collect(),
+            last_reply: self.messages().filter(|m| m.role == Role::Assistant).last().map(|m| m.text.clone()),
+            decode_tok_s: self.stats.as_ref().map_or(0.0, |s| s.decode_tok_s),
+            ttft_ms: self.stats.as_ref().map_or(0.0, |s| s.ttft_ms),
+            compute_threads: self.stats.as_ref().map_or(0, |s| s.compute_threads),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -107,13 +107,13 @@ fn Meter(name: String, label: String, used: f64, total: f64, text: String) -> El
 fn ContextSection(state: ReadSignal<ChatState>) -> Element {
     let figures = use_memo(move || {
         let s = state.read();
-        (s.stats.clone(), s.policy)
+        (s.stats.clone(), s.budget().unwrap_or(0), s.ceiling_bytes().unwrap_or(0))
     });
     // Refreshed a few times a second while a reply streams (see `app::bridge`).
     let live = try_consume_context::<Signal<Option<LiveFigures>>>().and_then(|l| l());
-    let (stats, policy) = figures();
+    let (stats, budget, ceiling) = figures();
     let Some(stats) = stats else {
-        let budget = policy.map(|p| p.token_budget.to_string()).unwrap_or_else(|| "—".into());
+        let budget = if budget > 0 { budget.to_string() } else { "—".into() };
         return rsx! {
             section { class: "panel-section",
                 h3 { "Context" }
@@ -122,9 +122,6 @@ fn ContextSection(state: ReadSignal<ChatState>) -> Element {
             }
         };
     };
-    let budget = if stats.budget > 0 { stats.budget } else { policy.map(|p| p.token_budget).unwrap_or(0) };
-    let ceiling =
-        if stats.ceiling_bytes > 0 { stats.ceiling_bytes } else { policy.map(|p| p.ceiling_bytes).unwrap_or(0) };
     let context_tokens = live.map_or(stats.context_tokens, |l| l.context_tokens);
     let (decode_label, decode_rate) = match live {
         Some(l) => ("Shown now", l.reply_tok_s),

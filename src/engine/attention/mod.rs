@@ -1,10 +1,16 @@
-//! Self-attention in plain Rust for the CPU, over an f32 or f16 KV cache, used by the
-//! fast kernel set (`MatmulKernel::Fast`); every other case takes the candle path in
-//! `engine::model`.
+//! Self-attention in plain Rust for the CPU, over an f32 or f16 KV cache, used by
+//! pocketchat's kernel sets (`Kernels::Fast` and `Portable`); `Kernels::Candle` and every
+//! case these decline take the candle path in `engine::model`.
 //!
 //! - [`decode`]: one new token, split over chunks of the cached positions.
 //! - [`prefill`]: several new tokens, a fused tiled kernel that never materializes the
 //!   score matrix.
+//!
+//! The kernels are written once, generic over a [`Level`]: each work unit is entered
+//! through a function compiled with that level's `#[target_feature]`s, and everything it
+//! calls is `#[inline(always)]`, so the compiler vectorizes the same code for AVX-512, for
+//! AVX2 + FMA, or for the target's baseline (NEON on aarch64), whatever the build's
+//! `target-cpu`. The level comes from the run-time [`Isa`] detection.
 
 mod decode;
 mod prefill;
@@ -14,6 +20,26 @@ use std::ops::Range;
 use candle_core::{CpuStorage, DType, Device, Layout, Storage, Tensor};
 use half::slice::HalfFloatSliceExt;
 
+use crate::engine::kernels::Isa;
+
+/// The instruction set a kernel instance is compiled for (a const parameter).
+pub(crate) type Level = u8;
+/// The target's baseline: SSE2 on x86-64, NEON (with FMA) on aarch64.
+pub(crate) const PORTABLE: Level = 0;
+/// x86-64 AVX2 + FMA + F16C.
+pub(crate) const AVX2: Level = 1;
+/// [`AVX2`] plus AVX-512 F/BW.
+pub(crate) const AVX512: Level = 2;
+
+/// The attention level for the matmul kernels' instruction set.
+fn level(isa: Isa) -> Level {
+    match isa {
+        Isa::Avx512Vnni => AVX512,
+        Isa::Avx2 | Isa::AvxVnni => AVX2,
+        Isa::Scalar | Isa::Neon | Isa::NeonDot => PORTABLE,
+    }
+}
+
 /// Attention of the `n` new tokens in `q` against the cache, on the CPU: `q` is
 /// `(1, n_heads, n, hd)` after RoPE; `k` and `v` are the cache buffers
 /// `(1, n_kv_heads, capacity, hd)` (f32 or f16) whose positions `0..pos + n` are live, the
@@ -21,8 +47,9 @@ use half::slice::HalfFloatSliceExt;
 ///
 /// Same math as the candle path (`softmax(q kᵀ / √hd + causal mask) v`) in f32, summed in
 /// another order. `None` when anything is not as expected (not CPU, not contiguous, a
-/// head size other than 64 or 128, …); the caller then takes the candle path.
-pub(crate) fn try_attention(q: &Tensor, k: &Tensor, v: &Tensor, pos: usize) -> Option<Tensor> {
+/// head size other than 64 or 128, …); the caller then takes the candle path. `isa` must
+/// be one this CPU supports (from [`Isa::detect`], or [`Isa::Scalar`]).
+pub(crate) fn try_attention(q: &Tensor, k: &Tensor, v: &Tensor, pos: usize, isa: Isa) -> Option<Tensor> {
     if !matches!(q.device(), Device::Cpu) || q.dtype() != DType::F32 || v.dtype() != k.dtype() {
         return None;
     }
@@ -44,9 +71,9 @@ pub(crate) fn try_attention(q: &Tensor, k: &Tensor, v: &Tensor, pos: usize) -> O
         let k = Kv::of(&ks, kl, n_kv_heads * capacity * head_dim)?;
         let v = Kv::of(&vs, vl, n_kv_heads * capacity * head_dim)?;
         if n == 1 {
-            decode::decode_attention(q, k, v, dims, &mut out);
+            decode::decode_attention(q, k, v, dims, &mut out, level(isa));
         } else {
-            prefill::prefill_attention(q, k, v, dims, &mut out);
+            prefill::prefill_attention(q, k, v, dims, &mut out, level(isa));
         }
     }
     Tensor::from_vec(out, (n, n_heads * head_dim), &Device::Cpu).ok()
@@ -180,17 +207,14 @@ fn prefetch(p: *const u8, bytes: usize) {
     let _ = (p, bytes);
 }
 
-/// `a · b + c`: one fused instruction where the target has it (aarch64 always; x86-64 when
-/// built with FMA, as `.cargo/config.toml` does for this machine's CPU), otherwise a
-/// multiply and an add (`f32::mul_add` would be a slow libm call there).
+/// `a · b + c`: one fused instruction where the level has it (aarch64 always, x86-64 from
+/// [`AVX2`] up, or a build for a CPU with FMA), otherwise a multiply and an add
+/// (`f32::mul_add` would be a slow libm call there).
 #[inline(always)]
-fn mul_add(a: f32, b: f32, c: f32) -> f32 {
-    #[cfg(any(target_feature = "fma", target_arch = "aarch64"))]
-    {
+fn mul_add<const L: Level>(a: f32, b: f32, c: f32) -> f32 {
+    if L != PORTABLE || cfg!(any(target_feature = "fma", target_arch = "aarch64")) {
         a.mul_add(b, c)
-    }
-    #[cfg(not(any(target_feature = "fma", target_arch = "aarch64")))]
-    {
+    } else {
         a * b + c
     }
 }
@@ -198,7 +222,7 @@ fn mul_add(a: f32, b: f32, c: f32) -> f32 {
 /// `e^x` for `x ≤ 0` (larger x are clamped at 88), in branch-free arithmetic the compiler
 /// vectorizes; within 4 ulp of `f32::exp` on that range, and 0 below -87.
 #[inline(always)]
-fn exp(x: f32) -> f32 {
+fn exp<const L: Level>(x: f32) -> f32 {
     const LOG2_E: f32 = std::f32::consts::LOG2_E;
     // ln 2 split so that n · LN2_HI is exact for |n| < 2^11 (Cody–Waite reduction).
     const LN2_HI: f32 = 0.693_145_75;
@@ -214,7 +238,7 @@ fn exp(x: f32) -> f32 {
     let p = [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0];
     let mut e = 1.0 / 720.0;
     for c in p {
-        e = mul_add(e, r, c);
+        e = mul_add::<L>(e, r, c);
     }
     let n = t.to_bits() as i32 - ROUND.to_bits() as i32;
     let e = e * f32::from_bits(((n + 127) << 23) as u32);
@@ -255,8 +279,15 @@ mod tests {
         Tensor::cat(&heads, 1).unwrap() // (n, n_heads · hd)
     }
 
+    /// One instruction set per attention level this CPU runs.
+    fn levels() -> Vec<Isa> {
+        let mut isas = Isa::all_supported();
+        isas.dedup_by_key(|isa| level(*isa));
+        isas
+    }
+
     #[test]
-    fn matches_the_candle_path() {
+    fn matches_the_candle_path_at_every_level() {
         let dev = Device::Cpu;
         // SmolLM2's shape (9 heads over 3 K/V heads of 64) and a 128-wide one; f32 and f16
         // caches; one new token (decode: one chunk, a partial chunk, several chunks merged
@@ -272,14 +303,17 @@ mod tests {
                 for (pos, n) in cases {
                     // Larger queries than unit variance so some rows are sharply peaked.
                     let q = Tensor::randn(0f32, 3.0, (1, n_heads, n, hd), &dev).unwrap();
-                    let fast = try_attention(&q, &k, &v, pos).expect("fast path applies");
                     let want = reference(&q, &k, &v, n_heads / n_kv, pos);
-                    assert_eq!(fast.dims(), &[n, n_heads * hd]);
-                    let diff = (fast - want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
-                    assert!(
-                        diff <= 2e-5,
-                        "heads {n_heads}/{n_kv} hd {hd} {dtype:?} pos {pos} n {n}: max abs diff {diff}"
-                    );
+                    for isa in levels() {
+                        let fast = try_attention(&q, &k, &v, pos, isa).expect("fast path applies");
+                        assert_eq!(fast.dims(), &[n, n_heads * hd]);
+                        let diff =
+                            (fast - &want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+                        assert!(
+                            diff <= 2e-5,
+                            "{isa:?}: heads {n_heads}/{n_kv} hd {hd} {dtype:?} pos {pos} n {n}: max abs diff {diff}"
+                        );
+                    }
                 }
             }
         }
@@ -290,29 +324,30 @@ mod tests {
         let dev = Device::Cpu;
         let zeros = |shape: (usize, usize, usize, usize)| Tensor::zeros(shape, DType::F32, &dev).unwrap();
         let (q, k) = (zeros((1, 4, 3, 64)), zeros((1, 2, 16, 64)));
-        assert!(try_attention(&q, &k, &k, 13).is_some());
+        let isa = Isa::detect();
+        assert!(try_attention(&q, &k, &k, 13, isa).is_some());
         // K and V of different dtypes, new tokens past the cache, an odd head size, a
         // non-contiguous cache view, bf16.
-        assert!(try_attention(&q, &k.to_dtype(DType::F16).unwrap(), &k, 2).is_none());
-        assert!(try_attention(&q, &k, &k, 14).is_none());
+        assert!(try_attention(&q, &k.to_dtype(DType::F16).unwrap(), &k, 2, isa).is_none());
+        assert!(try_attention(&q, &k, &k, 14, isa).is_none());
         let odd = zeros((1, 2, 16, 48));
-        assert!(try_attention(&zeros((1, 4, 3, 48)), &odd, &odd, 2).is_none());
+        assert!(try_attention(&zeros((1, 4, 3, 48)), &odd, &odd, 2, isa).is_none());
         let kt = zeros((1, 2, 64, 16)).transpose(2, 3).unwrap();
-        assert!(try_attention(&q, &kt, &kt, 2).is_none());
+        assert!(try_attention(&q, &kt, &kt, 2, isa).is_none());
         let bf = k.to_dtype(DType::BF16).unwrap();
-        assert!(try_attention(&q, &bf, &bf, 2).is_none());
+        assert!(try_attention(&q, &bf, &bf, 2, isa).is_none());
     }
 
     #[test]
     fn exp_is_within_four_ulp() {
         let mut x = -87.0f32;
         while x <= 0.0 {
-            let (got, want) = (exp(x), x.exp());
+            let (got, want) = (exp::<PORTABLE>(x), x.exp());
             assert!((got - want).abs() <= 4.0 * f32::EPSILON * want, "exp({x}) = {got}, want {want}");
             x += 0.001_3;
         }
-        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
-        assert_eq!(exp(0.0), 1.0);
+        assert_eq!(exp::<PORTABLE>(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp::<PORTABLE>(0.0), 1.0);
     }
 
     /// Not a check: `cargo test --release --no-default-features --lib attention_speed --
@@ -327,13 +362,14 @@ mod tests {
         for dtype in [DType::F32, DType::F16] {
             let k = Tensor::randn(0f32, 1.0, (1, n_kv, pos + n, hd), &dev).unwrap().to_dtype(dtype).unwrap();
             let v = Tensor::randn(0f32, 1.0, (1, n_kv, pos + n, hd), &dev).unwrap().to_dtype(dtype).unwrap();
-            try_attention(&q, &k, &v, pos).unwrap();
+            let isa = Isa::detect();
+            try_attention(&q, &k, &v, pos, isa).unwrap();
             // The best of five forwards: the least disturbed by other work on the machine.
             let s = (0..5)
                 .map(|_| {
                     let t = std::time::Instant::now();
                     for _ in 0..layers {
-                        try_attention(&q, &k, &v, pos).unwrap();
+                        try_attention(&q, &k, &v, pos, isa).unwrap();
                     }
                     t.elapsed().as_secs_f64()
                 })

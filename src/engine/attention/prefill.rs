@@ -24,38 +24,49 @@
 //! (per key block, with a polynomial `exp`), so results agree with the candle path to
 //! float rounding, not bit for bit; see the tests.
 
-use super::{exp, fold_lanes, for_each_unit, lanes, max, mul_add, Dims, Kv, LANES};
+use super::{exp, fold_lanes, for_each_unit, lanes, max, mul_add, Dims, Kv, Level, LANES, PORTABLE};
+#[cfg(target_arch = "x86_64")]
+use super::{AVX2, AVX512};
 use crate::engine::pool::SendPtr;
 
 /// New tokens per work unit.
 const TOKENS: usize = 16;
 /// Query rows per register tile.
 const ROWS: usize = 4;
-/// Keys per block, and value columns per strip. A tile of ROWS × this many accumulators
-/// then takes half the vector registers: 16 of 32 with AVX-512 (measured here: 64 keys ran
-/// about 5% faster than 32), 8 of 16 with AVX2, 16 of 32 with NEON (not measured). A
-/// multiple of 16, the lanes of `lanes`.
-#[cfg(target_feature = "avx512f")]
-const BLOCK_KEYS: usize = 64;
-#[cfg(not(target_feature = "avx512f"))]
+/// Keys per block (`B` below), and value columns per strip, for a level. A tile of ROWS ×
+/// this many accumulators then takes half the vector registers: 16 of 32 with AVX-512
+/// (measured here: 64 keys ran about 5% faster than 32), 8 of 16 with AVX2, 16 of 32 with
+/// NEON (not measured). A multiple of 16, the lanes of `lanes`.
+const BLOCK_KEYS_AVX512: usize = 64;
 const BLOCK_KEYS: usize = 16;
 
 /// `q`: `(n_heads, n, hd)`; `k`, `v`: `(n_kv_heads, capacity, hd)`; `out`: `(n, n_heads · hd)`.
 /// `head_dim` must be 64 or 128.
-pub(crate) fn prefill_attention(q: &[f32], k: Kv, v: Kv, d: Dims, out: &mut [f32]) {
+pub(crate) fn prefill_attention(q: &[f32], k: Kv, v: Kv, d: Dims, out: &mut [f32], level: Level) {
     assert!(d.n_kv_heads > 0 && d.n_heads.is_multiple_of(d.n_kv_heads), "heads must split into kv groups");
     assert!(d.n > 0 && d.pos + d.n <= d.capacity, "new tokens must fit the cache");
     assert_eq!(q.len(), d.n_heads * d.n * d.head_dim);
     assert_eq!(out.len(), d.n * d.n_heads * d.head_dim);
     assert!(k.len() >= d.n_kv_heads * d.capacity * d.head_dim && v.len() >= d.n_kv_heads * d.capacity * d.head_dim);
 
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        AVX512 => with_level::<BLOCK_KEYS_AVX512, AVX512>(q, k, v, d, out),
+        #[cfg(target_arch = "x86_64")]
+        AVX2 => with_level::<BLOCK_KEYS, AVX2>(q, k, v, d, out),
+        _ => with_level::<BLOCK_KEYS, PORTABLE>(q, k, v, d, out),
+    }
+}
+
+/// The kernel with blocks of `B` keys, its units compiled for level `L`.
+fn with_level<const B: usize, const L: Level>(q: &[f32], k: Kv, v: Kv, d: Dims, out: &mut [f32]) {
     SCRATCH.with(|cell| {
         let (kt, v_f32) = &mut *cell.borrow_mut();
-        prepare(k, v, d, kt, v_f32);
+        prepare::<B>(k, v, d, kt, v_f32);
         match v {
             // f32 values are read in place, `capacity` positions apart per head.
-            Kv::F32(v) => attend(q, kt, v, d.capacity, d, out),
-            Kv::F16(_) => attend(q, kt, v_f32, d.pos + d.n, d, out),
+            Kv::F32(v) => attend::<B, L>(q, kt, v, d.capacity, d, out),
+            Kv::F16(_) => attend::<B, L>(q, kt, v_f32, d.pos + d.n, d, out),
         }
     });
 }
@@ -66,14 +77,14 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
-/// Fills `kt` with the live keys of every K/V head as blocks of `hd × BLOCK_KEYS`
+/// Fills `kt` with the live keys of every K/V head as blocks of `hd × B`
 /// (zero-padded), so the score tiles read keys along their vector lanes, and, for an f16
 /// cache, `v_f32` with the live values as `(n_kv_heads, pos + n, hd)`. Once per layer,
 /// not once per unit.
-fn prepare(k: Kv, v: Kv, d: Dims, kt: &mut Vec<f32>, v_f32: &mut Vec<f32>) {
+fn prepare<const B: usize>(k: Kv, v: Kv, d: Dims, kt: &mut Vec<f32>, v_f32: &mut Vec<f32>) {
     let (hd, live) = (d.head_dim, d.pos + d.n);
-    let blocks = live.div_ceil(BLOCK_KEYS);
-    let block_len = hd * BLOCK_KEYS;
+    let blocks = live.div_ceil(B);
+    let block_len = hd * B;
     kt.clear();
     kt.resize(d.n_kv_heads * blocks * block_len, 0.0);
     v_f32.clear();
@@ -83,8 +94,8 @@ fn prepare(k: Kv, v: Kv, d: Dims, kt: &mut Vec<f32>, v_f32: &mut Vec<f32>) {
     let (kt_ptr, v_ptr) = (SendPtr(kt.as_mut_ptr()), SendPtr(v_f32.as_mut_ptr()));
     for_each_unit(d.n_kv_heads * blocks, d.n_kv_heads * live * hd, |u| {
         let (kv, block) = (u / blocks, u % blocks);
-        let first = block * BLOCK_KEYS;
-        let width = BLOCK_KEYS.min(live - first);
+        let first = block * B;
+        let width = B.min(live - first);
         let rows = (kv * d.capacity + first) * hd..(kv * d.capacity + first + width) * hd;
         let mut k_f32 = Vec::new();
         let keys = k.f32s(rows.clone(), &mut k_f32);
@@ -92,7 +103,7 @@ fn prepare(k: Kv, v: Kv, d: Dims, kt: &mut Vec<f32>, v_f32: &mut Vec<f32>) {
         // buffers outlive the pool call.
         let dst = unsafe { std::slice::from_raw_parts_mut(kt_ptr.get().add(u * block_len), block_len) };
         for (c, key) in keys.chunks_exact(hd).enumerate() {
-            for (dst, &x) in dst.chunks_exact_mut(BLOCK_KEYS).zip(key) {
+            for (dst, &x) in dst.chunks_exact_mut(B).zip(key) {
                 dst[c] = x;
             }
         }
@@ -105,7 +116,7 @@ fn prepare(k: Kv, v: Kv, d: Dims, kt: &mut Vec<f32>, v_f32: &mut Vec<f32>) {
 
 /// The units of the module docs, given the transposed keys and f32 values whose heads
 /// start `v_stride` positions apart.
-fn attend(q: &[f32], kt: &[f32], v: &[f32], v_stride: usize, d: Dims, out: &mut [f32]) {
+fn attend<const B: usize, const L: Level>(q: &[f32], kt: &[f32], v: &[f32], v_stride: usize, d: Dims, out: &mut [f32]) {
     let token_blocks = d.n.div_ceil(TOKENS);
     let kt_per_head = kt.len() / d.n_kv_heads;
     let out_ptr = SendPtr(out.as_mut_ptr());
@@ -115,17 +126,20 @@ fn attend(q: &[f32], kt: &[f32], v: &[f32], v_stride: usize, d: Dims, out: &mut 
         let tokens = block * TOKENS..d.n.min((block + 1) * TOKENS);
         let kt = &kt[kv * kt_per_head..][..kt_per_head];
         match d.head_dim {
-            64 => unit::<64>(q, kt, &v[kv * v_stride * 64..], d, kv, tokens, out_ptr),
-            128 => unit::<128>(q, kt, &v[kv * v_stride * 128..], d, kv, tokens, out_ptr),
+            64 => unit_at::<64, B, L>(q, kt, &v[kv * v_stride * 64..], d, kv, tokens, out_ptr),
+            128 => unit_at::<128, B, L>(q, kt, &v[kv * v_stride * 128..], d, kv, tokens, out_ptr),
             other => unreachable!("head size {other} is checked by the caller"),
         }
     });
 }
 
-/// One unit: K/V head `kv` (whose values start `v`), new tokens `tokens`, every query
-/// head of the group; writes their rows of `out`.
+/// The arguments of one unit.
+type UnitArgs<'a> = (&'a [f32], &'a [f32], &'a [f32], Dims, usize, std::ops::Range<usize>, SendPtr<f32>);
+
+/// [`unit`] compiled for level `L`'s instruction set.
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn unit<const HD: usize>(
+fn unit_at<const HD: usize, const B: usize, const L: Level>(
     q: &[f32],
     kt: &[f32],
     v: &[f32],
@@ -134,6 +148,34 @@ fn unit<const HD: usize>(
     tokens: std::ops::Range<usize>,
     out: SendPtr<f32>,
 ) {
+    let args = (q, kt, v, d, kv, tokens, out);
+    match L {
+        // SAFETY: levels above PORTABLE come from `Isa::detect`: this CPU has their
+        // instructions.
+        #[cfg(target_arch = "x86_64")]
+        AVX512 => unsafe { unit_avx512::<HD, B>(args) },
+        #[cfg(target_arch = "x86_64")]
+        AVX2 => unsafe { unit_avx2::<HD, B>(args) },
+        _ => unit::<HD, B, PORTABLE>(args),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+fn unit_avx512<const HD: usize, const B: usize>(args: UnitArgs<'_>) {
+    unit::<HD, B, AVX512>(args)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unit_avx2<const HD: usize, const B: usize>(args: UnitArgs<'_>) {
+    unit::<HD, B, AVX2>(args)
+}
+
+/// One unit: K/V head `kv` (whose values start `v`), new tokens `tokens`, every query
+/// head of the group; writes their rows of `out`.
+#[inline(always)]
+fn unit<const HD: usize, const B: usize, const L: Level>((q, kt, v, d, kv, tokens, out): UnitArgs<'_>) {
     let group = d.n_heads / d.n_kv_heads;
     let n_tok = tokens.len();
     let rows = group * n_tok;
@@ -154,15 +196,15 @@ fn unit<const HD: usize>(
     }
     let n_keys = d.pos + tokens.end;
     let values = &v[..n_keys * HD];
-    let kt = kt.as_chunks::<BLOCK_KEYS>().0.as_chunks::<HD>().0;
-    let kt = &kt[..n_keys.div_ceil(BLOCK_KEYS)];
+    let kt = kt.as_chunks::<B>().0.as_chunks::<HD>().0;
+    let kt = &kt[..n_keys.div_ceil(B)];
 
     let mut acc = Accumulators {
         o: vec![[0.0f32; HD]; padded],
         max: vec![f32::NEG_INFINITY; padded],
         sum: vec![[0.0; LANES]; padded],
     };
-    key_loop::<HD>(&qs, &limit, kt, values, &mut acc);
+    key_loop::<HD, B, L>(&qs, &limit, kt, values, &mut acc);
 
     for r in 0..rows {
         let (head, t) = (kv * group + r / n_tok, tokens.start + r % n_tok);
@@ -187,49 +229,49 @@ struct Accumulators<const HD: usize> {
     sum: Vec<[f32; LANES]>,
 }
 
-/// `BLOCK_KEYS` keys transposed: `[d][c]` is component `d` of key `c`.
-type KeysT<const HD: usize> = [[f32; BLOCK_KEYS]; HD];
+/// `B` keys transposed: `[d][c]` is component `d` of key `c`.
+type KeysT<const HD: usize, const B: usize> = [[f32; B]; HD];
 
 /// The key-block loop of the module docs over `q.len()` rows (a multiple of [`ROWS`]).
 #[inline(always)]
-fn key_loop<const HD: usize>(
+fn key_loop<const HD: usize, const B: usize, const L: Level>(
     q: &[[f32; HD]],
     limit: &[usize],
-    kt: &[KeysT<HD>],
+    kt: &[KeysT<HD, B>],
     values: &[f32],
     acc: &mut Accumulators<HD>,
 ) {
     let n_keys = values.len() / HD;
     for (block, kt) in kt.iter().enumerate() {
-        let start = block * BLOCK_KEYS;
-        let width = BLOCK_KEYS.min(n_keys - start);
+        let start = block * B;
+        let width = B.min(n_keys - start);
         let block_values = &values[start * HD..(start + width) * HD];
         for r0 in (0..q.len()).step_by(ROWS) {
-            let mut s = scores::<HD>(&q[r0..r0 + ROWS], kt);
+            let mut s = scores::<HD, B, L>(&q[r0..r0 + ROWS], kt);
             for (i, s) in s.iter_mut().enumerate() {
                 let r = r0 + i;
                 let seen = width.min(limit[r].saturating_sub(start));
-                softmax_step::<HD>(s, seen, &mut acc.max[r], &mut acc.sum[r], &mut acc.o[r]);
+                softmax_step::<HD, B, L>(s, seen, &mut acc.max[r], &mut acc.sum[r], &mut acc.o[r]);
             }
-            accumulate_values::<HD>(&s, block_values, &mut acc.o[r0..r0 + ROWS]);
+            accumulate_values::<HD, B, L>(&s, block_values, &mut acc.o[r0..r0 + ROWS]);
         }
     }
 }
 
-/// `s[r][c] = q[r] · kᵀ[·][c]`: a register tile of ROWS × BLOCK_KEYS sums.
+/// `s[r][c] = q[r] · kᵀ[·][c]`: a register tile of ROWS × B sums.
 ///
 /// The innermost loops here and in [`accumulate_values`] index fixed-size arrays on
 /// purpose: written with `zip`, LLVM kept the same loop scalar once it was inlined into
 /// the unit (measured: 3× slower prefill attention).
 #[inline(always)]
 #[allow(clippy::needless_range_loop)]
-fn scores<const HD: usize>(q: &[[f32; HD]], kt: &KeysT<HD>) -> [[f32; BLOCK_KEYS]; ROWS] {
-    let mut s = [[0.0f32; BLOCK_KEYS]; ROWS];
+fn scores<const HD: usize, const B: usize, const L: Level>(q: &[[f32; HD]], kt: &KeysT<HD, B>) -> [[f32; B]; ROWS] {
+    let mut s = [[0.0f32; B]; ROWS];
     for (d, kt_d) in kt.iter().enumerate() {
         for (s_r, q_r) in s.iter_mut().zip(q) {
             let x = q_r[d];
-            for c in 0..BLOCK_KEYS {
-                s_r[c] = mul_add(x, kt_d[c], s_r[c]);
+            for c in 0..B {
+                s_r[c] = mul_add::<L>(x, kt_d[c], s_r[c]);
             }
         }
     }
@@ -241,8 +283,8 @@ fn scores<const HD: usize>(q: &[[f32; HD]], kt: &KeysT<HD>) -> [[f32; BLOCK_KEYS
 /// row's running sums to the new maximum. Branch-free over the block so it vectorizes.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)]
-fn softmax_step<const HD: usize>(
-    s: &mut [f32; BLOCK_KEYS],
+fn softmax_step<const HD: usize, const B: usize, const L: Level>(
+    s: &mut [f32; B],
     seen: usize,
     row_max: &mut f32,
     sum: &mut [f32; LANES],
@@ -256,10 +298,10 @@ fn softmax_step<const HD: usize>(
     s[seen..].fill(f32::NEG_INFINITY);
     let new_max = max(*row_max, lanes(s, f32::NEG_INFINITY, max));
     for s in s.iter_mut() {
-        *s = exp(*s - new_max);
+        *s = exp::<L>(*s - new_max);
     }
     if new_max > *row_max {
-        let shrink = exp(*row_max - new_max); // 0 for the first block (max = -inf)
+        let shrink = exp::<L>(*row_max - new_max); // 0 for the first block (max = -inf)
         sum.iter_mut().for_each(|x| *x *= shrink);
         o.iter_mut().for_each(|x| *x *= shrink);
         *row_max = new_max;
@@ -274,28 +316,32 @@ fn softmax_step<const HD: usize>(
     *sum = lanes;
 }
 
-/// `o[r] += Σ_c p[r][c] · v[c]`, in column strips of BLOCK_KEYS so a strip's ROWS accumulators
+/// `o[r] += Σ_c p[r][c] · v[c]`, in column strips of B (as wide as a key block) so a
+/// strip's ROWS accumulators
 /// stay in registers.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)]
-fn accumulate_values<const HD: usize>(p: &[[f32; BLOCK_KEYS]; ROWS], v: &[f32], o: &mut [[f32; HD]]) {
-    const STRIP: usize = BLOCK_KEYS;
-    for col in (0..HD).step_by(STRIP) {
-        let mut a = [[0.0f32; STRIP]; ROWS];
+fn accumulate_values<const HD: usize, const B: usize, const L: Level>(
+    p: &[[f32; B]; ROWS],
+    v: &[f32],
+    o: &mut [[f32; HD]],
+) {
+    for col in (0..HD).step_by(B) {
+        let mut a = [[0.0f32; B]; ROWS];
         for (a, o) in a.iter_mut().zip(o.iter()) {
-            a.copy_from_slice(&o[col..col + STRIP]);
+            a.copy_from_slice(&o[col..col + B]);
         }
-        for (c, v_c) in v.chunks_exact(HD).take(BLOCK_KEYS).enumerate() {
-            let v_c: &[f32; STRIP] = v_c[col..col + STRIP].try_into().expect("a strip of a row");
+        for (c, v_c) in v.chunks_exact(HD).take(B).enumerate() {
+            let v_c: &[f32; B] = v_c[col..col + B].try_into().expect("a strip of a row");
             for (a, p) in a.iter_mut().zip(p) {
                 let w = p[c];
-                for e in 0..STRIP {
-                    a[e] = mul_add(w, v_c[e], a[e]);
+                for e in 0..B {
+                    a[e] = mul_add::<L>(w, v_c[e], a[e]);
                 }
             }
         }
         for (a, o) in a.iter().zip(o.iter_mut()) {
-            o[col..col + STRIP].copy_from_slice(a);
+            o[col..col + B].copy_from_slice(a);
         }
     }
 }

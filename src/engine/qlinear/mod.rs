@@ -26,9 +26,9 @@
 //! rounding (the SIMD paths sum the 32 products of a block in a different order; see the
 //! tests).
 //!
-//! The environment variable `POCKETCHAT_QLINEAR` (read when a layer is built) selects
-//! `candle` (always candle's `QMatMul`) or `scalar` (our portable kernel); anything else,
-//! or unset, means the fastest kernel this CPU supports.
+//! Which of these runs is the model's [`Kernels`] choice: `fast` (the best this CPU
+//! supports, detected at run time), `portable` (the scalar kernel) or `candle` (always
+//! candle's `QMatMul`).
 
 mod blocks;
 mod scalar;
@@ -49,103 +49,10 @@ use candle_core::{DType, Module, Result, Tensor};
 use std::cell::RefCell;
 use std::sync::Arc;
 
+use crate::engine::kernels::{Isa, Kernels};
 use crate::engine::pool::{self, SendPtr};
 
-/// Which implementation a [`QLinear`] runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum QLinearBackend {
-    /// Our kernels where they apply (CPU, Q4_1 / Q8_0), candle's `QMatMul` elsewhere.
-    #[default]
-    Auto,
-    /// Always candle's `QMatMul`.
-    Candle,
-    /// Our portable scalar kernel where ours applies (for checks and debugging).
-    Scalar,
-}
-
-impl QLinearBackend {
-    /// Reads `POCKETCHAT_QLINEAR` (`candle`, `scalar`; anything else means `Auto`).
-    pub fn from_env() -> Self {
-        match std::env::var("POCKETCHAT_QLINEAR").as_deref() {
-            Ok("candle") => Self::Candle,
-            Ok("scalar") => Self::Scalar,
-            _ => Self::Auto,
-        }
-    }
-}
-
-/// Instruction set a kernel is written for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(dead_code)] // each architecture constructs only its own variants
-pub(crate) enum Isa {
-    Scalar,
-    /// x86-64 AVX2 + FMA + F16C.
-    Avx2,
-    /// [`Isa::Avx2`] plus AVX-VNNI `vpdpbusd`.
-    AvxVnni,
-    /// [`Isa::Avx2`] plus AVX-512 F/BW/VNNI: 512-bit Q4_1 tiles (Q8_0 keeps the 256-bit
-    /// kernel, with AVX-VNNI where the CPU has it).
-    Avx512Vnni,
-    /// aarch64 NEON.
-    Neon,
-    /// NEON plus the `sdot` dot-product instruction.
-    NeonDot,
-}
-
 impl Isa {
-    /// The best instruction set this CPU supports (detected once).
-    pub(crate) fn detect() -> Isa {
-        static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
-        *ISA.get_or_init(|| {
-            #[cfg(target_arch = "x86_64")]
-            {
-                if is_x86_feature_detected!("avx2")
-                    && is_x86_feature_detected!("fma")
-                    && is_x86_feature_detected!("f16c")
-                {
-                    if is_x86_feature_detected!("avx512f")
-                        && is_x86_feature_detected!("avx512bw")
-                        && is_x86_feature_detected!("avx512vnni")
-                    {
-                        return Isa::Avx512Vnni;
-                    }
-                    if is_x86_feature_detected!("avxvnni") {
-                        return Isa::AvxVnni;
-                    }
-                    return Isa::Avx2;
-                }
-            }
-            #[cfg(target_arch = "aarch64")]
-            {
-                if std::arch::is_aarch64_feature_detected!("neon") {
-                    if std::arch::is_aarch64_feature_detected!("dotprod") {
-                        return Isa::NeonDot;
-                    }
-                    return Isa::Neon;
-                }
-            }
-            Isa::Scalar
-        })
-    }
-
-    /// Every instruction set this CPU can run, best first (for tests).
-    #[cfg(test)]
-    pub(crate) fn all_supported() -> Vec<Isa> {
-        let best = Isa::detect();
-        let mut v = vec![best];
-        match best {
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512Vnni if is_x86_feature_detected!("avxvnni") => v.extend([Isa::AvxVnni, Isa::Avx2]),
-            Isa::Avx512Vnni | Isa::AvxVnni => v.push(Isa::Avx2),
-            Isa::NeonDot => v.push(Isa::Neon),
-            _ => {}
-        }
-        if best != Isa::Scalar {
-            v.push(Isa::Scalar);
-        }
-        v
-    }
-
     fn quantize_row(self, x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], with_sum: bool) {
         match self {
             // SAFETY: `Isa::detect` only returns instruction sets this CPU supports.
@@ -267,21 +174,12 @@ const UNIT_ROWS: usize = 16;
 const PAR_MIN_QUANT: usize = 64 * 1024;
 
 impl QLinear {
-    /// Takes ownership of a GGUF weight (`out_features x in_features`); the backend comes
-    /// from `POCKETCHAT_QLINEAR` (see the module docs).
-    pub fn from_qtensor(w: Arc<QTensor>) -> Result<Self> {
-        Self::with_backend(w, QLinearBackend::from_env())
-    }
-
-    /// As [`QLinear::from_qtensor`] with an explicit backend choice.
-    pub fn with_backend(w: Arc<QTensor>, choice: QLinearBackend) -> Result<Self> {
+    /// Takes ownership of a GGUF weight (`out_features x in_features`); ours runs where
+    /// `kernels` and the weight allow it, candle's `QMatMul` elsewhere.
+    pub fn new(w: Arc<QTensor>, kernels: Kernels) -> Result<Self> {
         let (out_features, in_features) = w.shape().dims2()?;
-        let ours = match (choice, Kind::of(w.dtype())) {
-            (QLinearBackend::Candle, _) | (_, None) => None,
-            (_, Some(kind)) if Self::storage_ok(&w, kind)? => Some(Backend::Ours {
-                kind,
-                isa: if choice == QLinearBackend::Scalar { Isa::Scalar } else { Isa::detect() },
-            }),
+        let ours = match (kernels.isa(), Kind::of(w.dtype())) {
+            (Some(isa), Some(kind)) if Self::storage_ok(&w, kind)? => Some(Backend::Ours { kind, isa }),
             _ => None,
         };
         let backend = match ours {

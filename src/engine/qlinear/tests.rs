@@ -171,7 +171,7 @@ fn q4_1_matches_candle() {
     let mut rng = Rng(0x5eed_0003);
     for (n, k) in SHAPES {
         let w = random_weight(&mut rng, n, k, GgmlDType::Q4_1);
-        let lin = QLinear::with_backend(w.clone(), QLinearBackend::Auto).unwrap();
+        let lin = QLinear::new(w.clone(), Kernels::Fast).unwrap();
         assert!(lin.uses_own_kernel());
         assert_eq!((lin.out_features(), lin.in_features()), (n, k));
         assert_eq!(lin.dtype(), GgmlDType::Q4_1);
@@ -196,7 +196,7 @@ fn every_instruction_set_agrees_with_scalar() {
     for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
         for (n, k) in [(576, 576), (37, 96), (6, 64)] {
             let w = random_weight(&mut rng, n, k, dtype);
-            let lin = QLinear::with_backend(w, QLinearBackend::Auto).unwrap();
+            let lin = QLinear::new(w, Kernels::Fast).unwrap();
             // every remainder of 4- and 8-row prefill tiles, and a long prompt
             for m in [1, 2, 3, 4, 5, 6, 7, 9, 14, 130] {
                 let x = tensor(random_acts(&mut rng, m, k), &[m, k]);
@@ -218,7 +218,7 @@ fn q8_0_matches_reference() {
     let mut rng = Rng(0x5eed_0005);
     for (n, k) in SHAPES {
         let w = random_weight(&mut rng, n, k, GgmlDType::Q8_0);
-        let lin = QLinear::with_backend(w.clone(), QLinearBackend::Auto).unwrap();
+        let lin = QLinear::new(w.clone(), Kernels::Fast).unwrap();
         assert!(lin.uses_own_kernel());
         let data = w.data().unwrap();
         let blocks = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const k_quants::BlockQ8_0, n * k / QK) };
@@ -260,7 +260,7 @@ fn real_gguf_tensors_match_candle() {
         ("token_embd.weight", &[1, 2][..]),
     ] {
         let w = Arc::new(content.tensor(&mut file, name, &Device::Cpu).unwrap());
-        let lin = QLinear::with_backend(w.clone(), QLinearBackend::Auto).unwrap();
+        let lin = QLinear::new(w.clone(), Kernels::Fast).unwrap();
         assert!(lin.uses_own_kernel(), "{name} is {:?}", w.dtype());
         let k = lin.in_features();
         for &m in rows {
@@ -277,7 +277,7 @@ fn shapes_dtypes_and_layouts() {
     let mut rng = Rng(0x5eed_0007);
     // (candle's Q4_1 dot wants an even number of blocks per row)
     let w = random_weight(&mut rng, 64, 128, GgmlDType::Q4_1);
-    let lin = QLinear::from_qtensor(w.clone()).unwrap();
+    let lin = QLinear::new(w.clone(), Kernels::Fast).unwrap();
     // (batch, seq, k) in, (batch, seq, n) out
     let x = tensor(rng.vec(2 * 5 * 128, 1.0), &[2, 5, 128]);
     let y = lin.forward(&x).unwrap();
@@ -311,17 +311,17 @@ fn other_formats_and_the_candle_switch_use_candle() {
     let x = tensor(rng.vec(3 * 256, 1.0), &[3, 256]);
     for dtype in [GgmlDType::Q4_0, GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::F32] {
         let w = random_weight(&mut rng, 32, 256, dtype);
-        let lin = QLinear::from_qtensor(w.clone()).unwrap();
+        let lin = QLinear::new(w.clone(), Kernels::Fast).unwrap();
         assert!(!lin.uses_own_kernel(), "{dtype:?}");
         assert_eq!(lin.dtype(), dtype);
         let y = lin.forward(&x).unwrap();
         assert_eq!(rel_err(&y, &candle_forward(&w, &x)), 0.0, "{dtype:?}");
     }
     let w = random_weight(&mut rng, 32, 256, GgmlDType::Q4_1);
-    let lin = QLinear::with_backend(w.clone(), QLinearBackend::Candle).unwrap();
+    let lin = QLinear::new(w.clone(), Kernels::Candle).unwrap();
     assert!(!lin.uses_own_kernel());
     assert_eq!(rel_err(&lin.forward(&x).unwrap(), &candle_forward(&w, &x)), 0.0);
-    let lin = QLinear::with_backend(w, QLinearBackend::Scalar).unwrap();
+    let lin = QLinear::new(w, Kernels::Portable).unwrap();
     assert!(lin.uses_own_kernel());
     assert!(format!("{lin:?}").contains("Scalar"));
 }
@@ -330,7 +330,7 @@ fn other_formats_and_the_candle_switch_use_candle() {
 fn concurrent_callers_get_their_own_results() {
     let mut rng = Rng(0x5eed_0009);
     let w = random_weight(&mut rng, 1536, 576, GgmlDType::Q4_1);
-    let lin = Arc::new(QLinear::from_qtensor(w.clone()).unwrap());
+    let lin = Arc::new(QLinear::new(w.clone(), Kernels::Fast).unwrap());
     let inputs: Vec<Tensor> =
         (0..4).map(|i| tensor(random_acts(&mut rng, 1 + i * 5, 576), &[1 + i * 5, 576])).collect();
     let expected: Vec<Tensor> = inputs.iter().map(|x| lin.forward(x).unwrap()).collect();
@@ -350,10 +350,10 @@ fn concurrent_callers_get_their_own_results() {
 fn forward_many_equals_separate_forwards() {
     let mut rng = Rng(0x5eed_000a);
     let k = 576;
-    let q = QLinear::from_qtensor(random_weight(&mut rng, 576, k, GgmlDType::Q4_1)).unwrap();
-    let kp = QLinear::from_qtensor(random_weight(&mut rng, 192, k, GgmlDType::Q4_1)).unwrap();
-    let v = QLinear::from_qtensor(random_weight(&mut rng, 200, k, GgmlDType::Q8_0)).unwrap();
-    let other = QLinear::from_qtensor(random_weight(&mut rng, 64, k, GgmlDType::Q4_0)).unwrap();
+    let q = QLinear::new(random_weight(&mut rng, 576, k, GgmlDType::Q4_1), Kernels::Fast).unwrap();
+    let kp = QLinear::new(random_weight(&mut rng, 192, k, GgmlDType::Q4_1), Kernels::Fast).unwrap();
+    let v = QLinear::new(random_weight(&mut rng, 200, k, GgmlDType::Q8_0), Kernels::Fast).unwrap();
+    let other = QLinear::new(random_weight(&mut rng, 64, k, GgmlDType::Q4_0), Kernels::Fast).unwrap();
     for m in [1, 2, 7, 33] {
         let x = tensor(random_acts(&mut rng, m, k), &[1, m, k]);
         for layers in [vec![&q, &kp, &v], vec![&kp], vec![&v, &q], vec![&q, &other, &kp]] {

@@ -1,0 +1,148 @@
+//! Which CPU kernels run, chosen once at run time for the CPU at hand.
+//!
+//! One choice, [`Kernels`], covers the quantized matmuls (`engine::qlinear`) and the
+//! attention (`engine::attention`). The instruction set is detected at run time
+//! ([`Isa::detect`]) and each SIMD kernel is entered through a `#[target_feature]`
+//! function, so a binary built for a generic x86-64 (a release for distribution, an Apple
+//! target) runs the same kernels as one built with `-C target-cpu=native`.
+
+/// The kernels a model runs with (`--kernel`, or `POCKETCHAT_KERNELS` read by main).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kernels {
+    /// pocketchat's kernels (Q4_1 and Q8_0 matmuls, attention) at the best instruction set
+    /// this CPU has; candle's for everything else.
+    #[default]
+    Fast,
+    /// pocketchat's kernels in portable Rust with no SIMD instructions of their own
+    /// (checks, and CPUs without AVX2 or NEON).
+    Portable,
+    /// candle's for everything: the reference the others are tested against.
+    Candle,
+}
+
+impl Kernels {
+    pub const NAMES: &'static str = "fast, portable, candle";
+
+    pub fn parse(name: &str) -> Option<Kernels> {
+        match name.trim() {
+            "fast" => Some(Kernels::Fast),
+            "portable" => Some(Kernels::Portable),
+            "candle" => Some(Kernels::Candle),
+            _ => None,
+        }
+    }
+
+    /// The instruction set pocketchat's kernels use under this choice; `None` when
+    /// candle's run instead.
+    pub(crate) fn isa(self) -> Option<Isa> {
+        match self {
+            Kernels::Fast => Some(Isa::detect()),
+            Kernels::Portable => Some(Isa::Scalar),
+            Kernels::Candle => None,
+        }
+    }
+
+    /// What runs, for logs and the bench: "fast (Avx512Vnni)".
+    pub fn describe(self) -> String {
+        match self.isa() {
+            Some(isa) => format!("{} ({isa:?})", self.name()),
+            None => self.name().to_string(),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernels::Fast => "fast",
+            Kernels::Portable => "portable",
+            Kernels::Candle => "candle",
+        }
+    }
+}
+
+/// Instruction set a kernel is written for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(dead_code)] // each architecture constructs only its own variants
+pub(crate) enum Isa {
+    Scalar,
+    /// x86-64 AVX2 + FMA + F16C.
+    Avx2,
+    /// [`Isa::Avx2`] plus AVX-VNNI `vpdpbusd`.
+    AvxVnni,
+    /// [`Isa::Avx2`] plus AVX-512 F/BW/VNNI: 512-bit Q4_1 tiles (Q8_0 keeps the 256-bit
+    /// kernel, with AVX-VNNI where the CPU has it).
+    Avx512Vnni,
+    /// aarch64 NEON.
+    Neon,
+    /// NEON plus the `sdot` dot-product instruction.
+    NeonDot,
+}
+
+impl Isa {
+    /// The best instruction set this CPU supports (detected once).
+    pub(crate) fn detect() -> Isa {
+        static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *ISA.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                if is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+                {
+                    if is_x86_feature_detected!("avx512f")
+                        && is_x86_feature_detected!("avx512bw")
+                        && is_x86_feature_detected!("avx512vnni")
+                    {
+                        return Isa::Avx512Vnni;
+                    }
+                    if is_x86_feature_detected!("avxvnni") {
+                        return Isa::AvxVnni;
+                    }
+                    return Isa::Avx2;
+                }
+            }
+            #[cfg(target_arch = "aarch64")]
+            {
+                if std::arch::is_aarch64_feature_detected!("neon") {
+                    if std::arch::is_aarch64_feature_detected!("dotprod") {
+                        return Isa::NeonDot;
+                    }
+                    return Isa::Neon;
+                }
+            }
+            Isa::Scalar
+        })
+    }
+
+    /// Every instruction set this CPU can run, best first (for tests).
+    #[cfg(test)]
+    pub(crate) fn all_supported() -> Vec<Isa> {
+        let best = Isa::detect();
+        let mut v = vec![best];
+        match best {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni if is_x86_feature_detected!("avxvnni") => v.extend([Isa::AvxVnni, Isa::Avx2]),
+            Isa::Avx512Vnni | Isa::AvxVnni => v.push(Isa::Avx2),
+            Isa::NeonDot => v.push(Isa::Neon),
+            _ => {}
+        }
+        if best != Isa::Scalar {
+            v.push(Isa::Scalar);
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for k in [Kernels::Fast, Kernels::Portable, Kernels::Candle] {
+            assert_eq!(Kernels::parse(k.name()), Some(k));
+        }
+        assert_eq!(Kernels::parse("scalar"), None);
+        assert_eq!(Kernels::Portable.isa(), Some(Isa::Scalar));
+        assert_eq!(Kernels::Candle.isa(), None);
+    }
+}

@@ -1,0 +1,103 @@
+//! How the engine is started: the model file, the policy overrides, the KV cache's
+//! element type, the reply limits and where the conversation is saved.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use candle_core::DType;
+
+use crate::engine::kernels::Kernels;
+use crate::engine::session::TrimMode;
+use crate::engine::Cause;
+use crate::memory::{self, RamTier};
+
+/// KV cache element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvDtype {
+    F32,
+    F16,
+}
+
+impl KvDtype {
+    pub fn dtype(self) -> DType {
+        match self {
+            KvDtype::F32 => DType::F32,
+            KvDtype::F16 => DType::F16,
+        }
+    }
+}
+
+/// Reads the memory the process may still use (live headroom); `None` when unknown.
+pub type HeadroomProbe = Arc<dyn Fn() -> Option<u64> + Send + Sync>;
+
+/// Finds or makes the 8-bit file beside a 4-bit one (the catalog's requantizer).
+pub type Q8Variant = Arc<dyn Fn(&Path) -> Result<PathBuf, Cause> + Send + Sync>;
+
+/// How to start the engine. Everything the engine needs from outside arrives here: it
+/// reads no environment variable and no catalog itself (main and the app do).
+#[derive(Clone)]
+pub struct EngineConfig {
+    /// The GGUF to load (the 4-bit file; for 8-bit policies the file `q8_variant` gives).
+    pub model_path: PathBuf,
+    /// The name the settings panel shows; `None` uses the GGUF's `general.name`.
+    pub display_name: Option<String>,
+    /// QA override of the detected tier.
+    pub tier_override: Option<RamTier>,
+    /// Overrides the tier's token budget (tests, soak).
+    pub budget_override: Option<usize>,
+    /// The KV cache's element type: f16 by default (half the memory of f32 for the same
+    /// tokens, and faster late in a conversation; f32 for checks).
+    pub kv_dtype: KvDtype,
+    pub temperature: f64,
+    pub max_tokens: usize,
+    pub seed: u64,
+    /// Where the 8-bit weights come from for tiers whose policy says 8-bit; `None`
+    /// always loads `model_path`.
+    pub q8_variant: Option<Q8Variant>,
+    pub trim_mode: TrimMode,
+    pub kernels: Kernels,
+    /// Where the conversation is saved (after each reply, on `Save`, on `Shutdown`) and
+    /// restored from at launch. `None` keeps conversations in memory only.
+    pub state_file: Option<PathBuf>,
+    /// Live headroom source used to shrink a turn's budget when memory is short (the
+    /// platform's by default; tests pass a fake).
+    pub headroom: HeadroomProbe,
+    /// Threads for the CPU kernels (capped at [`pool::available_cores`]); `None` uses
+    /// every available core.
+    pub threads: Option<usize>,
+}
+
+impl std::fmt::Debug for EngineConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineConfig")
+            .field("model_path", &self.model_path)
+            .field("tier_override", &self.tier_override)
+            .field("budget_override", &self.budget_override)
+            .field("kv_dtype", &self.kv_dtype)
+            .field("max_tokens", &self.max_tokens)
+            .field("state_file", &self.state_file)
+            .field("threads", &self.threads)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EngineConfig {
+    pub fn new(model_path: impl Into<PathBuf>) -> Self {
+        EngineConfig {
+            model_path: model_path.into(),
+            display_name: None,
+            tier_override: None,
+            budget_override: None,
+            kv_dtype: KvDtype::F16,
+            temperature: 0.0,
+            max_tokens: 512,
+            seed: 299_792_458,
+            q8_variant: None,
+            trim_mode: TrimMode::Shift,
+            kernels: Kernels::Fast,
+            state_file: None,
+            headroom: Arc::new(memory::process::available_bytes),
+            threads: None,
+        }
+    }
+}

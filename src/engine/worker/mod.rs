@@ -1,0 +1,80 @@
+//! The engine thread: one std thread owns the model, the conversation's [`State`], the
+//! tokenizer and the device. Commands arrive over a channel and are handled in order (a
+//! serial prompt queue); events leave as a `futures::Stream`. A running reply notices
+//! `Stop`, `MemoryWarning`, `NewConversation` and `Shutdown` at the next token through
+//! one atomic flag.
+//!
+//! - [`config`]: [`EngineConfig`], how the engine is started;
+//! - [`handle`]: [`EngineHandle`] and [`EngineEvents`], the two ends callers hold;
+//! - `run`: the command loop, loading, policy, eviction and stats;
+//! - `turn`: one chat turn, from the prompt to the last token of the reply;
+//! - `saving`: the conversation's state file (lock, save, restore);
+//! - `device`: the device and the CPU threads.
+//!
+//! [`State`]: crate::engine::State
+
+mod config;
+mod device;
+mod handle;
+mod run;
+mod saving;
+mod turn;
+
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
+use std::sync::{mpsc, Arc};
+
+use futures::channel::mpsc as fmpsc;
+
+pub use config::{EngineConfig, HeadroomProbe, KvDtype, Q8Variant};
+pub use handle::{EngineEvents, EngineHandle};
+
+use super::model::Model;
+use super::persist::{self, ModelIdentity};
+use super::session::Session;
+use super::tokenizer::TextTokenizer;
+use super::{Command, EngineEvent, ModelInfo, Stats};
+use crate::memory::{Policy, TierReport};
+
+pub struct Engine;
+
+impl Engine {
+    /// Starts the engine thread; loading happens there and is reported by events.
+    pub fn spawn(config: EngineConfig) -> (EngineHandle, EngineEvents) {
+        let (tx, rx) = mpsc::channel();
+        let (etx, erx) = fmpsc::unbounded();
+        let interrupt = Arc::new(AtomicBool::new(false));
+        let flag = interrupt.clone();
+        std::thread::Builder::new()
+            .name("pocketchat-engine".into())
+            .spawn(move || Worker::new(config, rx, etx, flag).run())
+            .expect("spawning the engine thread");
+        (EngineHandle { commands: tx, interrupt }, EngineEvents { inner: erx })
+    }
+}
+
+/// Everything that exists once a model is loaded.
+struct Loaded {
+    model: Model,
+    tokenizer: TextTokenizer,
+    session: Session,
+    info: ModelInfo,
+    /// sha256 + size of the model file, computed on first save/restore.
+    identity: Option<ModelIdentity>,
+}
+
+/// The engine thread's state; its methods live in the submodules by job.
+struct Worker {
+    config: EngineConfig,
+    commands: mpsc::Receiver<Command>,
+    events: fmpsc::UnboundedSender<EngineEvent>,
+    interrupt: Arc<AtomicBool>,
+    /// Commands that arrived during a reply and wait their turn.
+    deferred: VecDeque<Command>,
+    report: TierReport,
+    policy: Policy,
+    loaded: Option<Loaded>,
+    last_stats: Stats,
+    /// Held on the state file this conversation is saved to.
+    state_lock: Option<persist::StateLock>,
+}

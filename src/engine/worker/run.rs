@@ -1,0 +1,288 @@
+//! The command loop and everything between turns: loading, the tier policy and its
+//! budget, eviction on a memory warning, and the stats the settings panel shows.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::{mpsc, Arc};
+
+use futures::channel::mpsc as fmpsc;
+
+use super::device::{device_label, pick_device, set_threads};
+use super::saving::before_eviction_path;
+use super::{EngineConfig, Loaded, Worker};
+use crate::engine::model::{read_gguf, Model, PREFILL_CHUNK};
+use crate::engine::pool;
+use crate::engine::session::Session;
+use crate::engine::template::ChatTemplate;
+use crate::engine::tokenizer::TextTokenizer;
+use crate::engine::{Command, EngineError, EngineEvent, ModelInfo, Stats};
+use crate::memory::process::{release_free_memory, rss_bytes};
+use crate::memory::{self, Policy, RamTier, TierReport, WeightQuant};
+
+impl Worker {
+    pub(super) fn new(
+        config: EngineConfig,
+        commands: mpsc::Receiver<Command>,
+        events: fmpsc::UnboundedSender<EngineEvent>,
+        interrupt: Arc<AtomicBool>,
+    ) -> Worker {
+        let report = TierReport::probe().with_override(config.tier_override);
+        let policy = Policy::for_tier(report.effective());
+        set_threads(config.threads);
+        Worker {
+            config,
+            commands,
+            events,
+            interrupt,
+            deferred: VecDeque::new(),
+            report,
+            policy,
+            loaded: None,
+            last_stats: Stats::default(),
+            state_lock: None,
+        }
+    }
+
+    pub(super) fn emit(&self, event: EngineEvent) {
+        // A closed stream means nobody listens any more; the engine still finishes cleanly.
+        let _ = self.events.unbounded_send(event);
+    }
+
+    /// The tier's (or overridden) token budget.
+    /// The tier's budget (or `--budget`), never more than the model's context.
+    fn tier_budget(&self) -> usize {
+        let budget = self.config.budget_override.unwrap_or(self.policy.token_budget);
+        match &self.loaded {
+            Some(l) => budget.min(l.model.max_positions()),
+            None => budget,
+        }
+    }
+
+    /// This turn's budget: the tier's, lowered when live headroom cannot hold the KV
+    /// growth it would need; grows back when headroom returns.
+    fn budget_and_note(&self) -> (usize, Option<String>) {
+        let tier = self.tier_budget();
+        match &self.loaded {
+            Some(l) => memory::budget_for_headroom(
+                tier,
+                l.session.state.capacity(),
+                l.info.kv_bytes_per_token,
+                (self.config.headroom)(),
+            ),
+            None => (tier, None),
+        }
+    }
+
+    pub(super) fn budget(&self) -> usize {
+        self.budget_and_note().0
+    }
+
+    pub(super) fn run(mut self) {
+        self.load();
+        loop {
+            let command = match self.deferred.pop_front() {
+                Some(c) => c,
+                None => match self.commands.recv() {
+                    Ok(c) => c,
+                    Err(_) => break,
+                },
+            };
+            match command {
+                Command::Send { text } => {
+                    if self.send(&text) {
+                        break;
+                    }
+                }
+                Command::Stop => {}
+                Command::NewConversation => self.new_conversation(),
+                Command::MemoryWarning { reason } => self.evict(&reason),
+                Command::SetPolicy { tier } => self.set_policy(tier),
+                Command::SetThreads { threads } => {
+                    set_threads(threads.or(self.config.threads));
+                    self.emit_stats();
+                }
+                Command::Save => self.save(),
+                Command::RestoreEvicted => match self.config.state_file.as_ref().map(|p| before_eviction_path(p)) {
+                    Some(path) if path.exists() => {
+                        if let Err(e) = self.restore_from(&path) {
+                            self.emit(EngineEvent::Notice { message: format!("{e}. Starting a fresh conversation.") });
+                        }
+                        self.emit_stats();
+                    }
+                    _ => self
+                        .emit(EngineEvent::Notice { message: "There is no evicted conversation to restore.".into() }),
+                },
+                Command::Shutdown => {
+                    self.save();
+                    break;
+                }
+            }
+        }
+        tracing::info!("engine thread stopped");
+    }
+
+    fn model_path_for_policy(&self) -> Result<PathBuf, EngineError> {
+        match &self.config.q8_variant {
+            Some(q8) if self.policy.quant == WeightQuant::Q8 => q8(&self.config.model_path)
+                .map_err(|source| EngineError::ModelLoad { path: self.config.model_path.clone(), source }),
+            _ => Ok(self.config.model_path.clone()),
+        }
+    }
+
+    fn load(&mut self) {
+        self.loaded = None;
+        self.emit(EngineEvent::Loading { progress: 0.0, message: "Opening the model".into() });
+        match self.try_load() {
+            Ok(loaded) => {
+                self.emit(EngineEvent::Ready(loaded.info.clone()));
+                self.loaded = Some(loaded);
+                self.emit(EngineEvent::Policy { report: self.report.clone(), policy: self.policy });
+                if let Some(path) = self.config.state_file.clone() {
+                    self.lock_state_file(&path);
+                }
+                // The lock may have moved this conversation to a free name beside the file.
+                if let Some(path) = self.config.state_file.clone() {
+                    if path.exists() || path.is_symlink() {
+                        self.restore_or_save_beside(&path);
+                    }
+                }
+                self.emit_stats();
+            }
+            Err(error) => {
+                // The app and the CLI show the error itself.
+                tracing::debug!("model load failed: {error}");
+                self.emit(EngineEvent::Failed { error });
+            }
+        }
+    }
+
+    fn try_load(&mut self) -> Result<Loaded, EngineError> {
+        let path = self.model_path_for_policy()?;
+        let device = pick_device();
+        let (content, _) = read_gguf(&path)?;
+        let tokenizer = TextTokenizer::from_gguf(&content)?;
+        let template_src = content.metadata.get("tokenizer.chat_template").and_then(|v| v.to_string().ok()).cloned();
+        drop(content);
+        let events = self.events.clone();
+        let model = Model::load(&path, &device, self.config.kernels, |p| {
+            let _ = events.unbounded_send(EngineEvent::Loading { progress: p, message: "Loading weights".into() });
+        })?;
+        if tokenizer.vocab_size() > model.config.vocab_size {
+            return Err(EngineError::BadModelFile {
+                path,
+                message: format!(
+                    "the tokenizer has {} tokens but the embedding table only {} rows",
+                    tokenizer.vocab_size(),
+                    model.config.vocab_size
+                ),
+            });
+        }
+        let template = ChatTemplate::new(template_src.as_deref(), tokenizer.bos_token(), tokenizer.eos_token());
+        let mut session = Session::new(model.make_state(self.budget(), self.config.kv_dtype.dtype()), template)?;
+        session.trim_mode = self.config.trim_mode;
+        let c = &model.config;
+        let weights_quant = match &c.requantized_from {
+            Some(from) => format!("{:?} (requantized from {from})", c.weights_dtype),
+            None => format!("{:?}", c.weights_dtype),
+        };
+        let info = ModelInfo {
+            path: path.display().to_string(),
+            file_bytes: c.file_bytes,
+            architecture: c.architecture.clone(),
+            name: self.config.display_name.clone().unwrap_or_else(|| c.name.clone()),
+            weights_quant,
+            n_layers: c.n_layers,
+            context_length: c.context_length,
+            kv_dtype: format!("{:?}", self.config.kv_dtype),
+            kv_bytes_per_token: model.kv_bytes_per_token(self.config.kv_dtype.dtype()),
+            device: device_label(model.device()),
+        };
+        Ok(Loaded { model, tokenizer, session, info, identity: None })
+    }
+
+    fn stats(&self) -> Stats {
+        let mut s = self.last_stats.clone();
+        (s.budget, s.budget_note) = self.budget_and_note();
+        s.tier_budget = self.tier_budget();
+        s.ceiling_bytes = self.policy.ceiling_bytes;
+        s.rss_bytes = rss_bytes().unwrap_or(0);
+        s.compute_threads = pool::global().threads();
+        s.available_cores = pool::available_cores();
+        if let Some(l) = &self.loaded {
+            s.context_tokens = l.session.state.len();
+            s.kv_bytes = l.session.state.bytes();
+            let m = &l.model.config;
+            let scratch = memory::prefill_scratch_bytes(
+                PREFILL_CHUNK,
+                m.n_heads,
+                m.embedding_length,
+                m.ffn_length,
+                s.tier_budget,
+            );
+            s.predicted_footprint_bytes =
+                memory::predicted_footprint(l.info.file_bytes, l.info.kv_bytes_per_token, s.tier_budget, scratch);
+        }
+        s
+    }
+
+    pub(super) fn emit_stats(&mut self) {
+        self.last_stats = self.stats();
+        self.emit(EngineEvent::Stats(self.last_stats.clone()));
+    }
+
+    pub(super) fn new_conversation(&mut self) {
+        if let Some(l) = self.loaded.as_mut() {
+            l.session.clear();
+        }
+        self.emit(EngineEvent::ConversationReset);
+        self.emit_stats();
+    }
+
+    fn set_policy(&mut self, tier: Option<RamTier>) {
+        self.report = self.report.clone().with_override(tier);
+        let old = self.policy;
+        self.policy = Policy::for_tier(self.report.effective());
+        if self.config.q8_variant.is_some() && old.quant != self.policy.quant {
+            self.load();
+            return;
+        }
+        let budget = self.budget();
+        if let Some(l) = self.loaded.as_mut() {
+            if l.session.state.len() > budget {
+                let _ = l.session.evict_to(&l.model, budget / 2);
+            }
+            l.session.state.set_max_tokens(budget);
+        }
+        self.emit(EngineEvent::Policy { report: self.report.clone(), policy: self.policy });
+        self.emit_stats();
+    }
+
+    /// Evicts to half the budget — or the whole conversation when it is already that
+    /// small — gives the memory back and says so.
+    pub(super) fn evict(&mut self, reason: &str) {
+        let half = self.budget() / 2;
+        if let Some(path) = self.config.state_file.as_ref().map(|p| before_eviction_path(p)) {
+            // Kept so the user can bring the conversation back once memory allows.
+            self.save_to(&path);
+        }
+        let Some(l) = self.loaded.as_mut() else { return };
+        let _span = tracing::info_span!("evict", reason).entered();
+        let before_tokens = l.session.state.len();
+        let target = if before_tokens > half { half } else { 0 };
+        let before_bytes = l.session.state.bytes();
+        if let Err(e) = l.session.evict_to(&l.model, target) {
+            tracing::warn!("eviction by shifting failed ({e}); clearing the conversation");
+            l.session.clear();
+        }
+        if let Err(e) = l.session.state.shrink_to_fit() {
+            tracing::warn!("could not shrink the KV buffers: {e}");
+        }
+        let _ = l.model.device().synchronize();
+        release_free_memory();
+        let after_tokens = l.session.state.len();
+        let freed_bytes = before_bytes.saturating_sub(l.session.state.bytes());
+        self.emit(EngineEvent::Evicted { reason: reason.to_string(), before_tokens, after_tokens, freed_bytes });
+        self.emit_stats();
+    }
+}
