@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use pocketchat::engine::sampler::SamplingOverrides;
 use pocketchat::engine::{
     model::argmax, Command, DoneReason, Engine, EngineConfig, EngineEvent, Kernels, KvDtype, Model, TrimMode,
 };
@@ -52,9 +53,25 @@ struct ModelArg {
 struct EngineArgs {
     #[command(flatten)]
     model: ModelArg,
-    /// Sampling temperature; 0 decodes greedily
-    #[arg(long, default_value_t = 0.0, value_parser = temperature, allow_negative_numbers = true)]
-    temperature: f64,
+    /// Sampling temperature; 0 decodes greedily [default: the model's, else 0.8]
+    #[arg(long, value_parser = unit_range(0.0, 5.0), allow_negative_numbers = true)]
+    temperature: Option<f32>,
+    /// Sample from the K most likely tokens only; 0 turns it off [default: the model's, else 40]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    top_k: Option<u32>,
+    /// Sample from the smallest set of tokens whose probability reaches P [default: the
+    /// model's, else 0.95]
+    #[arg(long, value_parser = unit_range(0.0, 1.0), allow_negative_numbers = true)]
+    top_p: Option<f32>,
+    /// Drop tokens less likely than P times the most likely one [default: the model's, else 0.05]
+    #[arg(long, value_parser = unit_range(0.0, 1.0), allow_negative_numbers = true)]
+    min_p: Option<f32>,
+    /// Penalty for tokens repeated in the last 64; 1 turns it off [default: the model's, else 1.1]
+    #[arg(long, value_parser = unit_range(0.1, 10.0), allow_negative_numbers = true)]
+    repeat_penalty: Option<f32>,
+    /// Seed of the sampler: the same seed gives the same reply [default: 299792458]
+    #[arg(long)]
+    seed: Option<u64>,
     /// The longest reply, in tokens
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     max_tokens: Option<u32>,
@@ -163,10 +180,11 @@ enum Kernel {
     Candle,
 }
 
-fn temperature(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(t) if t.is_finite() && (0.0..=100.0).contains(&t) => Ok(t),
-        _ => Err("give a number from 0 to 100".into()),
+/// A value parser for a finite number in `lo..=hi`.
+fn unit_range(lo: f32, hi: f32) -> impl Fn(&str) -> Result<f32, String> + Clone + Send + Sync + 'static {
+    move |s: &str| match s.parse::<f32>() {
+        Ok(x) if x.is_finite() && (lo..=hi).contains(&x) => Ok(x),
+        _ => Err(format!("give a number from {lo} to {hi}")),
     }
 }
 
@@ -236,7 +254,15 @@ impl EngineArgs {
     fn config(&self) -> Result<EngineConfig> {
         let mut c = EngineConfig::new(self.model.path()?);
         c.display_name = catalog::display_name(&c.model_path);
-        c.temperature = self.temperature;
+        c.sampling = SamplingOverrides {
+            temperature: self.temperature,
+            top_k: self.top_k.map(|k| k as usize),
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            presence_penalty: None,
+            seed: self.seed,
+        };
         if let Some(n) = self.max_tokens {
             c.max_tokens = n as usize;
         }

@@ -3,6 +3,8 @@
 //! Shutdown) end it at the next token and leave the engine serving, and commands that
 //! arrive during a reply wait their turn in order.
 //!
+//! Sampling settings come from the GGUF and change from the next reply.
+//!
 //! Every interrupting command here is queued right behind its `Send`, before the reply
 //! starts, so the reply sees it after its first token: the outcome does not depend on
 //! how fast the machine is.
@@ -11,7 +13,9 @@ mod common;
 
 use std::sync::Arc;
 
+use candle_core::quantized::gguf_file::Value;
 use common::{write_tiny_gguf, TinySpec};
+use pocketchat::engine::sampler::{SamplingOverrides, SamplingParams};
 use pocketchat::engine::{
     Command, DoneReason, Engine, EngineConfig, EngineError, EngineEvent, EngineEvents, EngineHandle,
 };
@@ -189,4 +193,63 @@ fn an_empty_message_fails_that_turn_only() {
     assert!(matches!(failed.last(), Some(EngineEvent::Failed { error: EngineError::EmptyPrompt })), "{failed:?}");
     send(&handle, "hi");
     assert!(matches!(done_reason(&reply(&mut events)), DoneReason::MaxTokens | DoneReason::EndOfTurn));
+}
+
+/// The sampling settings in force, from the next `Sampling` event.
+fn sampling(events: &mut EngineEvents) -> (SamplingParams, SamplingParams) {
+    match until(events, |e| matches!(e, EngineEvent::Sampling { .. })).pop() {
+        Some(EngineEvent::Sampling { params, defaults, .. }) => (params, defaults),
+        _ => unreachable!(),
+    }
+}
+
+fn reply_text(events: &[EngineEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::Token { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn sampling_starts_from_the_models_defaults_and_changes_from_the_next_reply() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = TinySpec {
+        meta_overrides: vec![
+            ("general.sampling.temp".into(), Value::F32(0.6)),
+            ("general.sampling.top_k".into(), Value::I32(20)),
+        ],
+        ..TinySpec::default()
+    };
+    let path = write_tiny_gguf(dir.path(), &spec, 11);
+    let mut config = EngineConfig::new(path);
+    config.max_tokens = 4;
+    config.headroom = Arc::new(|| None);
+    let (handle, mut events) = Engine::spawn(config);
+    let (params, defaults) = sampling(&mut events);
+    assert_eq!((defaults.temperature, defaults.top_k), (0.6, 20), "the GGUF's keys");
+    assert_eq!(defaults.top_p, SamplingParams::default().top_p, "the chat default where the file says nothing");
+    assert_eq!(params, defaults);
+
+    handle.send(Command::SetSampling { overrides: SamplingOverrides::greedy() }).unwrap();
+    let (params, defaults) = sampling(&mut events);
+    assert_eq!(params.temperature, 0.0);
+    assert_eq!(defaults.temperature, 0.6);
+    handle.send(Command::SetSampling { overrides: SamplingOverrides::default() }).unwrap();
+    assert_eq!(sampling(&mut events).0, defaults, "reset to the model's defaults");
+}
+
+#[test]
+fn the_same_conversation_and_seed_give_the_same_reply() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut replies = Vec::new();
+    for _ in 0..2 {
+        let (handle, mut events) = engine(dir.path(), 24);
+        send(&handle, "tell me a story");
+        replies.push(reply_text(&reply(&mut events)));
+    }
+    assert!(!replies[0].is_empty());
+    assert_eq!(replies[0], replies[1]);
 }

@@ -25,6 +25,9 @@ pub enum Command {
     Save,
     /// Bring back the conversation saved just before the last memory-warning eviction.
     RestoreEvicted,
+    /// Sample replies with these settings from the next reply on; the default (no field
+    /// set) goes back to the model's own.
+    SetSampling { overrides: crate::engine::sampler::SamplingOverrides },
     /// Shut the engine thread down (saves first when a state file is configured).
     Shutdown,
 }
@@ -75,6 +78,13 @@ pub enum EngineEvent {
     Restored { messages: Vec<crate::engine::template::Message>, tokens: usize },
     /// The conversation was written to the state file.
     Saved { path: String, bytes: u64, ms: f64 },
+    /// The sampling settings in force (after `Ready` and after each `SetSampling`), and the
+    /// model's own defaults they start from.
+    Sampling {
+        params: crate::engine::sampler::SamplingParams,
+        defaults: crate::engine::sampler::SamplingParams,
+        overrides: crate::engine::sampler::SamplingOverrides,
+    },
 }
 
 /// What the loaded model is, for the settings panel.

@@ -14,7 +14,8 @@ use super::app::send_command;
 use super::fmt::{format_bytes, format_ms, format_rate, percent};
 use super::meter::LiveFigures;
 use super::qa;
-use super::state::{ChatState, LogKind};
+use super::state::{ChatState, LogKind, SamplingView};
+use crate::engine::sampler::SamplingOverrides;
 
 /// The reason the settings panel's button gives the engine.
 pub const SIMULATED_REASON: &str = "simulated from settings";
@@ -54,6 +55,7 @@ pub fn SettingsPanel(state: ReadSignal<ChatState>, on_close: EventHandler<()>) -
                     }
                 }
                 ContextSection { state }
+                GenerationSection { state, ready }
                 DeviceSection { state }
                 ModelSection { state }
                 LogSection { state }
@@ -164,6 +166,107 @@ fn ContextSection(state: ReadSignal<ChatState>) -> Element {
                 name: "prefill",
                 label: "Last prefill",
                 value: if stats.prefill_tokens > 0 { format!("{} tokens in {}", stats.prefill_tokens, format_ms(stats.prefill_ms)) } else { "—".to_string() },
+            }
+        }
+    }
+}
+
+/// The sampling settings, each editable, with the model's default beside a changed one
+/// and a reset to the model's defaults. Changes apply from the next reply.
+#[component]
+fn GenerationSection(state: ReadSignal<ChatState>, ready: bool) -> Element {
+    let sampling = use_memo(move || state.read().sampling);
+    let Some(SamplingView { params: p, defaults: d, overrides }) = sampling() else {
+        return rsx! {
+            section { class: "panel-section",
+                h3 { "Generation" }
+                p { class: "hint", "Shown once the model is loaded." }
+            }
+        };
+    };
+    // Sends the overrides with one field changed; text that is not a number is ignored
+    // (the engine clamps numbers to their range).
+    let set = move |change: fn(&mut SamplingOverrides, f32), text: String| {
+        if let Ok(x) = text.trim().parse::<f32>() {
+            if x.is_finite() {
+                let mut o = overrides;
+                change(&mut o, x);
+                send_command(Command::SetSampling { overrides: o });
+            }
+        }
+    };
+    rsx! {
+        section { class: "panel-section", "data-section": "generation",
+            h3 { "Generation" }
+            SamplingRow {
+                name: "temperature", label: "Temperature", value: p.temperature, default: d.temperature,
+                step: 0.05, max: 5.0, disabled: !ready,
+                on_set: move |t| set(|o, x| o.temperature = Some(x), t),
+            }
+            SamplingRow {
+                name: "top-k", label: "Top-k", value: p.top_k as f32, default: d.top_k as f32,
+                step: 1.0, max: 1000.0, disabled: !ready,
+                on_set: move |t| set(|o, x| o.top_k = Some(x.max(0.0) as usize), t),
+            }
+            SamplingRow {
+                name: "top-p", label: "Top-p", value: p.top_p, default: d.top_p,
+                step: 0.01, max: 1.0, disabled: !ready,
+                on_set: move |t| set(|o, x| o.top_p = Some(x), t),
+            }
+            SamplingRow {
+                name: "min-p", label: "Min-p", value: p.min_p, default: d.min_p,
+                step: 0.01, max: 1.0, disabled: !ready,
+                on_set: move |t| set(|o, x| o.min_p = Some(x), t),
+            }
+            SamplingRow {
+                name: "repeat-penalty", label: "Repeat penalty", value: p.repeat_penalty, default: d.repeat_penalty,
+                step: 0.05, max: 10.0, disabled: !ready,
+                on_set: move |t| set(|o, x| o.repeat_penalty = Some(x), t),
+            }
+            button {
+                id: "reset-sampling",
+                class: "btn secondary",
+                r#type: "button",
+                disabled: !ready || overrides == SamplingOverrides::default(),
+                onclick: move |_| send_command(Command::SetSampling { overrides: SamplingOverrides::default() }),
+                "Reset to the model's defaults"
+            }
+            p { class: "hint",
+                if p.temperature <= 0.0 { "Temperature 0: greedy, the same reply every time." } else { "Seed {p.seed}: the same conversation gives the same reply." }
+            }
+        }
+    }
+}
+
+/// One sampling setting: a number field, and the model's default when it differs.
+#[component]
+fn SamplingRow(
+    name: &'static str,
+    label: &'static str,
+    value: f32,
+    default: f32,
+    step: f32,
+    max: f32,
+    disabled: bool,
+    on_set: EventHandler<String>,
+) -> Element {
+    rsx! {
+        label { class: "figure select-row", "data-figure": name,
+            span { class: "figure-label", "{label}" }
+            span { class: "figure-value",
+                input {
+                    class: "number-input",
+                    r#type: "number",
+                    value: "{value}",
+                    step: "{step}",
+                    min: "0",
+                    max: "{max}",
+                    disabled,
+                    onchange: move |e: FormEvent| on_set.call(e.value()),
+                }
+                if value != default {
+                    span { class: "hint default-note", " model: {default}" }
+                }
             }
         }
     }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use candle_core::DType;
 
 use crate::engine::kernels::Kernels;
+use crate::engine::sampler::SamplingOverrides;
 use crate::engine::session::TrimMode;
 use crate::engine::Cause;
 use crate::memory::{self, RamTier};
@@ -48,9 +49,10 @@ pub struct EngineConfig {
     /// The KV cache's element type: f16 by default (half the memory of f32 for the same
     /// tokens, and faster late in a conversation; f32 for checks).
     pub kv_dtype: KvDtype,
-    pub temperature: f64,
+    /// Sampling settings that replace the model's defaults (the rest come from the GGUF's
+    /// `general.sampling.*` keys, else the chat defaults).
+    pub sampling: SamplingOverrides,
     pub max_tokens: usize,
-    pub seed: u64,
     /// Where the 8-bit weights come from for tiers whose policy says 8-bit; `None`
     /// always loads `model_path`.
     pub q8_variant: Option<Q8Variant>,
@@ -89,9 +91,8 @@ impl EngineConfig {
             tier_override: None,
             budget_override: None,
             kv_dtype: KvDtype::F16,
-            temperature: 0.0,
+            sampling: SamplingOverrides::default(),
             max_tokens: 512,
-            seed: 299_792_458,
             q8_variant: None,
             trim_mode: TrimMode::Shift,
             kernels: Kernels::Fast,

@@ -31,6 +31,7 @@ pub use handle::{EngineEvents, EngineHandle};
 
 use super::model::Model;
 use super::persist::{self, ModelIdentity};
+use super::sampler::SamplingParams;
 use super::session::Session;
 use super::tokenizer::TextTokenizer;
 use super::{Command, EngineEvent, ModelInfo, Stats};
@@ -59,6 +60,8 @@ struct Loaded {
     tokenizer: TextTokenizer,
     session: Session,
     info: ModelInfo,
+    /// The model's sampling defaults (its GGUF's, else the chat defaults).
+    sampling_defaults: SamplingParams,
     /// sha256 + size of the model file, computed on first save/restore.
     identity: Option<ModelIdentity>,
 }

@@ -13,6 +13,7 @@ use super::saving::before_eviction_path;
 use super::{EngineConfig, Loaded, Worker};
 use crate::engine::model::{read_gguf, Model, PREFILL_CHUNK};
 use crate::engine::pool;
+use crate::engine::sampler::SamplingParams;
 use crate::engine::session::Session;
 use crate::engine::template::ChatTemplate;
 use crate::engine::tokenizer::TextTokenizer;
@@ -103,6 +104,10 @@ impl Worker {
                     self.emit_stats();
                 }
                 Command::Save => self.save(),
+                Command::SetSampling { overrides } => {
+                    self.config.sampling = overrides;
+                    self.emit_sampling();
+                }
                 Command::RestoreEvicted => match self.config.state_file.as_ref().map(|p| before_eviction_path(p)) {
                     Some(path) if path.exists() => {
                         if let Err(e) = self.restore_from(&path) {
@@ -138,6 +143,7 @@ impl Worker {
                 self.emit(EngineEvent::Ready(loaded.info.clone()));
                 self.loaded = Some(loaded);
                 self.emit(EngineEvent::Policy { report: self.report.clone(), policy: self.policy });
+                self.emit_sampling();
                 if let Some(path) = self.config.state_file.clone() {
                     self.lock_state_file(&path);
                 }
@@ -163,6 +169,7 @@ impl Worker {
         let (content, _) = read_gguf(&path)?;
         let tokenizer = TextTokenizer::from_gguf(&content)?;
         let template_src = content.metadata.get("tokenizer.chat_template").and_then(|v| v.to_string().ok()).cloned();
+        let sampling_defaults = SamplingParams::from_gguf(&content.metadata);
         drop(content);
         let events = self.events.clone();
         let model = Model::load(&path, &device, self.config.kernels, |p| {
@@ -198,7 +205,7 @@ impl Worker {
             kv_bytes_per_token: model.kv_bytes_per_token(self.config.kv_dtype.dtype()),
             device: device_label(model.device()),
         };
-        Ok(Loaded { model, tokenizer, session, info, identity: None })
+        Ok(Loaded { model, tokenizer, session, info, sampling_defaults, identity: None })
     }
 
     fn stats(&self) -> Stats {
@@ -224,6 +231,18 @@ impl Worker {
                 memory::predicted_footprint(l.info.file_bytes, l.info.kv_bytes_per_token, s.tier_budget, scratch);
         }
         s
+    }
+
+    /// The sampling settings a reply uses now: the overrides over the model's defaults.
+    pub(super) fn sampling(&self) -> SamplingParams {
+        let defaults = self.loaded.as_ref().map(|l| l.sampling_defaults).unwrap_or_default();
+        self.config.sampling.apply(defaults)
+    }
+
+    fn emit_sampling(&self) {
+        let defaults = self.loaded.as_ref().map(|l| l.sampling_defaults).unwrap_or_default();
+        let overrides = self.config.sampling;
+        self.emit(EngineEvent::Sampling { params: self.sampling(), defaults, overrides });
     }
 
     pub(super) fn emit_stats(&mut self) {

@@ -4,12 +4,11 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use candle_transformers::generation::LogitsProcessor;
-
 use super::device::with_autorelease_pool;
 use super::Worker;
 use crate::engine::budget::reply_reserve;
 use crate::engine::detokenizer::Detokenizer;
+use crate::engine::sampler::Sampler;
 use crate::engine::{Command, DoneReason, EngineError, EngineEvent};
 
 /// What a reply's interruption asked for, applied once the reply has ended cleanly.
@@ -100,8 +99,8 @@ impl Worker {
 
     /// The decode loop: sample, stream, feed, check the interrupt flag.
     fn decode(&mut self, mut logits: candle_core::Tensor, started: Instant) -> Result<ReplyOutcome, EngineError> {
-        let temperature = (self.config.temperature > 0.0).then_some(self.config.temperature);
-        let mut sampler = LogitsProcessor::new(self.config.seed, temperature, None);
+        // A new sampler per reply: a reply is the same for the same conversation and seed.
+        let mut sampler = Sampler::new(self.sampling());
         let mut detok = Detokenizer::default();
         let mut text = String::new();
         let mut generated = 0usize;
@@ -111,7 +110,7 @@ impl Worker {
         let _span = tracing::info_span!("decode").entered();
         let reason = loop {
             let l = self.loaded.as_mut().expect("decode runs with a model");
-            let next = sampler.sample(&logits)?;
+            let next = sampler.sample(&logits.to_vec1::<f32>()?, l.session.state.tokens());
             if l.tokenizer.is_stop(next) {
                 break DoneReason::EndOfTurn;
             }

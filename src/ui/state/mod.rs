@@ -11,6 +11,7 @@
 //! A reply that is still streaming is the *current* reply; notices that arrive before it
 //! has any text are placed above it so the streaming bubble stays at the bottom.
 
+use crate::engine::sampler::{SamplingOverrides, SamplingParams};
 use crate::engine::template::Role as TemplateRole;
 use crate::engine::{DoneReason, EngineError, EngineEvent, ModelInfo, Stats};
 use crate::memory::{Policy, TierReport};
@@ -158,6 +159,17 @@ pub struct LogEntry {
     pub text: String,
 }
 
+/// The sampling settings as the engine reported them (`EngineEvent::Sampling`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingView {
+    /// What replies use now.
+    pub params: SamplingParams,
+    /// The model's own defaults.
+    pub defaults: SamplingParams,
+    /// The user's changes (the settings panel sends them back changed).
+    pub overrides: SamplingOverrides,
+}
+
 /// Everything the UI shows, folded from engine events.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatState {
@@ -166,6 +178,8 @@ pub struct ChatState {
     pub model: Option<ModelInfo>,
     pub tier: Option<TierReport>,
     pub policy: Option<Policy>,
+    /// The sampling settings in force, the model's defaults and the user's changes.
+    pub sampling: Option<SamplingView>,
     /// The latest figures.
     pub stats: Option<Stats>,
     /// Trims and evictions, oldest first.
@@ -207,6 +221,7 @@ impl ChatState {
             model: None,
             tier: None,
             policy: None,
+            sampling: None,
             stats: None,
             log: Vec::new(),
             last_error: None,
@@ -306,6 +321,9 @@ impl ChatState {
             EngineEvent::Policy { report, policy } => {
                 self.tier = Some(report);
                 self.policy = Some(policy);
+            }
+            EngineEvent::Sampling { params, defaults, overrides } => {
+                self.sampling = Some(SamplingView { params, defaults, overrides });
             }
             EngineEvent::ReplyStarted { prompt } => {
                 self.awaiting_reply = false;

@@ -3,6 +3,7 @@
 use super::*;
 use crate::engine::Cause;
 use crate::memory::RamTier;
+use crate::ui::copy::EVICTED_PREFIX;
 use std::path::PathBuf;
 
 fn info() -> ModelInfo {
