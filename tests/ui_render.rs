@@ -452,3 +452,21 @@ fn a_reply_is_rendered_as_markdown_blocks() {
     assert!(html.contains("<strong>para</strong>"), "{html}");
     assert!(html.contains("<p>Still writ</p>"), "{html}");
 }
+
+#[test]
+fn settings_show_the_sampling_with_the_models_defaults_and_a_reset() {
+    use pocketchat::engine::sampler::{SamplingOverrides, SamplingParams};
+    let mut s = ready();
+    let defaults = SamplingParams::default();
+    let overrides = SamplingOverrides { temperature: Some(0.3), ..Default::default() };
+    s.apply(EngineEvent::Sampling { params: overrides.apply(defaults), defaults, overrides });
+    let html = render(&s, true);
+    let t = text(&html);
+    assert!(t.contains("Generation"), "{t}");
+    assert!(html.contains("data-figure=\"temperature\""), "{html}");
+    assert!(html.contains("value=\"0.3\""), "the value in force: {html}");
+    assert!(t.contains("model: 0.8"), "the model's default beside a changed value: {t}");
+    assert!(html.contains("data-figure=\"repeat-penalty\"") && html.contains("value=\"1.1\""), "{html}");
+    assert!(html.contains("id=\"reset-sampling\""), "{html}");
+    assert!(t.contains("Reset to the model's defaults"), "{t}");
+}

@@ -371,3 +371,17 @@ fn qa_status_serializes() {
     assert!(json.contains("\"replies_done\":0"), "{json}");
     assert!(json.contains("\"phase\":\"ready\""), "{json}");
 }
+
+#[test]
+fn sampling_settings_are_kept_for_the_settings_panel() {
+    use crate::engine::sampler::{SamplingOverrides, SamplingParams};
+    let mut s = ready();
+    assert_eq!(s.sampling, None);
+    let defaults = SamplingParams::default();
+    let overrides = SamplingOverrides::greedy();
+    s.apply(EngineEvent::Sampling { params: overrides.apply(defaults), defaults, overrides });
+    let view = s.sampling.unwrap();
+    assert_eq!(view.params.temperature, 0.0);
+    assert_eq!(view.defaults, defaults);
+    assert_eq!(view.overrides, overrides);
+}
