@@ -5,7 +5,7 @@
 #[cfg(feature = "desktop")]
 fn main() {
     use dioxus::prelude::*;
-    use pocketchat::engine::{DoneReason, EngineConfig, EngineError, EngineEvent, ModelInfo, Stats};
+    use pocketchat::engine::{Cause, DoneReason, EngineConfig, EngineError, EngineEvent, ModelInfo, Stats};
     use pocketchat::memory::{Policy, RamTier, TierReport, GIB, MIB};
     use pocketchat::ui::state::ChatState;
 
@@ -111,7 +111,7 @@ fn main() {
         } else {
             apply(
                 &mut s,
-                EngineEvent::Failed { error: EngineError::Inference("shape mismatch in layer 3".into()) },
+                EngineEvent::Failed { error: EngineError::Inference(Cause::msg("shape mismatch in layer 3")) },
                 "14:03:02",
             );
         }
