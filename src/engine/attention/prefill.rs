@@ -37,6 +37,7 @@ const ROWS: usize = 4;
 /// this many accumulators then takes half the vector registers: 16 of 32 with AVX-512
 /// (measured here: 64 keys ran about 5% faster than 32), 8 of 16 with AVX2, 16 of 32 with
 /// NEON (not measured). A multiple of 16, the lanes of `lanes`.
+#[cfg(target_arch = "x86_64")]
 const BLOCK_KEYS_AVX512: usize = 64;
 const BLOCK_KEYS: usize = 16;
 
