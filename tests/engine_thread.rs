@@ -42,15 +42,7 @@ fn engine(dir: &std::path::Path, max_tokens: usize) -> (EngineHandle, EngineEven
 
 /// Events up to and including the next `Done` (or `Failed`).
 fn reply(events: &mut EngineEvents) -> Vec<EngineEvent> {
-    let mut seen = Vec::new();
-    loop {
-        let event = events.recv_blocking().expect("the engine thread is running");
-        let last = matches!(event, EngineEvent::Done { .. } | EngineEvent::Failed { .. });
-        seen.push(event);
-        if last {
-            return seen;
-        }
-    }
+    until(events, |e| matches!(e, EngineEvent::Done { .. } | EngineEvent::Failed { .. }))
 }
 
 /// Events until one matches `want` (included).
