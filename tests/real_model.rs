@@ -159,6 +159,8 @@ fn engine_thread_feeds_new_tokens_only_stops_promptly_and_survives_bad_input() {
     let mut config = EngineConfig::new(default_model());
     config.budget_override = Some(512);
     config.max_tokens = 48;
+    // Greedy: the check on the answer's text below is about the engine, not the sampler.
+    config.sampling = pocketchat::engine::sampler::SamplingOverrides::greedy();
     let (handle, mut events) = Engine::spawn(config);
     wait_ready(&mut events);
 
