@@ -50,7 +50,6 @@ impl Worker {
         let _ = self.events.unbounded_send(event);
     }
 
-    /// The tier's (or overridden) token budget.
     /// The tier's budget (or `--budget`), never more than the model's context.
     fn tier_budget(&self) -> usize {
         let budget = self.config.budget_override.unwrap_or(self.policy.token_budget);
@@ -233,15 +232,18 @@ impl Worker {
         s
     }
 
+    /// The model's sampling defaults (the chat defaults before a model is loaded).
+    fn sampling_defaults(&self) -> SamplingParams {
+        self.loaded.as_ref().map(|l| l.sampling_defaults).unwrap_or_default()
+    }
+
     /// The sampling settings a reply uses now: the overrides over the model's defaults.
     pub(super) fn sampling(&self) -> SamplingParams {
-        let defaults = self.loaded.as_ref().map(|l| l.sampling_defaults).unwrap_or_default();
-        self.config.sampling.apply(defaults)
+        self.config.sampling.apply(self.sampling_defaults())
     }
 
     fn emit_sampling(&self) {
-        let defaults = self.loaded.as_ref().map(|l| l.sampling_defaults).unwrap_or_default();
-        let overrides = self.config.sampling;
+        let (defaults, overrides) = (self.sampling_defaults(), self.config.sampling);
         self.emit(EngineEvent::Sampling { params: self.sampling(), defaults, overrides });
     }
 
