@@ -2,6 +2,7 @@
 //! graceful eviction on memory warnings. See `DESIGN.md` in the shared folder.
 
 pub mod catalog;
+pub mod chats;
 pub mod engine;
 pub mod memory;
 #[cfg(feature = "ui")]

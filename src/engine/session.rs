@@ -25,6 +25,11 @@ pub(crate) struct Anchor {
     token: usize,
     text: usize,
     message: usize,
+    /// Where this turn's reply starts (token, byte in the cached text): after the prompt
+    /// and the assistant header. Known for turns fed one at a time; older state files
+    /// lack it.
+    #[serde(default)]
+    reply: Option<(usize, usize)>,
 }
 
 /// Text to feed, split at turn anchors: `(byte offset in the rendered text, token ids)`.
@@ -164,7 +169,8 @@ impl Session {
         let (mut dropped_tokens, mut prompt_cut_to) = (0, None);
         let mut user_text = user_text.to_string();
         let budget = self.state.max_tokens();
-        for _attempt in 0..3 {
+        let mut cuts = 0;
+        while cuts < 3 {
             let (pieces, from_scratch, rendered) = self.pieces_for(tok, &user_text)?;
             let new_tokens: usize = pieces.iter().map(|(_, ids)| ids.len()).sum();
             let (pinned, turns) = if from_scratch {
@@ -172,7 +178,14 @@ impl Session {
             } else {
                 (self.pinned_tokens, self.turn_lengths())
             };
-            match budget::plan(pinned, &turns, new_tokens - if from_scratch { pinned } else { 0 }, reserve, budget) {
+            let plan = budget::plan(pinned, &turns, new_tokens - if from_scratch { pinned } else { 0 }, reserve, budget);
+            // History re-read from its text (a resumed chat without its cache) that does
+            // not fit loses its oldest turns first, never the new message.
+            if from_scratch && plan != Plan::Fits && self.forget_oldest_turn() {
+                continue;
+            }
+            cuts += 1;
+            match plan {
                 Plan::Fits => {
                     let logits = self.feed(model, &user_text, rendered, pieces, from_scratch)?;
                     return Ok(Prepared { fed_tokens: new_tokens, dropped_tokens, prompt_cut_to, logits });
@@ -257,7 +270,7 @@ impl Session {
         for (i, (text_at, piece)) in pieces.into_iter().enumerate() {
             if i > 0 {
                 let message = user_indices.get(first_new_user + i - 1).copied().unwrap_or(messages.len() - 1);
-                self.turns.push(Anchor { token: base + ids.len(), text: text_at, message });
+                self.turns.push(Anchor { token: base + ids.len(), text: text_at, message, reply: None });
             }
             ids.extend(piece);
         }
@@ -272,6 +285,9 @@ impl Session {
             }
         };
         self.messages = messages;
+        if let Some(last) = self.turns.last_mut() {
+            last.reply = Some((self.state.len(), full.len()));
+        }
         self.cached_text = full;
         Ok(logits)
     }
@@ -313,8 +329,62 @@ impl Session {
             a.token -= dropped;
             a.text -= end_txt - first.text;
             a.message -= end_msg - first.message;
+            if let Some((token, text)) = a.reply.as_mut() {
+                *token -= dropped;
+                *text -= end_txt - first.text;
+            }
         }
         Ok(dropped)
+    }
+
+    /// Replaces the conversation with `history` (its text only): the cache is emptied and
+    /// the next turn re-reads the history, dropping its oldest turns if they do not fit.
+    pub fn set_history(&mut self, history: Vec<Message>) {
+        self.clear();
+        self.messages = history;
+    }
+
+    /// Forgets the oldest user turn (and its reply) of a history about to be re-read.
+    /// Returns false when there is none to forget.
+    fn forget_oldest_turn(&mut self) -> bool {
+        let Some(first) = self.messages.iter().position(|m| m.role != Role::System) else { return false };
+        let end = self.messages[first + 1..]
+            .iter()
+            .position(|m| m.role == Role::User)
+            .map_or(self.messages.len(), |i| first + 1 + i);
+        self.messages.drain(first..end);
+        true
+    }
+
+    /// Takes the last reply back so it can be written again: the cache goes back to where
+    /// the reply started, less its last prompt token, which is fed again for the logits
+    /// (one token, not a re-prefill). Returns the logits and the user text the reply
+    /// answers; `None` when the last turn is no longer in the cache.
+    pub fn rewind_reply(&mut self, model: &Model) -> Result<Option<(candle_core::Tensor, String)>> {
+        let Some(&Anchor { message, reply: Some((token, text)), .. }) = self.turns.last() else { return Ok(None) };
+        if token == 0 || token > self.state.len() || self.messages.get(message).is_none_or(|m| m.role != Role::User) {
+            return Ok(None);
+        }
+        let _span = tracing::info_span!("rewind", tokens = self.state.len() - token).entered();
+        let last_prompt_token = self.state.tokens()[token - 1];
+        self.state.truncate(token - 1);
+        self.messages.truncate(message + 1);
+        self.cached_text.truncate(text);
+        let logits = model.forward(&[last_prompt_token], &mut self.state)?;
+        Ok(Some((logits, self.messages[message].content.clone())))
+    }
+
+    /// Takes the last turn (the user's message and its reply) back, so an edited message
+    /// can be sent in its place and only that turn is fed. Returns the message taken back;
+    /// `None` when the last turn is no longer in the cache.
+    pub fn rewind_turn(&mut self) -> Option<String> {
+        let &Anchor { token, text, message, .. } = self.turns.last()?;
+        let user = self.messages.get(message).filter(|m| m.role == Role::User)?.content.clone();
+        self.state.truncate(token);
+        self.cached_text.truncate(text);
+        self.messages.truncate(message);
+        self.turns.pop();
+        Some(user)
     }
 
     /// Evicts down to `target` tokens: oldest turns first; everything when the pinned

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use candle_core::DType;
 
+use crate::chats::ChatStore;
 use crate::engine::kernels::Kernels;
 use crate::engine::sampler::SamplingOverrides;
 use crate::engine::session::TrimMode;
@@ -61,6 +62,12 @@ pub struct EngineConfig {
     /// Where the conversation is saved (after each reply, on `Save`, on `Shutdown`) and
     /// restored from at launch. `None` keeps conversations in memory only.
     pub state_file: Option<PathBuf>,
+    /// The app's conversations: each chat's text and cache saved apart, the open one's
+    /// cache at [`ChatStore::cache_path`]. When set, `state_file` is managed by the store.
+    pub chats: Option<ChatStore>,
+    /// The chat to open at launch (an id of `chats`); `None` opens the most recent one,
+    /// or a new one when there is none.
+    pub open_chat: Option<String>,
     /// Live headroom source used to shrink a turn's budget when memory is short (the
     /// platform's by default; tests pass a fake).
     pub headroom: HeadroomProbe,
@@ -78,6 +85,8 @@ impl std::fmt::Debug for EngineConfig {
             .field("kv_dtype", &self.kv_dtype)
             .field("max_tokens", &self.max_tokens)
             .field("state_file", &self.state_file)
+            .field("chats", &self.chats.as_ref().map(|c| c.dir()))
+            .field("open_chat", &self.open_chat)
             .field("threads", &self.threads)
             .finish_non_exhaustive()
     }
@@ -97,6 +106,8 @@ impl EngineConfig {
             trim_mode: TrimMode::Shift,
             kernels: Kernels::Fast,
             state_file: None,
+            chats: None,
+            open_chat: None,
             headroom: Arc::new(memory::process::available_bytes),
             threads: None,
         }

@@ -19,12 +19,17 @@ pub struct EngineHandle {
 }
 
 impl EngineHandle {
-    /// Queues a command; `Stop`, `MemoryWarning`, `NewConversation` and `Shutdown` also
-    /// interrupt the running reply at its next token.
+    /// Queues a command; `Stop`, `MemoryWarning`, `NewConversation`, `OpenChat`,
+    /// `DeleteChat` and `Shutdown` also interrupt the running reply at its next token.
     pub fn send(&self, command: Command) -> Result<(), EngineError> {
         let interrupts = matches!(
             command,
-            Command::Stop | Command::MemoryWarning { .. } | Command::NewConversation | Command::Shutdown
+            Command::Stop
+                | Command::MemoryWarning { .. }
+                | Command::NewConversation
+                | Command::OpenChat { .. }
+                | Command::DeleteChat { .. }
+                | Command::Shutdown
         );
         self.commands.send(command).map_err(|_| EngineError::EngineGone)?;
         if interrupts {

@@ -9,10 +9,12 @@
 //! - `run`: the command loop, loading, policy, eviction and stats;
 //! - `turn`: one chat turn, from the prompt to the last token of the reply;
 //! - `saving`: the conversation's state file (lock, save, restore);
+//! - `chats`: the chat store's conversations (open, switch, rename, delete);
 //! - `device`: the device and the CPU threads.
 //!
 //! [`State`]: crate::engine::State
 
+mod chats;
 mod config;
 mod device;
 mod handle;
@@ -35,6 +37,7 @@ use super::sampler::SamplingParams;
 use super::session::Session;
 use super::tokenizer::TextTokenizer;
 use super::{Command, EngineEvent, ModelInfo, Stats};
+use crate::chats::ChatRecord;
 use crate::memory::{Policy, TierReport};
 
 pub struct Engine;
@@ -80,4 +83,8 @@ struct Worker {
     last_stats: Stats,
     /// Held on the state file this conversation is saved to.
     state_lock: Option<persist::StateLock>,
+    /// The open chat of the chat store (its whole transcript, the trimmed turns too).
+    active: Option<ChatRecord>,
+    /// Replies written again for the same prompt: each gets its own seed.
+    regenerations: u64,
 }

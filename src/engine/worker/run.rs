@@ -42,6 +42,8 @@ impl Worker {
             loaded: None,
             last_stats: Stats::default(),
             state_lock: None,
+            active: None,
+            regenerations: 0,
         }
     }
 
@@ -96,6 +98,20 @@ impl Worker {
                 }
                 Command::Stop => {}
                 Command::NewConversation => self.new_conversation(),
+                Command::Regenerate => {
+                    if self.regenerate() {
+                        break;
+                    }
+                }
+                Command::EditLast { text } => {
+                    if self.edit_last(&text) {
+                        break;
+                    }
+                }
+                Command::OpenChat { id } => self.open_chat(&id),
+                Command::RenameChat { id, title } => self.rename_chat(&id, &title),
+                Command::DeleteChat { id } => self.delete_chat(&id),
+                Command::SetSystemPrompt { text } => self.set_system_prompt(&text),
                 Command::MemoryWarning { reason } => self.evict(&reason),
                 Command::SetPolicy { tier } => self.set_policy(tier),
                 Command::SetThreads { threads } => {
@@ -143,6 +159,13 @@ impl Worker {
                 self.loaded = Some(loaded);
                 self.emit(EngineEvent::Policy { report: self.report.clone(), policy: self.policy });
                 self.emit_sampling();
+                if self.config.chats.is_some() {
+                    // Reloaded (another quant): the open chat again, else the launch one.
+                    let open = self.active.take().map(|a| a.id).or(self.config.open_chat.take());
+                    self.config.open_chat = open;
+                    self.open_initial_chat();
+                    return;
+                }
                 if let Some(path) = self.config.state_file.clone() {
                     self.lock_state_file(&path);
                 }
@@ -253,6 +276,9 @@ impl Worker {
     }
 
     pub(super) fn new_conversation(&mut self) {
+        if self.new_chat() {
+            return;
+        }
         if let Some(l) = self.loaded.as_mut() {
             l.session.clear();
         }
@@ -265,6 +291,7 @@ impl Worker {
         let old = self.policy;
         self.policy = Policy::for_tier(self.report.effective());
         if self.config.q8_variant.is_some() && old.quant != self.policy.quant {
+            self.save();
             self.load();
             return;
         }

@@ -20,11 +20,13 @@ impl Loaded {
 }
 
 impl Worker {
-    /// Saves the conversation to the configured state file, if any.
+    /// Saves the conversation to the configured state file, if any, and the open chat's
+    /// record when there is a chat store.
     pub(super) fn save(&mut self) {
         if let Some(path) = self.config.state_file.clone() {
             self.save_to(&path);
         }
+        self.save_record();
     }
 
     pub(super) fn save_to(&mut self, path: &Path) {
@@ -44,12 +46,16 @@ impl Worker {
     /// Loads a saved conversation (announced with `Restored`); on an error the
     /// conversation is a fresh one and the caller says why.
     pub(super) fn restore_from(&mut self, path: &Path) -> Result<(), StateFileError> {
-        let Some(l) = self.loaded.as_mut() else { return Ok(()) };
-        l.identity().and_then(|id| persist::restore(&mut l.session, &id, path))?;
-        let messages = l.session.messages().to_vec();
-        let tokens = l.session.state.len();
-        self.emit(EngineEvent::Restored { messages, tokens });
+        self.restore_session(path)?;
+        let tokens = self.loaded.as_ref().map_or(0, |l| l.session.state.len());
+        self.emit(EngineEvent::Restored { messages: self.transcript(), tokens });
         Ok(())
+    }
+
+    /// Loads a saved conversation's cache into the session, without telling anyone.
+    pub(super) fn restore_session(&mut self, path: &Path) -> Result<(), StateFileError> {
+        let Some(l) = self.loaded.as_mut() else { return Ok(()) };
+        l.identity().and_then(|id| persist::restore(&mut l.session, &id, path))
     }
 
     /// Locks `path` for this process; when another pocketchat holds it, this conversation

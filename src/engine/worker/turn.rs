@@ -33,6 +33,12 @@ struct ReplyOutcome {
 impl Worker {
     /// Runs one turn. Returns true when the engine must shut down.
     pub(super) fn send(&mut self, text: &str) -> bool {
+        self.answer(text, 0)
+    }
+
+    /// Answers `text` as a new turn that replaces the transcript's last `replaces`
+    /// messages (0 for a new message, 2 for an edited one).
+    fn answer(&mut self, text: &str, replaces: usize) -> bool {
         if self.loaded.is_none() {
             self.emit(EngineEvent::Failed { error: EngineError::NotReady });
             return false;
@@ -51,7 +57,6 @@ impl Worker {
                 return false;
             }
         };
-        let prefill_ms = started.elapsed().as_secs_f64() * 1e3;
         let kept = l.session.state.len() - prepared.fed_tokens;
         if prepared.dropped_tokens > 0 {
             self.emit(EngineEvent::Trimmed { dropped_tokens: prepared.dropped_tokens, kept_tokens: kept });
@@ -63,11 +68,77 @@ impl Worker {
                 ),
             });
         }
-        self.last_stats.prefill_tokens = prepared.fed_tokens;
-        self.last_stats.prefill_ms = prefill_ms;
-        self.emit_stats();
+        self.regenerations = 0;
+        self.reply(prepared.logits, prepared.fed_tokens, started, replaces)
+    }
 
-        let outcome = match self.decode(prepared.logits, started) {
+    /// Writes the last reply again with the next seed. Only the last prompt token is fed
+    /// again; when the last turn is no longer cached, the chat store's transcript is
+    /// re-read instead.
+    pub(super) fn regenerate(&mut self) -> bool {
+        let Some(l) = self.loaded.as_mut() else {
+            self.emit(EngineEvent::Failed { error: EngineError::NotReady });
+            return false;
+        };
+        let started = Instant::now();
+        match l.session.rewind_reply(&l.model) {
+            Ok(Some((logits, prompt))) => {
+                let replaces = self.transcript_ends_with_turn(&prompt);
+                self.emit_rewound(replaces, true);
+                self.emit(EngineEvent::ReplyStarted { prompt });
+                self.regenerations += 1;
+                self.reply(logits, 1, started, replaces)
+            }
+            Ok(None) => match self.reread_without_last_turn() {
+                Some(prompt) => {
+                    self.emit_rewound(2, true);
+                    let regenerations = self.regenerations + 1;
+                    let shutdown = self.answer(&prompt, 2);
+                    self.regenerations = regenerations;
+                    shutdown
+                }
+                None => {
+                    self.emit(EngineEvent::Notice { message: "There is no reply to write again.".into() });
+                    false
+                }
+            },
+            Err(error) => {
+                self.emit(EngineEvent::Failed { error });
+                self.emit_stats();
+                false
+            }
+        }
+    }
+
+    /// Replaces the last user message with `text` and answers it; only that turn is fed.
+    pub(super) fn edit_last(&mut self, text: &str) -> bool {
+        let Some(l) = self.loaded.as_mut() else {
+            self.emit(EngineEvent::Failed { error: EngineError::NotReady });
+            return false;
+        };
+        if text.trim().is_empty() {
+            self.emit(EngineEvent::Failed { error: EngineError::EmptyPrompt });
+            return false;
+        }
+        let replaces = match l.session.rewind_turn() {
+            Some(old) => self.transcript_ends_with_turn(&old),
+            None if self.reread_without_last_turn().is_some() => 2,
+            None => {
+                self.emit(EngineEvent::Notice { message: "There is no message to edit.".into() });
+                return false;
+            }
+        };
+        self.emit_rewound(replaces, false);
+        self.answer(text, replaces)
+    }
+
+    /// Decodes the reply to a prefilled prompt (`fed` tokens in `started`'s time so far)
+    /// and records the turn.
+    fn reply(&mut self, logits: candle_core::Tensor, fed: usize, started: Instant, replaces: usize) -> bool {
+        self.last_stats.prefill_tokens = fed;
+        self.last_stats.prefill_ms = started.elapsed().as_secs_f64() * 1e3;
+        self.emit_stats();
+        let outcome = match self.decode(logits, started) {
             Ok(outcome) => outcome,
             Err(error) => {
                 self.emit(EngineEvent::Failed { error });
@@ -77,6 +148,7 @@ impl Worker {
         };
         let l = self.loaded.as_mut().expect("checked above");
         l.session.finish_reply(&outcome.text);
+        self.record_turn(replaces);
         self.last_stats.generated_tokens = outcome.generated;
         self.last_stats.ttft_ms = outcome.ttft_ms;
         self.last_stats.decode_tok_s =
@@ -99,8 +171,11 @@ impl Worker {
 
     /// The decode loop: sample, stream, feed, check the interrupt flag.
     fn decode(&mut self, mut logits: candle_core::Tensor, started: Instant) -> Result<ReplyOutcome, EngineError> {
-        // A new sampler per reply: a reply is the same for the same conversation and seed.
-        let mut sampler = Sampler::new(self.sampling());
+        // A new sampler per reply: a reply is the same for the same conversation and seed;
+        // a regenerated one takes the next seeds.
+        let mut params = self.sampling();
+        params.seed = params.seed.wrapping_add(self.regenerations);
+        let mut sampler = Sampler::new(params);
         let mut detok = Detokenizer::default();
         let mut text = String::new();
         let mut generated = 0usize;
@@ -163,6 +238,10 @@ impl Worker {
                 Command::NewConversation => {
                     out.reason.get_or_insert(DoneReason::Stopped);
                     out.clear = true;
+                }
+                switch @ (Command::OpenChat { .. } | Command::DeleteChat { .. }) => {
+                    out.reason.get_or_insert(DoneReason::Stopped);
+                    self.deferred.push_back(switch);
                 }
                 Command::Shutdown => {
                     out.reason.get_or_insert(DoneReason::Stopped);

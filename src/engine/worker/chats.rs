@@ -1,0 +1,310 @@
+//! The chat store's conversations on the engine thread: the open chat's whole transcript
+//! (its trimmed turns too), switching (the target's cache restored without re-prefill,
+//! or its text re-read at the next message), rename, delete, the per-chat system prompt,
+//! and the record saved beside the cache after each reply.
+
+use super::Worker;
+use crate::chats::{unix_now, ChatRecord, ChatStore, UNTITLED};
+use crate::engine::persist::StateLock;
+use crate::engine::template::{Message, Role};
+use crate::engine::EngineEvent;
+
+impl Worker {
+    fn store(&self) -> Option<ChatStore> {
+        self.config.chats.clone()
+    }
+
+    fn notice(&self, message: String) {
+        self.emit(EngineEvent::Notice { message });
+    }
+
+    /// At launch, once the model is loaded: the configured chat, else the most recent
+    /// one, else a new one.
+    pub(super) fn open_initial_chat(&mut self) {
+        let Some(store) = self.store() else { return };
+        let wanted = self.config.open_chat.clone().or_else(|| store.list().first().map(|c| c.id.clone()));
+        let record = match wanted.map(|id| store.load(&id)) {
+            Some(Ok(record)) => Some(record),
+            Some(Err(e)) => {
+                self.notice(format!("{e}; starting a new chat."));
+                self.create_chat(&store)
+            }
+            None => self.create_chat(&store),
+        };
+        if let Some(record) = record {
+            // The cap holds across restarts, also when it was lowered meanwhile.
+            store.enforce_cap(Some(&record.id));
+            self.activate(record);
+        }
+    }
+
+    fn create_chat(&self, store: &ChatStore) -> Option<ChatRecord> {
+        match store.create(UNTITLED) {
+            Ok(record) => Some(record),
+            Err(e) => {
+                self.notice(format!("A new chat could not be saved in {}: {e}", store.dir().display()));
+                None
+            }
+        }
+    }
+
+    /// `NewConversation` with a chat store: the open chat is saved and stays in the list.
+    /// Returns false without a store.
+    pub(super) fn new_chat(&mut self) -> bool {
+        let Some(store) = self.store() else { return false };
+        self.save();
+        if let Some(record) = self.create_chat(&store) {
+            self.activate(record);
+        }
+        true
+    }
+
+    pub(super) fn open_chat(&mut self, id: &str) {
+        let Some(store) = self.store() else { return self.notice("There is no chat list here.".into()) };
+        if self.active.as_ref().is_some_and(|a| a.id == id) {
+            return;
+        }
+        match store.load(id) {
+            Ok(record) => {
+                self.save();
+                self.activate(record);
+            }
+            Err(e) => self.notice(e.to_string()),
+        }
+    }
+
+    pub(super) fn rename_chat(&mut self, id: &str, title: &str) {
+        let Some(store) = self.store() else { return };
+        match store.rename(id, title) {
+            Ok(record) => {
+                if let Some(active) = self.active.as_mut().filter(|a| a.id == id) {
+                    active.title = record.title;
+                }
+            }
+            Err(e) => self.notice(format!("The chat could not be renamed: {e}")),
+        }
+        self.emit_chats();
+    }
+
+    /// Deletes a chat; deleting the open one opens the most recent other (or a new one).
+    pub(super) fn delete_chat(&mut self, id: &str) {
+        let Some(store) = self.store() else { return };
+        let was_open = self.active.as_ref().is_some_and(|a| a.id == id);
+        if was_open {
+            self.active = None;
+            self.state_lock = None;
+            self.config.state_file = None;
+        }
+        if let Err(e) = store.delete(id) {
+            self.notice(format!("The chat could not be deleted: {e}"));
+        }
+        if !was_open {
+            return self.emit_chats();
+        }
+        let next = store.list().into_iter().find_map(|c| store.load(&c.id).ok());
+        if let Some(record) = next.or_else(|| self.create_chat(&store)) {
+            self.activate(record);
+        }
+    }
+
+    /// The open chat's system prompt; the conversation is re-read with it at the next
+    /// message (it comes first, so no cached token stays valid).
+    pub(super) fn set_system_prompt(&mut self, text: &str) {
+        let Some(active) = self.active.as_mut() else {
+            return self.notice("A system prompt needs a chat from the chat list.".into());
+        };
+        let prompt = Some(text.trim().to_string()).filter(|t| !t.is_empty());
+        if active.system_prompt == prompt {
+            return;
+        }
+        active.system_prompt = prompt;
+        let history = active.history();
+        if let Some(l) = self.loaded.as_mut() {
+            l.session.set_history(history);
+        }
+        self.save();
+        self.notice("The system prompt changed: the conversation is re-read with it at your next message.".into());
+        self.emit_stats();
+    }
+
+    /// Makes `record` the open chat: its cache locked and restored when it fits the
+    /// record, else its text set to be re-read.
+    fn activate(&mut self, record: ChatRecord) {
+        let Some(store) = self.store() else { return };
+        let _span = tracing::info_span!("open_chat", chat = %record.id).entered();
+        self.state_lock = None;
+        let path = store.cache_path(&record.id);
+        self.config.state_file = match StateLock::try_acquire(&path) {
+            Some(lock) => {
+                self.state_lock = Some(lock);
+                Some(path.clone())
+            }
+            None => {
+                self.notice(format!(
+                    "“{}” is open in another pocketchat: its cache is not saved from here.",
+                    record.title
+                ));
+                None
+            }
+        };
+        self.regenerations = 0;
+        let resumed = self.resume(&store, &record, &path);
+        let tokens = self.loaded.as_ref().map_or(0, |l| l.session.state.len());
+        self.emit(EngineEvent::ChatOpened {
+            id: record.id.clone(),
+            title: record.title.clone(),
+            system_prompt: record.system_prompt.clone(),
+            messages: record.messages.clone(),
+            tokens,
+            resumed,
+        });
+        self.active = Some(record);
+        self.emit_chats();
+        self.emit_stats();
+    }
+
+    /// Restores the chat's cache when it holds the end of the record's conversation;
+    /// otherwise the cache is dropped (it is derived from the text) and the text is set to
+    /// be re-read at the next message. Returns whether the cache was restored.
+    fn resume(&mut self, store: &ChatStore, record: &ChatRecord, path: &std::path::Path) -> bool {
+        let history = record.history();
+        let why = if path.exists() || path.is_symlink() {
+            match self.restore_session(path) {
+                Ok(()) => {
+                    let Some(l) = self.loaded.as_ref() else { return false };
+                    if cache_matches(l.session.messages(), &history) {
+                        return true;
+                    }
+                    "its cache did not match its text".to_string()
+                }
+                Err(e) => format!("its cache could not be used ({e})"),
+            }
+        } else {
+            "its cache was not kept (the caches' size cap)".to_string()
+        };
+        if path.exists() || path.is_symlink() {
+            store.drop_caches(&record.id);
+        }
+        if let Some(l) = self.loaded.as_mut() {
+            l.session.set_history(history);
+        }
+        if !record.messages.is_empty() {
+            let n = record.messages.len();
+            self.notice(format!("“{}”: {why}; its {n} messages are re-read with your next message.", record.title));
+        }
+        false
+    }
+
+    /// Records a finished turn in the open chat: the session's last user message and
+    /// reply replace the transcript's last `replaces` messages.
+    pub(super) fn record_turn(&mut self, replaces: usize) {
+        let (Some(active), Some(l)) = (self.active.as_mut(), self.loaded.as_ref()) else { return };
+        let turn: Vec<Message> = l.session.messages().iter().rev().take(2).rev().cloned().collect();
+        let keep = active.messages.len().saturating_sub(replaces);
+        active.messages.truncate(keep);
+        active.messages.extend(turn);
+        active.updated = unix_now();
+        active.title_from_first_message();
+    }
+
+    /// Saves the open chat's record (its tokens now) and keeps the caches under the cap.
+    pub(super) fn save_record(&mut self) {
+        let Some(store) = self.store() else { return };
+        let tokens = self.loaded.as_ref().map_or(0, |l| l.session.state.len());
+        let Some(active) = self.active.as_mut() else { return };
+        active.tokens = tokens;
+        let (saved, id, title) = (store.save(active), active.id.clone(), active.title.clone());
+        if let Err(e) = saved {
+            self.notice(format!("The chat “{title}” could not be saved: {e}"));
+        }
+        for chat in store.enforce_cap(Some(&id)) {
+            tracing::info!("dropped the cache of “{}” ({} bytes) to stay under the cap", chat.title, chat.cache_bytes);
+        }
+        self.emit_chats();
+    }
+
+    pub(super) fn emit_chats(&self) {
+        let Some(store) = self.store() else { return };
+        let chats = store.list();
+        let cache_bytes = chats.iter().map(|c| c.cache_bytes).sum();
+        self.emit(EngineEvent::Chats {
+            chats,
+            active: self.active.as_ref().map(|a| a.id.clone()),
+            cache_bytes,
+            cache_cap_bytes: store.cache_cap_bytes(),
+        });
+    }
+
+    /// Whether the open chat's transcript ends with the turn of `user` (a message and its
+    /// reply): 2 messages to replace when that turn is answered again, else 0.
+    pub(super) fn transcript_ends_with_turn(&self, user: &str) -> usize {
+        match self.active.as_ref().map(|a| a.messages.as_slice()) {
+            Some([.., u, a]) if u.role == Role::User && u.content == user && a.role == Role::Assistant => 2,
+            _ => 0,
+        }
+    }
+
+    /// Says how much of the transcript a rewind kept: the open chat's messages less those
+    /// `replaces` takes (the user's message stays when `keeps_prompt`); without a store,
+    /// the session's.
+    pub(super) fn emit_rewound(&self, replaces: usize, keeps_prompt: bool) {
+        let kept = match &self.active {
+            Some(a) => a.messages.len() - replaces.min(a.messages.len()) + usize::from(keeps_prompt && replaces == 2),
+            None => self.loaded.as_ref().map_or(0, |l| l.session.messages().iter().filter(|m| m.role != Role::System).count()),
+        };
+        self.emit(EngineEvent::Rewound { kept });
+    }
+
+    /// For a last turn that is no longer cached (trimmed, evicted): sets the open chat's
+    /// history without that turn to be re-read, and returns its user message.
+    pub(super) fn reread_without_last_turn(&mut self) -> Option<String> {
+        let active = self.active.as_ref()?;
+        let [.., user, reply] = active.messages.as_slice() else { return None };
+        if user.role != Role::User || reply.role != Role::Assistant {
+            return None;
+        }
+        let prompt = user.content.clone();
+        let mut history = active.history();
+        history.truncate(history.len() - 2);
+        self.loaded.as_mut()?.session.set_history(history);
+        Some(prompt)
+    }
+
+    /// The open chat's transcript (the session's messages without a store).
+    pub(super) fn transcript(&self) -> Vec<Message> {
+        match (&self.active, &self.loaded) {
+            (Some(a), _) => a.messages.clone(),
+            (None, Some(l)) => l.session.messages().iter().filter(|m| m.role != Role::System).cloned().collect(),
+            (None, None) => Vec::new(),
+        }
+    }
+}
+
+/// A restored cache belongs to a chat when it holds the chat's system prompt and the end
+/// of its conversation (older turns may have been trimmed out of the cache).
+fn cache_matches(cached: &[Message], history: &[Message]) -> bool {
+    let split = |m: &[Message]| match m.first() {
+        Some(first) if first.role == Role::System => (Some(first.clone()), m[1..].to_vec()),
+        _ => (None, m.to_vec()),
+    };
+    let (cached_system, cached_turns) = split(cached);
+    let (system, turns) = split(history);
+    cached_system == system && turns.ends_with(&cached_turns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cache_matches_the_end_of_its_chat() {
+        let m = |role, text: &str| Message::new(role, text);
+        let history =
+            [m(Role::System, "s"), m(Role::User, "a"), m(Role::Assistant, "b"), m(Role::User, "c"), m(Role::Assistant, "d")];
+        assert!(cache_matches(&history, &history));
+        assert!(cache_matches(&[m(Role::System, "s"), m(Role::User, "c"), m(Role::Assistant, "d")], &history));
+        assert!(!cache_matches(&[m(Role::User, "c"), m(Role::Assistant, "d")], &history), "system prompt differs");
+        assert!(!cache_matches(&[m(Role::System, "s"), m(Role::User, "a"), m(Role::Assistant, "b")], &history));
+        assert!(cache_matches(&[m(Role::System, "s")], &[m(Role::System, "s")]));
+    }
+}
