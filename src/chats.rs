@@ -39,7 +39,7 @@ pub const UNTITLED: &str = "New chat";
 pub struct ChatRecord {
     pub id: String,
     pub title: String,
-    /// Seconds since the Unix epoch.
+    /// Milliseconds since the Unix epoch.
     pub created: u64,
     pub updated: u64,
     /// Tokens its cache held when last saved.
@@ -204,7 +204,7 @@ impl ChatStore {
 
     /// A new, empty chat (saved).
     pub fn create(&self, title: &str) -> Result<ChatRecord, ChatStoreError> {
-        let now = unix_now();
+        let now = unix_ms();
         let id = (1u32..)
             .map(|n| format!("{now:x}-{n}"))
             .find(|id| !self.record_path(id).exists() && !self.cache_path(id).exists())
@@ -297,8 +297,9 @@ fn clean_title(title: &str) -> String {
     format!("{}…", cut.trim_end())
 }
 
-pub fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+/// Milliseconds since the Unix epoch (chats used within one second still sort).
+pub fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 #[cfg(test)]

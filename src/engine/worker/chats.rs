@@ -4,7 +4,7 @@
 //! and the record saved beside the cache after each reply.
 
 use super::Worker;
-use crate::chats::{unix_now, ChatRecord, ChatStore, UNTITLED};
+use crate::chats::{unix_ms, ChatRecord, ChatStore, UNTITLED};
 use crate::engine::persist::StateLock;
 use crate::engine::template::{Message, Role};
 use crate::engine::EngineEvent;
@@ -203,7 +203,7 @@ impl Worker {
         let keep = active.messages.len().saturating_sub(replaces);
         active.messages.truncate(keep);
         active.messages.extend(turn);
-        active.updated = unix_now();
+        active.updated = unix_ms();
         active.title_from_first_message();
     }
 

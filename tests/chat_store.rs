@@ -1,0 +1,243 @@
+//! The chat list on the engine thread, on a tiny random-weight GGUF written by the test:
+//! switching among chats restores each one's cache, so a resumed turn feeds only its own
+//! tokens; the caches' size cap drops the oldest caches (their text stays and is re-read
+//! on demand) and holds across a restart; regenerate and edit feed only the changed turn.
+//!
+//! Token counts are what is asserted; the times are printed, never asserted.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::{write_tiny_gguf, TinySpec};
+use pocketchat::chats::{ChatStore, ChatSummary};
+use pocketchat::engine::sampler::SamplingOverrides;
+use pocketchat::engine::template::Role;
+use pocketchat::engine::{Command, Engine, EngineConfig, EngineEvent, EngineEvents, EngineHandle, Stats};
+
+struct Chats {
+    handle: EngineHandle,
+    events: EngineEvents,
+    /// The chat list from the latest `Chats` event.
+    list: Vec<ChatSummary>,
+}
+
+/// Opened chat: (id, messages, tokens, resumed).
+type Opened = (String, usize, usize, bool);
+
+impl Chats {
+    /// An engine on the tiny model with the chat store in `dir/chats`, ready, with the
+    /// chat it opened at launch.
+    fn start(dir: &Path, cap_bytes: u64, open: Option<&str>) -> (Chats, Opened) {
+        let model = dir.join("tiny-llama-2l-Q8_0.gguf");
+        let model = if model.exists() { model } else { write_tiny_gguf(dir, &TinySpec::default(), 5) };
+        let mut config = EngineConfig::new(model);
+        config.max_tokens = 12;
+        config.budget_override = Some(1024);
+        // A fake headroom probe: no live memory figure, so the budget is the configured one.
+        config.headroom = Arc::new(|| None);
+        config.threads = Some(1);
+        config.sampling = SamplingOverrides { temperature: Some(1.0), ..Default::default() };
+        config.chats = Some(ChatStore::open(dir.join("chats"), cap_bytes).unwrap());
+        config.open_chat = open.map(String::from);
+        let (handle, events) = Engine::spawn(config);
+        let mut chats = Chats { handle, events, list: Vec::new() };
+        let opened = chats.opened();
+        (chats, opened)
+    }
+
+    fn next(&mut self) -> EngineEvent {
+        let event = self.events.recv_blocking().expect("the engine thread is running");
+        match &event {
+            EngineEvent::Failed { error } => panic!("the engine failed: {error}"),
+            EngineEvent::Chats { chats, .. } => self.list = chats.clone(),
+            _ => {}
+        }
+        event
+    }
+
+    /// Waits for the next `ChatOpened` and the stats after it.
+    fn opened(&mut self) -> Opened {
+        let opened = loop {
+            if let EngineEvent::ChatOpened { id, messages, tokens, resumed, .. } = self.next() {
+                break (id, messages.len(), tokens, resumed);
+            }
+        };
+        while !matches!(self.next(), EngineEvent::Stats(_)) {}
+        opened
+    }
+
+    /// Sends a command that answers with a reply; returns the prefill's stats, the
+    /// reply's text and the stats after it.
+    fn turn(&mut self, command: Command) -> (Stats, String, Stats) {
+        self.handle.send(command).unwrap();
+        let mut prefill = None;
+        let mut text = String::new();
+        loop {
+            match self.next() {
+                EngineEvent::Stats(s) if prefill.is_none() => prefill = Some(s),
+                EngineEvent::Token { text: piece } => text.push_str(&piece),
+                EngineEvent::Done { .. } => break,
+                _ => {}
+            }
+        }
+        let after = loop {
+            if let EngineEvent::Stats(s) = self.next() {
+                break s;
+            }
+        };
+        (prefill.expect("stats after the prefill"), text, after)
+    }
+
+    fn send(&mut self, text: &str) -> (Stats, String, Stats) {
+        self.turn(Command::Send { text: text.into() })
+    }
+
+    fn open(&mut self, command: Command) -> Opened {
+        self.handle.send(command).unwrap();
+        self.opened()
+    }
+
+
+    fn shutdown(self) {
+        self.handle.send(Command::Shutdown).unwrap();
+        let mut events = self.events;
+        while events.recv_blocking().is_some() {}
+    }
+}
+
+const TURNS: [&str; 3] = ["tell me about the sea", "tell me more", "and then what"];
+
+/// Three chats of three turns each; returns their ids, oldest first.
+fn three_chats(chats: &mut Chats, first: Opened) -> Vec<String> {
+    let mut ids = vec![first.0];
+    for chat in 0..3 {
+        if chat > 0 {
+            ids.push(chats.open(Command::NewConversation).0);
+        }
+        for text in TURNS {
+            chats.send(&format!("{text} ({chat})"));
+        }
+    }
+    ids
+}
+
+#[test]
+fn switching_among_three_chats_resumes_each_from_its_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut chats, first) = Chats::start(dir.path(), 1 << 30, None);
+    assert_eq!((first.1, first.2), (0, 0), "a first launch opens a new, empty chat");
+    let ids = three_chats(&mut chats, first);
+
+    // The same message as each chat's second turn: in a chat that never left memory it
+    // would feed exactly as many tokens as that turn did.
+    let second_turn = |chat: usize| format!("{} ({chat})", TURNS[1]);
+    for (chat, id) in ids.iter().enumerate() {
+        let (opened_id, messages, tokens, resumed) = chats.open(Command::OpenChat { id: id.clone() });
+        assert_eq!(&opened_id, id);
+        assert!(resumed, "chat {chat} was restored from its cache");
+        assert_eq!(messages, 6, "three turns of chat {chat}");
+        let (prefill, _, after) = chats.send(&second_turn(chat));
+        let (fresh_prefill, ..) = {
+            // The control: a new chat's second turn, the same text.
+            chats.open(Command::NewConversation);
+            chats.send("warm up");
+            chats.send(&second_turn(chat))
+        };
+        eprintln!(
+            "chat {chat}: resumed at {tokens} tokens; its next turn fed {} tokens, first token {:.1} ms (a turn in a chat that never left: {} tokens, {:.1} ms)",
+            prefill.prefill_tokens, prefill.prefill_ms, fresh_prefill.prefill_tokens, fresh_prefill.prefill_ms
+        );
+        assert_eq!(prefill.prefill_tokens, fresh_prefill.prefill_tokens, "only the new turn was fed");
+        assert!(after.context_tokens > tokens + prefill.prefill_tokens, "the cache grew from where it was");
+        assert!(prefill.prefill_tokens * 2 < tokens, "far less than re-reading the chat");
+    }
+
+    // Each chat kept its whole transcript: its three turns and the one sent on return.
+    let store = ChatStore::open(dir.path().join("chats"), 1 << 30).unwrap();
+    for (chat, id) in ids.iter().enumerate() {
+        let record = store.load(id).unwrap();
+        let users: Vec<&str> =
+            record.messages.iter().filter(|m| m.role == Role::User).map(|m| m.content.as_str()).collect();
+        let want: Vec<String> = TURNS.iter().map(|t| format!("{t} ({chat})")).chain([second_turn(chat)]).collect();
+        assert_eq!(users, want, "chat {chat}");
+        assert_eq!(record.title, format!("{} ({chat})", TURNS[0]), "named after its first message");
+    }
+    chats.shutdown();
+
+    // After a restart the most recent chat opens, from its cache.
+    let (chats, opened) = Chats::start(dir.path(), 1 << 30, None);
+    assert!(opened.3, "resumed after a restart");
+    chats.shutdown();
+}
+
+#[test]
+fn the_cache_cap_drops_the_oldest_caches_keeps_their_text_and_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut chats, first) = Chats::start(dir.path(), 1 << 30, None);
+    let ids = three_chats(&mut chats, first);
+    chats.shutdown();
+    let store = ChatStore::open(dir.path().join("chats"), 1 << 30).unwrap();
+    let one_cache = store.cache_bytes_of(&ids[2]);
+    assert!(ids.iter().all(|id| store.cache_bytes_of(id) > 0), "every chat has a cache");
+
+    // Restarted with room for about one and a half caches: the most recent chat opens
+    // and keeps its cache; the two older ones lose theirs, oldest first.
+    let cap = one_cache * 3 / 2;
+    let (mut chats, opened) = Chats::start(dir.path(), cap, None);
+    assert_eq!(opened.0, ids[2]);
+    assert!(opened.3, "the open chat keeps its cache");
+    let caches: Vec<u64> = ids.iter().map(|id| store.cache_bytes_of(id)).collect();
+    assert_eq!(&caches[..2], [0, 0], "the older caches went: {caches:?}");
+    assert!(store.cache_bytes() <= cap);
+
+    // An older chat keeps its text and is re-read at its next message.
+    let (_, messages, tokens, resumed) = chats.open(Command::OpenChat { id: ids[0].clone() });
+    assert_eq!((messages, tokens, resumed), (6, 0, false));
+    let (prefill, _, _) = chats.send("one more thing");
+    let (resumed_prefill, ..) = chats.send("and another");
+    eprintln!(
+        "re-read: {} tokens in {:.1} ms; the next turn: {} tokens in {:.1} ms",
+        prefill.prefill_tokens, prefill.prefill_ms, resumed_prefill.prefill_tokens, resumed_prefill.prefill_ms
+    );
+    assert!(prefill.prefill_tokens > 4 * resumed_prefill.prefill_tokens, "the whole chat was re-read once");
+    let list = chats.list.clone();
+    let others: u64 = list.iter().filter(|c| c.id != ids[0]).map(|c| c.cache_bytes).sum();
+    assert!(list[0].cache_bytes + others <= cap || others == 0, "the open chat alone may pass the cap: {list:?}");
+    assert_eq!(list[0].id, ids[0], "the chat just used is first");
+    assert!(list.iter().all(|c| c.messages >= 6), "no chat lost its text: {list:?}");
+    chats.shutdown();
+}
+
+#[test]
+fn regenerate_and_edit_feed_only_the_changed_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut chats, _) = Chats::start(dir.path(), 1 << 30, None);
+    chats.send("hello there");
+    let (second, reply, before) = chats.send("tell me a story");
+
+    // Regenerate: one token fed again (the prompt's last), a new sample.
+    let (prefill, again, after) = chats.turn(Command::Regenerate);
+    assert_eq!(prefill.prefill_tokens, 1);
+    assert_eq!(prefill.context_tokens, second.context_tokens, "back at the end of the prompt");
+    assert_ne!(again, reply, "a regenerated reply is a new sample");
+    assert!(after.context_tokens >= prefill.context_tokens && before.context_tokens >= second.context_tokens);
+    eprintln!("regenerate: fed {} token, first token {:.1} ms", prefill.prefill_tokens, prefill.prefill_ms);
+
+    // Edit: the last turn is taken back and the new text (as long as the old) fed. The
+    // original turn also fed the close of the reply before it (`<|im_end|>` and a
+    // newline), which stays cached: two tokens fewer, and the same prompt length.
+    let (edited, ..) = chats.turn(Command::EditLast { text: "tell me a fable".into() });
+    assert_eq!(edited.prefill_tokens + 2, second.prefill_tokens);
+    assert_eq!(edited.context_tokens, second.context_tokens);
+    eprintln!("edit: fed {} tokens, first token {:.1} ms", edited.prefill_tokens, edited.prefill_ms);
+    chats.shutdown();
+
+    let store = ChatStore::open(dir.path().join("chats"), 1 << 30).unwrap();
+    let record = store.load(&store.list()[0].id).unwrap();
+    let users: Vec<&str> =
+        record.messages.iter().filter(|m| m.role == Role::User).map(|m| m.content.as_str()).collect();
+    assert_eq!(users, ["hello there", "tell me a fable"], "the edit replaced the message");
+    assert_eq!(record.messages.len(), 4);
+}
