@@ -337,7 +337,10 @@ mod tests {
             updated: 0,
             tokens: 0,
             system_prompt: Some("Be brief.".into()),
-            messages: vec![Message::new(Role::User, "\n  What is a lighthouse for, and who keeps one running at night?")],
+            messages: vec![Message::new(
+                Role::User,
+                "\n  What is a lighthouse for, and who keeps one running at night?",
+            )],
         };
         r.title_from_first_message();
         assert_eq!(r.title.chars().count(), MAX_TITLE_CHARS);

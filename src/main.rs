@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use pocketchat::chats::{self, ChatStore};
 use pocketchat::engine::sampler::SamplingOverrides;
 use pocketchat::engine::{
     model::argmax, Command, DoneReason, Engine, EngineConfig, EngineEvent, Kernels, KvDtype, Model, TrimMode,
 };
-use pocketchat::chats::{self, ChatStore};
 use pocketchat::{catalog, memory};
 
 /// On-device chat with a persistent KV cache. Without a command: the chat app.
@@ -447,7 +447,8 @@ fn chat(args: &ChatArgs) -> Result<()> {
                 );
             }
             Some(EngineEvent::ChatOpened { title, messages, tokens, resumed, .. }) if !messages.is_empty() => {
-                let how = if resumed { "its cache restored without re-prefill" } else { "re-read at the first message" };
+                let how =
+                    if resumed { "its cache restored without re-prefill" } else { "re-read at the first message" };
                 eprintln!("[chat “{title}”: {} messages, {tokens} tokens, {how}]", messages.len());
             }
             Some(EngineEvent::Notice { message }) => eprintln!("[{message}]"),

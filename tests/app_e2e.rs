@@ -1,9 +1,11 @@
 //! End to end: the real desktop app on the default model, under Xvfb, driven the way a
 //! person drives it — xdotool clicks into the composer, types a prompt and presses Enter,
 //! clicks **Simulate memory warning** while the reply streams, then sends a second
-//! prompt. It passes only when both replies finished and the eviction notice was shown,
-//! as the app itself reports in its QA status file (`POCKETCHAT_QA_STATUS`). Screenshots
-//! of the screen go to `target/e2e/`.
+//! prompt; then starts a second chat, chats there, clicks the first chat in the chat list
+//! and goes on with it. It passes only when every reply finished, the eviction notice was
+//! shown and the first chat came back from its cache with its messages, as the app itself
+//! reports in its QA status file (`POCKETCHAT_QA_STATUS`). Screenshots of the screen go
+//! to `target/e2e/`.
 //!
 //! Needs `xvfb-run`, `xdotool`, `xwd` and ImageMagick's `convert`. Without `xvfb-run`
 //! the test prints a loud SKIPPED banner and returns; anything else missing fails it.
@@ -23,6 +25,8 @@ use serde_json::Value;
 const EVICTED_PREFIX: &str = "Memory limit reached";
 const FIRST_PROMPT: &str = "Write a long story about a lighthouse keeper and a storm.";
 const SECOND_PROMPT: &str = "Say hello in one short sentence.";
+const OTHER_CHAT_PROMPT: &str = "Name a color.";
+const THIRD_PROMPT: &str = "Thank you. Say goodbye in one short sentence.";
 
 fn have(tool: &str) -> bool {
     Command::new("sh")
@@ -240,8 +244,8 @@ impl RunningApp {
             .env_remove("WAYLAND_DISPLAY")
             .env_remove("POCKETCHAT_THREADS")
             .env("POCKETCHAT_QA_STATUS", &status_path)
-            // A fresh conversation: no state restored from an earlier run.
-            .env("POCKETCHAT_STATE_FILE", work.path().join("conversation.pcstate"))
+            // A fresh chat list: nothing restored from an earlier run.
+            .env("POCKETCHAT_CHATS_DIR", work.path().join("chats"))
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -327,9 +331,6 @@ fn chat_evict_and_chat_again_in_the_real_window() {
     });
     std::thread::sleep(Duration::from_millis(500));
     run.screen.screenshot(&out.join("03-second-reply.png"), window);
-    fs::copy(&status_path, out.join("qa-status.json")).unwrap();
-
-    eprintln!("e2e: final status {status:#}");
     assert!(status["replies_done"].as_u64().unwrap() >= 2, "{status:#}");
     assert!(status["evictions"].as_u64().unwrap() >= 1, "{status:#}");
     let notices: Vec<&str> = status["notices"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
@@ -345,6 +346,52 @@ fn chat_evict_and_chat_again_in_the_real_window() {
         "the second reply finished normally: {status:#}"
     );
     assert!(out.join("03-second-reply.png").exists());
+    let first_chat = status["active_chat"].as_str().expect("the app opened a chat").to_string();
+
+    // 5. A second chat: New chat, a prompt, its reply.
+    run.screen.click(origin, &status["rects"]["new_chat"]);
+    let status = run.wait_for("the second chat", Duration::from_secs(30), |s| {
+        s["active_chat"].as_str().is_some_and(|id| id != first_chat) && s["messages"] == 0
+    });
+    run.screen.click(origin, &status["rects"]["composer"]);
+    run.screen.type_and_enter(OTHER_CHAT_PROMPT);
+    let status = run.wait_for("the second chat's reply", Duration::from_secs(240), |s| {
+        s["replies_done"].as_u64() >= Some(3)
+            && s["generating"] == false
+            && s["chats"].as_array().is_some_and(|c| c.len() == 2)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    run.screen.screenshot(&out.join("04-second-chat.png"), window);
+    assert_eq!(status["prompts"], serde_json::json!([OTHER_CHAT_PROMPT]), "{status:#}");
+
+    // 6. Back to the first chat from the list: its messages are back (no re-prefill), and
+    // it goes on.
+    let item = format!("chat:{first_chat}");
+    let status = run.wait_for("the first chat in the list", Duration::from_secs(10), |s| s["rects"][&item].is_object());
+    run.screen.click(origin, &status["rects"][&item]);
+    let status = run.wait_for("the first chat again", Duration::from_secs(30), |s| {
+        s["active_chat"].as_str() == Some(first_chat.as_str()) && s["messages"].as_u64() >= Some(4)
+    });
+    let prompts: Vec<&str> = status["prompts"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(prompts, [FIRST_PROMPT, SECOND_PROMPT], "the first chat's messages came back");
+    let notices: Vec<&str> = status["notices"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(notices.iter().any(|n| n.contains("resumed from its cache")), "resumed without re-prefill: {notices:?}");
+    run.screen.click(origin, &status["rects"]["composer"]);
+    run.screen.type_and_enter(THIRD_PROMPT);
+    let status = run.wait_for("the first chat's third reply", Duration::from_secs(240), |s| {
+        s["replies_done"].as_u64() >= Some(4) && s["generating"] == false
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    run.screen.screenshot(&out.join("05-first-chat-again.png"), window);
+    fs::copy(&status_path, out.join("qa-status.json")).unwrap();
+
+    eprintln!("e2e: final status {status:#}");
+    let prompts: Vec<&str> = status["prompts"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(prompts, [FIRST_PROMPT, SECOND_PROMPT, THIRD_PROMPT], "the first chat went on");
+    assert_eq!(status["chats"].as_array().unwrap().len(), 2, "{status:#}");
+    assert_eq!(status["chats"][0]["id"].as_str(), Some(first_chat.as_str()), "the chat just used comes first");
+    assert_eq!(status["last_error"], Value::Null, "{status:#}");
+    assert!(out.join("05-first-chat-again.png").exists());
 }
 
 const STREAM_PROMPT: &str = "Write a long story about a lighthouse keeper and a storm.";

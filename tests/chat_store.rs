@@ -99,7 +99,6 @@ impl Chats {
         self.opened()
     }
 
-
     fn shutdown(self) {
         self.handle.send(Command::Shutdown).unwrap();
         let mut events = self.events;

@@ -178,7 +178,8 @@ impl Session {
             } else {
                 (self.pinned_tokens, self.turn_lengths())
             };
-            let plan = budget::plan(pinned, &turns, new_tokens - if from_scratch { pinned } else { 0 }, reserve, budget);
+            let plan =
+                budget::plan(pinned, &turns, new_tokens - if from_scratch { pinned } else { 0 }, reserve, budget);
             // History re-read from its text (a resumed chat without its cache) that does
             // not fit loses its oldest turns first, never the new message.
             if from_scratch && plan != Plan::Fits && self.forget_oldest_turn() {

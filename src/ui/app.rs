@@ -22,6 +22,7 @@ use futures::{FutureExt, StreamExt};
 use crate::engine::{Command, Engine, EngineConfig, EngineError, EngineEvent, EngineHandle};
 
 use super::chat::ChatView;
+use super::chat_list::ChatList;
 use super::clock::now_label;
 use super::meter::{LiveFigures, ReplyMeter};
 use super::pacer::{self, FRAME};
@@ -227,7 +228,9 @@ async fn bridge(
     mut live: Signal<Option<LiveFigures>>,
     qa: Option<QaHook>,
 ) {
-    state.write().restore_available = config.state_file.is_some();
+    // The engine keeps a copy from before each eviction next to the state file (each
+    // chat's, with a chat store).
+    state.write().restore_available = config.state_file.is_some() || config.chats.is_some();
     let (engine, events) = Engine::spawn(config);
     let mut link = EngineLink { handle: engine.clone(), events: Some(pacer::pace(events, FRAME).fuse()) };
     let mut meter = ReplyMeter::default();
@@ -246,6 +249,8 @@ async fn bridge(
                     if !state.write().submit(text, &now_label()) {
                         continue;
                     }
+                }
+                if matches!(command, Command::Send { .. } | Command::Regenerate | Command::EditLast { .. }) {
                     meter.sent(Instant::now());
                     if let Some(qa) = &qa {
                         qa.watch_first_paint();
@@ -264,7 +269,14 @@ async fn bridge(
                     batch.extend(more);
                 }
                 let relayout = batch.iter().any(|e| {
-                    matches!(e, EngineEvent::Ready(_) | EngineEvent::Done { .. } | EngineEvent::ConversationReset)
+                    matches!(
+                        e,
+                        EngineEvent::Ready(_)
+                            | EngineEvent::Done { .. }
+                            | EngineEvent::ConversationReset
+                            | EngineEvent::Chats { .. }
+                            | EngineEvent::ChatOpened { .. }
+                    )
                 });
                 // Watch against the ceiling of the policy in force.
                 let ceiling = batch.iter().rev().find_map(|e| match e {
@@ -333,6 +345,9 @@ fn refresh_live_figures(
 #[component]
 pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
     let mut open = use_signal(|| settings_open);
+    // The chat list's drawer on narrow windows (wide ones always show the column).
+    let mut chats_open = use_signal(|| false);
+    let has_chats = use_memo(move || state.read().active_chat.is_some());
     let ready = use_memo(move || state.read().is_ready());
     let status = use_memo(move || {
         let s = state.read();
@@ -349,7 +364,12 @@ pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
     let (status_class, status_text) = status();
     let ready = ready();
     rsx! {
-        div { class: if open() { "app settings-open" } else { "app" },
+        div { class: match (open(), chats_open()) {
+                (true, true) => "app settings-open chats-open",
+                (true, false) => "app settings-open",
+                (false, true) => "app chats-open",
+                (false, false) => "app",
+            },
             header { class: "topbar",
                 div { class: "brand",
                     span { class: "brand-mark", aria_hidden: "true" }
@@ -357,6 +377,13 @@ pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
                 }
                 span { class: "status-chip {status_class}", title: "{status_text}", "{status_text}" }
                 div { class: "topbar-actions",
+                    if has_chats() {
+                        button { class: "btn ghost chats-toggle", r#type: "button", id: "chats-toggle",
+                            aria_pressed: "{chats_open()}",
+                            onclick: move |_| chats_open.toggle(),
+                            "Chats"
+                        }
+                    }
                     button { class: "btn ghost", r#type: "button", id: "new-chat",
                         disabled: !ready,
                         onclick: move |_| send_command(Command::NewConversation),
@@ -372,6 +399,9 @@ pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
                 }
             }
             div { class: "layout",
+                if has_chats() {
+                    ChatList { state, on_pick: move |_| chats_open.set(false) }
+                }
                 ChatView { state }
                 if open() {
                     SettingsPanel { state, on_close: move |_| open.set(false) }

@@ -36,6 +36,7 @@ pub fn ChatView(state: ReadSignal<ChatState>) -> Element {
         (s.is_ready(), s.generating(), matches!(s.phase, Phase::Failed(_)))
     });
     let (ready, generating, failed) = composer();
+    let last_turn = use_memo(move || state.read().last_turn());
     rsx! {
         section { class: "chat",
             div { id: "messages", class: "messages", aria_live: "polite",
@@ -58,7 +59,7 @@ pub fn ChatView(state: ReadSignal<ChatState>) -> Element {
                         EmptyState { model_name }
                     }
                     for id in ids.read().iter().copied() {
-                        EntryView { key: "{id}", state, id }
+                        EntryView { key: "{id}", state, id, action: TurnAction::for_entry(last_turn(), id) }
                     }
                     if awaiting() {
                         div { class: "msg msg-assistant pending",
@@ -72,12 +73,31 @@ pub fn ChatView(state: ReadSignal<ChatState>) -> Element {
     }
 }
 
-/// One transcript line, re-rendered only when that line changes.
+/// What the last turn's messages offer: the user's message can be edited, the reply
+/// written again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnAction {
+    Edit,
+    Regenerate,
+}
+
+impl TurnAction {
+    /// The action of the line `id`, given the last turn's (message, reply) ids.
+    fn for_entry(last_turn: Option<(u64, u64)>, id: u64) -> Option<TurnAction> {
+        match last_turn {
+            Some((user, _)) if user == id => Some(TurnAction::Edit),
+            Some((_, reply)) if reply == id => Some(TurnAction::Regenerate),
+            _ => None,
+        }
+    }
+}
+
+/// One transcript line, re-rendered only when that line (or its action) changes.
 #[component]
-fn EntryView(state: ReadSignal<ChatState>, id: u64) -> Element {
+fn EntryView(state: ReadSignal<ChatState>, id: u64, action: Option<TurnAction>) -> Element {
     let entry = use_memo(move || state.read().entry(id).cloned());
     match entry() {
-        Some(Entry::Message(m)) => rsx! { MessageBubble { message: m } },
+        Some(Entry::Message(m)) => rsx! { MessageBubble { message: m, action } },
         Some(Entry::Notice(n)) => rsx! { NoticeView { notice: n } },
         None => rsx! {},
     }
@@ -106,18 +126,15 @@ fn TypingDots() -> Element {
     }
 }
 
-/// One message; replies render Markdown and carry a copy button and a tok/s label.
+/// One message; replies render Markdown and carry a copy button and a tok/s label. The
+/// last turn's message offers *Edit*, its reply *Regenerate*.
 #[component]
-pub fn MessageBubble(message: Message) -> Element {
+pub fn MessageBubble(message: Message, #[props(default)] action: Option<TurnAction>) -> Element {
     let mut copied = use_signal(|| false);
     // The reply's Markdown, kept between renders: finished blocks are not parsed again.
     let blocks = use_hook(|| Rc::new(RefCell::new(MarkdownBlocks::default())));
     if message.role == Role::User {
-        return rsx! {
-            div { class: "msg msg-user",
-                div { class: "bubble", "{message.text}" }
-            }
-        };
+        return rsx! { UserMessage { text: message.text.clone(), editable: action == Some(TurnAction::Edit) } };
     }
     let streaming = !message.finished;
     let (finished_blocks, open_block) = {
@@ -163,6 +180,14 @@ pub fn MessageBubble(message: Message) -> Element {
                             if copied() { "Copied" } else { "Copy" }
                         }
                     }
+                    if action == Some(TurnAction::Regenerate) {
+                        button { class: "copy", r#type: "button", id: "regenerate",
+                            title: "Write this reply again",
+                            onclick: move |_| send_command(Command::Regenerate),
+                            onmounted: move |e: MountedEvent| qa::track("regenerate", e.data()),
+                            "Regenerate"
+                        }
+                    }
                     if let Some(meta) = meta {
                         span { class: "toks", "{meta}" }
                     }
@@ -171,6 +196,66 @@ pub fn MessageBubble(message: Message) -> Element {
                     }
                     if let Some(error) = &message.error {
                         span { class: "done-label error", "{error}" }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The user's message; the last one can be edited in place and sent again (only that
+/// turn is fed again).
+#[component]
+fn UserMessage(text: String, editable: bool) -> Element {
+    let mut editing = use_signal(|| false);
+    let mut draft = use_signal(|| text.clone());
+    if editing() && editable {
+        let send = move || {
+            let text = draft.peek().trim().to_string();
+            if !text.is_empty() {
+                send_command(Command::EditLast { text });
+            }
+            editing.set(false);
+        };
+        let mut send_on_enter = send;
+        let mut send_on_click = send;
+        let rows = (draft.read().matches('\n').count() + 1).clamp(2, 8);
+        return rsx! {
+            div { class: "msg msg-user editing",
+                textarea { class: "bubble-edit", aria_label: "Edit your message", autofocus: true,
+                    rows: "{rows}",
+                    value: "{draft}",
+                    oninput: move |e: FormEvent| draft.set(e.value()),
+                    onkeydown: move |e: KeyboardEvent| {
+                        if e.key() == Key::Enter && !e.modifiers().contains(Modifiers::SHIFT) && !e.is_composing() {
+                            e.prevent_default();
+                            send_on_enter();
+                        } else if e.key() == Key::Escape {
+                            editing.set(false);
+                        }
+                    },
+                }
+                div { class: "msg-meta",
+                    button { class: "copy", r#type: "button", onclick: move |_| editing.set(false), "Cancel" }
+                    button { class: "btn primary small", r#type: "button", id: "send-edit",
+                        onclick: move |_| send_on_click(),
+                        "Send"
+                    }
+                }
+            }
+        };
+    }
+    rsx! {
+        div { class: "msg msg-user",
+            div { class: "bubble", "{text}" }
+            if editable {
+                div { class: "msg-meta",
+                    button { class: "copy", r#type: "button", id: "edit-last", title: "Edit your message",
+                        onclick: move |_| {
+                            draft.set(text.clone());
+                            editing.set(true);
+                        },
+                        "Edit"
                     }
                 }
             }

@@ -3,7 +3,8 @@
 //!
 //! - [`state`]: the pure reducer [`ChatState`] that folds `EngineEvent`s.
 //! - [`app`]: [`launch`], the root component and the bridge coroutine.
-//! - [`chat`], [`settings`], [`notices`]: components; [`markdown`]: reply rendering.
+//! - [`chat`], [`chat_list`], [`settings`], [`notices`]: components; [`markdown`]:
+//!   reply rendering.
 //! - [`copy`]: the words shown for what the engine reports.
 //! - [`qa`]: the `POCKETCHAT_QA_STATUS` file the end-to-end test reads.
 //! - [`pacer`]: engine events to the UI in frame-paced batches; [`meter`]: the reply's
@@ -11,6 +12,7 @@
 
 pub mod app;
 pub mod chat;
+pub mod chat_list;
 mod clock;
 pub mod copy;
 pub mod fmt;

@@ -91,7 +91,7 @@ const REPLY_FINISHED_SHOWN: &str = "!document.querySelector('.msg-assistant.stre
 struct Inner {
     status: Option<QaStatus>,
     rects: BTreeMap<String, QaRect>,
-    mounted: BTreeMap<&'static str, Rc<MountedData>>,
+    mounted: BTreeMap<String, Rc<MountedData>>,
     replies: Vec<QaReply>,
     paint: PaintWatch,
 }
@@ -162,18 +162,18 @@ impl QaHook {
     /// Measures every tracked control again (after layout changes such as the model
     /// becoming ready or a reply ending).
     pub fn remeasure(&self) {
-        let mounted: Vec<_> = self.inner.borrow().mounted.iter().map(|(k, v)| (*k, v.clone())).collect();
+        let mounted: Vec<_> = self.inner.borrow().mounted.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         for (name, data) in mounted {
             self.measure(name, data);
         }
     }
 
-    fn measure(&self, name: &'static str, data: Rc<MountedData>) {
+    fn measure(&self, name: String, data: Rc<MountedData>) {
         let hook = self.clone();
         spawn(async move {
             if let Ok(r) = data.get_client_rect().await {
                 let rect = QaRect { x: r.origin.x, y: r.origin.y, width: r.size.width, height: r.size.height };
-                hook.report_rect(name, rect);
+                hook.report_rect(&name, rect);
             }
         });
     }
@@ -196,6 +196,8 @@ impl QaHook {
             decode_tok_s: 0.0,
             ttft_ms: 0.0,
             compute_threads: 0,
+            chats: vec![],
+            active_chat: None,
         };
         let status = inner.status.as_ref().unwrap_or(&empty);
         let written_at = epoch_ms() / 1e3;
@@ -231,10 +233,15 @@ async fn painted_at(ready: &str) -> Option<f64> {
 /// Tracks a control's on-screen box for the status file, when the QA hook is on.
 /// Call from `onmounted`.
 pub fn track(name: &'static str, data: Rc<MountedData>) {
+    track_named(name.to_string(), data);
+}
+
+/// [`track`] for a name made at run time (a chat's `chat:ID`).
+pub fn track_named(name: String, data: Rc<MountedData>) {
     let Some(Some(hook)) = try_consume_context::<Option<QaHook>>() else {
         return;
     };
-    hook.inner.borrow_mut().mounted.insert(name, data.clone());
+    hook.inner.borrow_mut().mounted.insert(name.clone(), data.clone());
     hook.measure(name, data);
 }
 
@@ -269,6 +276,17 @@ pub struct QaStatus {
     pub decode_tok_s: f64,
     pub ttft_ms: f64,
     pub compute_threads: usize,
+    /// The chat list (id and title, most recent first) and the open chat.
+    pub chats: Vec<QaChat>,
+    pub active_chat: Option<String>,
+}
+
+/// A chat in the QA status.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QaChat {
+    pub id: String,
+    pub title: String,
+    pub messages: usize,
 }
 
 impl ChatState {
@@ -296,6 +314,12 @@ impl ChatState {
             decode_tok_s: self.stats.as_ref().map_or(0.0, |s| s.decode_tok_s),
             ttft_ms: self.stats.as_ref().map_or(0.0, |s| s.ttft_ms),
             compute_threads: self.stats.as_ref().map_or(0, |s| s.compute_threads),
+            chats: self
+                .chats
+                .iter()
+                .map(|c| QaChat { id: c.id.clone(), title: c.title.clone(), messages: c.messages })
+                .collect(),
+            active_chat: self.active_chat.clone(),
         }
     }
 }

@@ -55,6 +55,7 @@ pub fn SettingsPanel(state: ReadSignal<ChatState>, on_close: EventHandler<()>) -
                     }
                 }
                 ContextSection { state }
+                ChatSection { state, ready }
                 GenerationSection { state, ready }
                 DeviceSection { state }
                 ModelSection { state }
@@ -167,6 +168,56 @@ fn ContextSection(state: ReadSignal<ChatState>) -> Element {
                 label: "Last prefill",
                 value: if stats.prefill_tokens > 0 { format!("{} tokens in {}", stats.prefill_tokens, format_ms(stats.prefill_ms)) } else { "—".to_string() },
             }
+        }
+    }
+}
+
+/// The open chat: its own system prompt (saved with the chat; the conversation is re-read
+/// with it at the next message) and the chats' caches on disk against their cap.
+#[component]
+fn ChatSection(state: ReadSignal<ChatState>, ready: bool) -> Element {
+    let chat = use_memo(move || {
+        let s = state.read();
+        (s.active_chat.clone(), s.system_prompt.clone().unwrap_or_default(), s.chat_caches)
+    });
+    let (Some(id), prompt, caches) = chat() else { return rsx! {} };
+    rsx! {
+        section { class: "panel-section", "data-section": "chat",
+            h3 { "This chat" }
+            SystemPromptField { key: "{id}", prompt, ready }
+            if let Some((bytes, cap)) = caches {
+                Meter {
+                    name: "chat-caches",
+                    label: "Saved chat caches",
+                    used: bytes as f64,
+                    total: cap as f64,
+                    text: "{format_bytes(bytes)} of {format_bytes(cap)}",
+                }
+                p { class: "hint", "Past the cap, the caches of the chats used longest ago go first; their text stays and is re-read when you open them." }
+            }
+        }
+    }
+}
+
+/// The system prompt's field; *Save* sends it (keyed by chat, so switching chats starts
+/// from the other chat's prompt).
+#[component]
+fn SystemPromptField(prompt: String, ready: bool) -> Element {
+    let mut draft = use_signal(|| prompt.clone());
+    let changed = draft.read().trim() != prompt.trim();
+    rsx! {
+        label { class: "field", "data-figure": "system-prompt",
+            span { class: "figure-label", "System prompt" }
+            textarea { class: "system-prompt", rows: "3", value: "{draft}",
+                placeholder: "The model's default",
+                disabled: !ready,
+                oninput: move |e: FormEvent| draft.set(e.value()),
+            }
+        }
+        button { class: "btn secondary", r#type: "button", id: "save-system-prompt",
+            disabled: !ready || !changed,
+            onclick: move |_| send_command(Command::SetSystemPrompt { text: draft.peek().clone() }),
+            "Save system prompt"
         }
     }
 }

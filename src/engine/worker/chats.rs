@@ -148,7 +148,7 @@ impl Worker {
             }
         };
         self.regenerations = 0;
-        let resumed = self.resume(&store, &record, &path);
+        let not_resumed = self.resume(&store, &record, &path);
         let tokens = self.loaded.as_ref().map_or(0, |l| l.session.state.len());
         self.emit(EngineEvent::ChatOpened {
             id: record.id.clone(),
@@ -156,8 +156,13 @@ impl Worker {
             system_prompt: record.system_prompt.clone(),
             messages: record.messages.clone(),
             tokens,
-            resumed,
+            resumed: not_resumed.is_none(),
         });
+        // After the transcript, so the UI shows it below.
+        if let Some(why) = not_resumed.filter(|_| !record.messages.is_empty()) {
+            let n = record.messages.len();
+            self.notice(format!("“{}”: {why}; its {n} messages are re-read with your next message.", record.title));
+        }
         self.active = Some(record);
         self.emit_chats();
         self.emit_stats();
@@ -165,15 +170,15 @@ impl Worker {
 
     /// Restores the chat's cache when it holds the end of the record's conversation;
     /// otherwise the cache is dropped (it is derived from the text) and the text is set to
-    /// be re-read at the next message. Returns whether the cache was restored.
-    fn resume(&mut self, store: &ChatStore, record: &ChatRecord, path: &std::path::Path) -> bool {
+    /// be re-read at the next message. Returns why it was not restored.
+    fn resume(&mut self, store: &ChatStore, record: &ChatRecord, path: &std::path::Path) -> Option<String> {
         let history = record.history();
         let why = if path.exists() || path.is_symlink() {
             match self.restore_session(path) {
                 Ok(()) => {
-                    let Some(l) = self.loaded.as_ref() else { return false };
+                    let Some(l) = self.loaded.as_ref() else { return Some("no model is loaded".into()) };
                     if cache_matches(l.session.messages(), &history) {
-                        return true;
+                        return None;
                     }
                     "its cache did not match its text".to_string()
                 }
@@ -188,11 +193,7 @@ impl Worker {
         if let Some(l) = self.loaded.as_mut() {
             l.session.set_history(history);
         }
-        if !record.messages.is_empty() {
-            let n = record.messages.len();
-            self.notice(format!("“{}”: {why}; its {n} messages are re-read with your next message.", record.title));
-        }
-        false
+        Some(why)
     }
 
     /// Records a finished turn in the open chat: the session's last user message and
@@ -250,7 +251,10 @@ impl Worker {
     pub(super) fn emit_rewound(&self, replaces: usize, keeps_prompt: bool) {
         let kept = match &self.active {
             Some(a) => a.messages.len() - replaces.min(a.messages.len()) + usize::from(keeps_prompt && replaces == 2),
-            None => self.loaded.as_ref().map_or(0, |l| l.session.messages().iter().filter(|m| m.role != Role::System).count()),
+            None => self
+                .loaded
+                .as_ref()
+                .map_or(0, |l| l.session.messages().iter().filter(|m| m.role != Role::System).count()),
         };
         self.emit(EngineEvent::Rewound { kept });
     }
@@ -299,8 +303,13 @@ mod tests {
     #[test]
     fn a_cache_matches_the_end_of_its_chat() {
         let m = |role, text: &str| Message::new(role, text);
-        let history =
-            [m(Role::System, "s"), m(Role::User, "a"), m(Role::Assistant, "b"), m(Role::User, "c"), m(Role::Assistant, "d")];
+        let history = [
+            m(Role::System, "s"),
+            m(Role::User, "a"),
+            m(Role::Assistant, "b"),
+            m(Role::User, "c"),
+            m(Role::Assistant, "d"),
+        ];
         assert!(cache_matches(&history, &history));
         assert!(cache_matches(&[m(Role::System, "s"), m(Role::User, "c"), m(Role::Assistant, "d")], &history));
         assert!(!cache_matches(&[m(Role::User, "c"), m(Role::Assistant, "d")], &history), "system prompt differs");

@@ -11,8 +11,9 @@
 //! A reply that is still streaming is the *current* reply; notices that arrive before it
 //! has any text are placed above it so the streaming bubble stays at the bottom.
 
+use crate::chats::ChatSummary;
 use crate::engine::sampler::{SamplingOverrides, SamplingParams};
-use crate::engine::template::Role as TemplateRole;
+use crate::engine::template::{Message as TemplateMessage, Role as TemplateRole};
 use crate::engine::{DoneReason, EngineError, EngineEvent, ModelInfo, Stats};
 use crate::memory::{Policy, TierReport};
 
@@ -198,6 +199,13 @@ pub struct ChatState {
     pub restore_available: bool,
     pub restores: usize,
     pub last_save: Option<SaveInfo>,
+    /// The saved chats, most recent first, and the open one (empty without a chat store).
+    pub chats: Vec<ChatSummary>,
+    pub active_chat: Option<String>,
+    /// The open chat's own system prompt (`None`: the model's default).
+    pub system_prompt: Option<String>,
+    /// Bytes of the chats' caches on disk and their cap.
+    pub chat_caches: Option<(u64, u64)>,
     /// Index of the reply that is streaming.
     current: Option<usize>,
     /// Index of the most recent finished reply (a `Stats` may follow its `Done`).
@@ -233,6 +241,10 @@ impl ChatState {
             restore_available: false,
             restores: 0,
             last_save: None,
+            chats: Vec::new(),
+            active_chat: None,
+            system_prompt: None,
+            chat_caches: None,
             current: None,
             last_reply: None,
             pending_user: None,
@@ -274,7 +286,7 @@ impl ChatState {
         cached + self.current_reply().map_or(0, |m| m.tokens)
     }
 
-    pub fn messages(&self) -> impl Iterator<Item = &Message> {
+    pub fn messages(&self) -> impl DoubleEndedIterator<Item = &Message> {
         self.entries.iter().filter_map(|e| match e {
             Entry::Message(m) => Some(m),
             Entry::Notice(_) => None,
@@ -414,21 +426,8 @@ impl ChatState {
             EngineEvent::Failed { error } => self.fail(error, now),
             EngineEvent::ConversationReset => self.clear_transcript(),
             EngineEvent::Restored { messages, tokens } => {
-                self.clear_transcript();
                 self.restores += 1;
-                let shown: Vec<(Role, String)> = messages
-                    .into_iter()
-                    .filter_map(|m| match m.role {
-                        TemplateRole::User => Some((Role::User, m.content)),
-                        TemplateRole::Assistant => Some((Role::Assistant, m.content)),
-                        TemplateRole::System => None,
-                    })
-                    .collect();
-                let count = shown.len();
-                for (role, text) in shown {
-                    let msg = self.new_message(role, text, now, true);
-                    self.entries.push(Entry::Message(msg));
-                }
+                let count = self.show_transcript(messages, now);
                 let noun = if count == 1 { "message" } else { "messages" };
                 self.log.push(LogEntry {
                     time: now.to_string(),
@@ -446,7 +445,89 @@ impl ChatState {
             EngineEvent::Saved { path, bytes, ms } => {
                 self.last_save = Some(SaveInfo { path, bytes, ms, time: now.to_string() });
             }
+            EngineEvent::Chats { chats, active, cache_bytes, cache_cap_bytes } => {
+                self.chats = chats;
+                self.active_chat = active;
+                self.chat_caches = Some((cache_bytes, cache_cap_bytes));
+            }
+            EngineEvent::ChatOpened { id, title, system_prompt, messages, tokens, resumed } => {
+                self.active_chat = Some(id);
+                self.system_prompt = system_prompt;
+                let count = self.show_transcript(messages, now);
+                if count > 0 {
+                    let how =
+                        if resumed { "resumed from its cache, no re-prefill" } else { "re-read at your next message" };
+                    self.log.push(LogEntry {
+                        time: now.to_string(),
+                        kind: LogKind::Restore,
+                        text: format!("Opened “{title}”: {count} messages, {tokens} tokens, {how}"),
+                    });
+                    if resumed {
+                        self.restores += 1;
+                        let notice = self.new_notice(
+                            NoticeKind::Info,
+                            "Chat resumed from its cache".to_string(),
+                            Some(format!("{count} messages, {tokens} tokens, no re-prefill")),
+                            now,
+                        );
+                        self.entries.push(Entry::Notice(notice));
+                    }
+                }
+            }
+            EngineEvent::Rewound { kept } => self.rewind(kept),
         }
+    }
+
+    /// Replaces the transcript with a conversation's messages (all finished); returns
+    /// how many are shown.
+    fn show_transcript(&mut self, messages: Vec<TemplateMessage>, now: &str) -> usize {
+        self.clear_transcript();
+        let mut count = 0;
+        for m in messages {
+            let role = match m.role {
+                TemplateRole::User => Role::User,
+                TemplateRole::Assistant => Role::Assistant,
+                TemplateRole::System => continue,
+            };
+            let msg = self.new_message(role, m.content, now, true);
+            self.entries.push(Entry::Message(msg));
+            count += 1;
+        }
+        count
+    }
+
+    /// The last turn was taken back: only the first `kept` messages stay (and the lines
+    /// before them). When the last one kept is the user's, its new reply is awaited.
+    fn rewind(&mut self, kept: usize) {
+        let mut seen = 0;
+        let cut = self
+            .entries
+            .iter()
+            .position(|e| {
+                if matches!(e, Entry::Message(_)) {
+                    seen += 1;
+                }
+                seen > kept
+            })
+            .unwrap_or(self.entries.len());
+        self.entries.truncate(cut);
+        self.current = None;
+        self.last_reply = None;
+        let last_is_user = matches!(self.entries.last(), Some(Entry::Message(m)) if m.role == Role::User);
+        self.pending_user = last_is_user.then(|| self.entries.len() - 1);
+        self.awaiting_reply = true;
+    }
+
+    /// The last user message and the last reply, when a turn can be edited or written
+    /// again now (ready, nothing streaming, a reply after the message).
+    pub fn last_turn(&self) -> Option<(u64, u64)> {
+        if !self.can_send() {
+            return None;
+        }
+        let mut messages = self.messages().rev();
+        let reply = messages.next().filter(|m| m.role == Role::Assistant)?;
+        let user = messages.next().filter(|m| m.role == Role::User)?;
+        Some((user.id, reply.id))
     }
 
     fn clear_transcript(&mut self) {
