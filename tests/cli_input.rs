@@ -113,3 +113,41 @@ fn more_threads_than_cores_and_a_folder_as_session_file_are_handled() {
     assert!(err.contains("is not a file") && err.contains("conversation-2"), "{err}");
     assert!(folder.is_dir() && dir.path().join("conversation-2").is_file());
 }
+
+#[test]
+fn a_named_chat_goes_on_across_runs_and_chats_lists_it() {
+    let model = default_model();
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str], stdin: &[u8]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pocketchat"))
+            .args(args)
+            .env("POCKETCHAT_CHATS_DIR", dir.path())
+            .env("POCKETCHAT_NO_FETCH", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the pocketchat binary");
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let chat = ["chat", "--model", model.to_str().unwrap(), "--chat", "trip plans", "--max-tokens", "8"];
+    let first = run(&chat, b"Where is Lisbon?\n");
+    assert!(first.status.success(), "{}", stderr(&first));
+    let again = run(&chat, b"And Porto?\n");
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("“trip plans”: 2 messages") && stderr(&again).contains("without re-prefill"),
+        "the second run resumed the chat from its cache: {}",
+        stderr(&again)
+    );
+    let list = run(&["chats", "--json"], b"");
+    assert!(list.status.success(), "{}", stderr(&list));
+    let chats: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(chats.as_array().map(Vec::len), Some(1), "{chats}");
+    assert_eq!(chats[0]["title"], "trip plans");
+    assert_eq!(chats[0]["messages"], 4);
+    assert!(chats[0]["cache_bytes"].as_u64() > Some(0));
+    let table = run(&["chats"], b"");
+    assert!(String::from_utf8_lossy(&table.stdout).contains("trip plans"));
+}

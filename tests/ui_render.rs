@@ -470,3 +470,39 @@ fn settings_show_the_sampling_with_the_models_defaults_and_a_reset() {
     assert!(html.contains("id=\"reset-sampling\""), "{html}");
     assert!(t.contains("Reset to the model's defaults"), "{t}");
 }
+
+#[test]
+fn the_chat_list_marks_the_open_chat_and_the_last_turn_offers_edit_and_regenerate() {
+    use pocketchat::chats::ChatSummary;
+    let mut s = ready();
+    let summary = |id: &str, title: &str, cache_bytes| ChatSummary {
+        id: id.into(),
+        title: title.into(),
+        created: 0,
+        updated: 0,
+        tokens: 130,
+        messages: 4,
+        cache_bytes,
+    };
+    s.apply(EngineEvent::Chats {
+        chats: vec![summary("b", "Lighthouse story", 3_000_000), summary("a", "Packing list", 0)],
+        active: Some("b".into()),
+        cache_bytes: 3_000_000,
+        cache_cap_bytes: 256_000_000,
+    });
+    for (prompt, reply) in [("hello", "hi"), ("tell me a story", "Once upon a time")] {
+        s.submit(prompt, "");
+        s.apply(EngineEvent::ReplyStarted { prompt: prompt.into() });
+        tok(&mut s, reply);
+        s.apply(EngineEvent::Done { reason: DoneReason::EndOfTurn });
+    }
+    s.apply(EngineEvent::Stats(stats()));
+    let html = render(&s, true);
+    let t = text(&html);
+    assert!(t.contains("Lighthouse story") && t.contains("Packing list"), "{t}");
+    assert_eq!(count(&html, "chat-item active"), 1);
+    assert!(t.contains("re-read when opened"), "a chat without its cache says so");
+    assert_eq!(count(&html, "id=\"regenerate\""), 1, "only the last reply");
+    assert_eq!(count(&html, "id=\"edit-last\""), 1, "only the last message");
+    assert!(t.contains("This chat") && t.contains("Saved chat caches"), "{t}");
+}

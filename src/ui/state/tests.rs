@@ -1,6 +1,7 @@
 //! The reducer driven with synthetic event sequences.
 
 use super::*;
+use crate::engine::template::{Message as TMessage, Role as TRole};
 use crate::engine::Cause;
 use crate::memory::RamTier;
 use crate::ui::copy::EVICTED_PREFIX;
@@ -301,7 +302,6 @@ fn policy_and_stats_are_kept() {
 
 #[test]
 fn restore_offer_and_restored_conversation() {
-    use crate::engine::template::{Message as TMessage, Role as TRole};
     let mut s = ready();
     s.restore_available = true;
     s.apply(EngineEvent::ReplyStarted { prompt: "a".into() });
@@ -384,4 +384,113 @@ fn sampling_settings_are_kept_for_the_settings_panel() {
     assert_eq!(view.params.temperature, 0.0);
     assert_eq!(view.defaults, defaults);
     assert_eq!(view.overrides, overrides);
+}
+
+fn chat(id: &str, title: &str, messages: usize, cache_bytes: u64) -> crate::chats::ChatSummary {
+    crate::chats::ChatSummary {
+        id: id.into(),
+        title: title.into(),
+        created: 1,
+        updated: 2,
+        tokens: 40,
+        messages,
+        cache_bytes,
+    }
+}
+
+#[test]
+fn opening_a_chat_shows_its_transcript_and_says_how_it_resumed() {
+    let mut s = ready();
+    s.apply(EngineEvent::Chats {
+        chats: vec![chat("b", "Second", 0, 0), chat("a", "First", 2, 4096)],
+        active: Some("b".into()),
+        cache_bytes: 4096,
+        cache_cap_bytes: 1 << 20,
+    });
+    assert_eq!(s.chat_caches, Some((4096, 1 << 20)));
+    s.submit("in the second chat", "09:00:00");
+    s.apply(EngineEvent::ReplyStarted { prompt: "in the second chat".into() });
+    s.apply(EngineEvent::Done { reason: DoneReason::EndOfTurn });
+
+    let messages = vec![TMessage::new(TRole::User, "a"), TMessage::new(TRole::Assistant, "b")];
+    s.apply_at(
+        EngineEvent::ChatOpened {
+            id: "a".into(),
+            title: "First".into(),
+            system_prompt: Some("Be brief.".into()),
+            messages: messages.clone(),
+            tokens: 40,
+            resumed: true,
+        },
+        "09:01:00",
+    );
+    let texts: Vec<_> = s.messages().map(|m| (m.role, m.text.as_str())).collect();
+    assert_eq!(texts, [(Role::User, "a"), (Role::Assistant, "b")]);
+    assert_eq!(s.active_chat.as_deref(), Some("a"));
+    assert_eq!(s.system_prompt.as_deref(), Some("Be brief."));
+    assert_eq!(s.notices().last().unwrap().text, "Chat resumed from its cache");
+    assert!(s.log.last().unwrap().text.contains("no re-prefill"), "{:?}", s.log);
+    assert!(s.can_send());
+
+    // Without its cache: no "resumed" notice (the engine says why it re-reads).
+    s.apply(EngineEvent::ChatOpened {
+        id: "a".into(),
+        title: "First".into(),
+        system_prompt: None,
+        messages,
+        tokens: 0,
+        resumed: false,
+    });
+    assert_eq!(s.notices().count(), 0);
+    assert!(s.log.last().unwrap().text.contains("re-read"), "{:?}", s.log);
+}
+
+/// A two-turn transcript: hello / hi, how are you / fine.
+fn two_turns() -> ChatState {
+    let mut s = ready();
+    for (prompt, reply) in [("hello", "hi"), ("how are you", "fine")] {
+        s.submit(prompt, "");
+        s.apply(EngineEvent::ReplyStarted { prompt: prompt.into() });
+        s.apply(tok(reply));
+        s.apply(EngineEvent::Done { reason: DoneReason::EndOfTurn });
+    }
+    s
+}
+
+#[test]
+fn regenerate_keeps_the_message_and_replaces_the_reply() {
+    let mut s = two_turns();
+    let (user, reply) = s.last_turn().expect("the last turn can be changed");
+    assert_eq!(s.entry(user).map(|e| matches!(e, Entry::Message(m) if m.text == "how are you")), Some(true));
+    assert_eq!(s.entry(reply).map(|e| matches!(e, Entry::Message(m) if m.text == "fine")), Some(true));
+
+    s.apply(EngineEvent::Rewound { kept: 3 });
+    assert!(s.generating() && s.last_turn().is_none(), "waiting for the new reply");
+    s.apply(EngineEvent::ReplyStarted { prompt: "how are you".into() });
+    s.apply(tok("great"));
+    s.apply(EngineEvent::Done { reason: DoneReason::EndOfTurn });
+    let texts: Vec<_> = s.messages().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts, ["hello", "hi", "how are you", "great"], "the message is not shown twice");
+}
+
+#[test]
+fn edit_replaces_the_last_turn() {
+    let mut s = two_turns();
+    s.apply(EngineEvent::Rewound { kept: 2 });
+    s.apply(EngineEvent::ReplyStarted { prompt: "how old are you".into() });
+    s.apply(tok("young"));
+    s.apply(EngineEvent::Done { reason: DoneReason::EndOfTurn });
+    let texts: Vec<_> = s.messages().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts, ["hello", "hi", "how old are you", "young"]);
+    assert!(s.last_turn().is_some());
+}
+
+#[test]
+fn no_turn_can_be_changed_while_a_reply_streams_or_before_any_reply() {
+    let mut s = ready();
+    assert!(s.last_turn().is_none());
+    s.submit("hello", "");
+    s.apply(EngineEvent::ReplyStarted { prompt: "hello".into() });
+    s.apply(tok("h"));
+    assert!(s.last_turn().is_none());
 }
