@@ -310,7 +310,7 @@ impl ChatState {
             last_error: self.last_error.clone(),
             messages: self.messages().count(),
             prompts: self.messages().filter(|m| m.role == Role::User).map(|m| m.text.clone()).collect(),
-            last_reply: self.messages().filter(|m| m.role == Role::Assistant).last().map(|m| m.text.clone()),
+            last_reply: self.messages().rfind(|m| m.role == Role::Assistant).map(|m| m.text.clone()),
             decode_tok_s: self.stats.as_ref().map_or(0.0, |s| s.decode_tok_s),
             ttft_ms: self.stats.as_ref().map_or(0.0, |s| s.ttft_ms),
             compute_threads: self.stats.as_ref().map_or(0, |s| s.compute_threads),

@@ -185,7 +185,7 @@ impl Worker {
                 Err(e) => format!("its cache could not be used ({e})"),
             }
         } else {
-            "its cache was not kept (the caches' size cap)".to_string()
+            "it has no cache on disk (the size cap drops the oldest first)".to_string()
         };
         if path.exists() || path.is_symlink() {
             store.drop_caches(&record.id);
