@@ -378,8 +378,9 @@ fn chat_evict_and_chat_again_in_the_real_window() {
     assert!(notices.iter().any(|n| n.contains("resumed from its cache")), "resumed without re-prefill: {notices:?}");
     run.screen.click(origin, &status["rects"]["composer"]);
     run.screen.type_and_enter(THIRD_PROMPT);
+    // The list is saved and sent just after the reply ends: wait for it too.
     let status = run.wait_for("the first chat's third reply", Duration::from_secs(240), |s| {
-        s["replies_done"].as_u64() >= Some(4) && s["generating"] == false
+        s["replies_done"].as_u64() >= Some(4) && s["generating"] == false && s["chats"][0]["id"] == first_chat.as_str()
     });
     std::thread::sleep(Duration::from_millis(300));
     run.screen.screenshot(&out.join("05-first-chat-again.png"), window);

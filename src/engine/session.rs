@@ -125,6 +125,9 @@ impl Session {
                 a.token <= snap.tokens.len() && a.text <= snap.cached_text.len() && a.message <= snap.messages.len()
             })
             && snap.turns.iter().all(|a| snap.cached_text.is_char_boundary(a.text))
+            && snap.turns.iter().filter_map(|a| a.reply).all(|(token, text)| {
+                token <= snap.tokens.len() && text <= snap.cached_text.len() && snap.cached_text.is_char_boundary(text)
+            })
             && snap.turns.first().is_none_or(|a| snap.pinned_tokens <= a.token)
             && snap
                 .turns
@@ -363,7 +366,12 @@ impl Session {
     /// answers; `None` when the last turn is no longer in the cache.
     pub fn rewind_reply(&mut self, model: &Model) -> Result<Option<(candle_core::Tensor, String)>> {
         let Some(&Anchor { message, reply: Some((token, text)), .. }) = self.turns.last() else { return Ok(None) };
-        if token == 0 || token > self.state.len() || self.messages.get(message).is_none_or(|m| m.role != Role::User) {
+        let text_ok = text <= self.cached_text.len() && self.cached_text.is_char_boundary(text);
+        if token == 0
+            || token > self.state.len()
+            || !text_ok
+            || self.messages.get(message).is_none_or(|m| m.role != Role::User)
+        {
             return Ok(None);
         }
         let _span = tracing::info_span!("rewind", tokens = self.state.len() - token).entered();

@@ -25,7 +25,7 @@ use super::chat::ChatView;
 use super::chat_list::ChatList;
 use super::clock::now_label;
 use super::meter::{LiveFigures, ReplyMeter};
-use super::pacer::{self, FRAME};
+use super::pacer;
 use super::qa::QaHook;
 use super::settings::SettingsPanel;
 use super::state::{ChatState, Phase};
@@ -232,7 +232,7 @@ async fn bridge(
     // chat's, with a chat store).
     state.write().restore_available = config.state_file.is_some() || config.chats.is_some();
     let (engine, events) = Engine::spawn(config);
-    let mut link = EngineLink { handle: engine.clone(), events: Some(pacer::pace(events, FRAME).fuse()) };
+    let mut link = EngineLink { handle: engine.clone(), events: Some(pacer::pace(events, pacer::frame()).fuse()) };
     let mut meter = ReplyMeter::default();
     let mut live_at = Instant::now();
     let Some(events) = link.events.as_mut() else { return };

@@ -68,8 +68,12 @@ struct PaintWatch {
 /// answers when the next frame has been painted (the page's clock, ms since the epoch),
 /// or null after two minutes. No animation frame is requested before that, so the probe
 /// adds no frames of its own while the prefill runs.
+///
+/// The time is sent as a message and the script waits for Rust's answer before it ends:
+/// dioxus drops an eval as soon as its script ends, and a result that arrives just before
+/// that was lost when the UI thread was busy (`EvalError::Finished`).
 const PAINTED_WHEN: &str = r#"
-return await new Promise(function (done) {
+var at = await new Promise(function (done) {
   function painted() {
     requestAnimationFrame(function () {
       setTimeout(function () { done(performance.timeOrigin + performance.now()); }, 0);
@@ -82,7 +86,9 @@ return await new Promise(function (done) {
   });
   watch.observe(document.body, { childList: true, subtree: true, characterData: true, attributes: true });
   timer = setTimeout(function () { watch.disconnect(); done(null); }, 120000);
-});"#;
+});
+dioxus.send(at);
+await dioxus.recv();"#;
 const FIRST_TOKEN_SHOWN: &str =
     "(function () { var md = document.querySelector('.msg-assistant.streaming .md'); return md && md.textContent.length > 0; })()";
 const REPLY_FINISHED_SHOWN: &str = "!document.querySelector('.msg-assistant.streaming')";
@@ -221,8 +227,13 @@ fn epoch_ms() -> f64 {
 /// See [`PAINTED_WHEN`]; `None` without a web view (or when it never got ready).
 async fn painted_at(ready: &str) -> Option<f64> {
     let script = PAINTED_WHEN.replace("READY", ready);
-    match dioxus::document::eval(&script).join::<Option<f64>>().await {
-        Ok(at) => at,
+    let mut eval = dioxus::document::eval(&script);
+    match eval.recv::<Option<f64>>().await {
+        Ok(at) => {
+            // Lets the script end.
+            let _ = eval.send(true);
+            at
+        }
         Err(e) => {
             tracing::warn!("the page did not time its frame: {e}");
             None

@@ -33,6 +33,7 @@ struct ReplyOutcome {
 impl Worker {
     /// Runs one turn. Returns true when the engine must shut down.
     pub(super) fn send(&mut self, text: &str) -> bool {
+        self.regenerations = 0;
         self.answer(text, 0)
     }
 
@@ -68,7 +69,6 @@ impl Worker {
                 ),
             });
         }
-        self.regenerations = 0;
         self.reply(prepared.logits, prepared.fed_tokens, started, replaces)
     }
 
@@ -92,10 +92,8 @@ impl Worker {
             Ok(None) => match self.reread_without_last_turn() {
                 Some(prompt) => {
                     self.emit_rewound(2, true);
-                    let regenerations = self.regenerations + 1;
-                    let shutdown = self.answer(&prompt, 2);
-                    self.regenerations = regenerations;
-                    shutdown
+                    self.regenerations += 1;
+                    self.answer(&prompt, 2)
                 }
                 None => {
                     self.emit(EngineEvent::Notice { message: "There is no reply to write again.".into() });
@@ -129,6 +127,7 @@ impl Worker {
             }
         };
         self.emit_rewound(replaces, false);
+        self.regenerations = 0;
         self.answer(text, replaces)
     }
 
