@@ -400,6 +400,9 @@ pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
             }
             div { class: "layout",
                 if has_chats() {
+                    if chats_open() {
+                        div { class: "drawer-backdrop", onclick: move |_| chats_open.set(false) }
+                    }
                     ChatList { state, on_pick: move |_| chats_open.set(false) }
                 }
                 ChatView { state }
