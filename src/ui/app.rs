@@ -364,12 +364,11 @@ pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
     let (status_class, status_text) = status();
     let ready = ready();
     rsx! {
-        div { class: match (open(), chats_open()) {
-                (true, true) => "app settings-open chats-open",
-                (true, false) => "app settings-open",
-                (false, true) => "app chats-open",
-                (false, false) => "app",
-            },
+        div { class: format!(
+                "app{}{}",
+                if open() { " settings-open" } else { "" },
+                if chats_open() { " chats-open" } else { "" }
+            ),
             header { class: "topbar",
                 div { class: "brand",
                     span { class: "brand-mark", aria_hidden: "true" }

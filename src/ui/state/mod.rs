@@ -378,11 +378,11 @@ impl ChatState {
             }
             EngineEvent::Trimmed { dropped_tokens, kept_tokens } => {
                 self.trims += 1;
-                self.log.push(LogEntry {
-                    time: now.to_string(),
-                    kind: LogKind::Trim,
-                    text: format!("Trimmed {dropped_tokens} tokens to fit the budget, kept {kept_tokens}"),
-                });
+                self.log_at(
+                    LogKind::Trim,
+                    format!("Trimmed {dropped_tokens} tokens to fit the budget, kept {kept_tokens}"),
+                    now,
+                );
                 let notice = self.new_notice(
                     NoticeKind::Trimmed { dropped_tokens, kept_tokens },
                     format!("Earlier messages were trimmed to fit the budget ({dropped_tokens} tokens dropped)"),
@@ -394,11 +394,7 @@ impl ChatState {
             EngineEvent::Evicted { reason, before_tokens, after_tokens, freed_bytes } => {
                 self.evictions += 1;
                 let figures = format!("{before_tokens} → {after_tokens} tokens, {} freed", format_bytes(freed_bytes));
-                self.log.push(LogEntry {
-                    time: now.to_string(),
-                    kind: LogKind::Eviction,
-                    text: format!("Memory warning ({reason}): {figures}"),
-                });
+                self.log_at(LogKind::Eviction, format!("Memory warning ({reason}): {figures}"), now);
                 let detail = if reason.trim().is_empty() { figures } else { format!("{figures} · {reason}") };
                 let headline = if after_tokens < before_tokens { EVICTED_TEXT } else { EVICTED_NOTHING_TEXT };
                 // Only the newest eviction can be restored (the engine keeps one copy).
@@ -429,18 +425,12 @@ impl ChatState {
                 self.restores += 1;
                 let count = self.show_transcript(messages, now);
                 let noun = if count == 1 { "message" } else { "messages" };
-                self.log.push(LogEntry {
-                    time: now.to_string(),
-                    kind: LogKind::Restore,
-                    text: format!("Restored {count} {noun} ({tokens} tokens) without re-prefill"),
-                });
-                let notice = self.new_notice(
-                    NoticeKind::Info,
-                    "Conversation restored".to_string(),
-                    Some(format!("{count} {noun}, {tokens} tokens, no re-prefill")),
+                self.log_at(
+                    LogKind::Restore,
+                    format!("Restored {count} {noun} ({tokens} tokens) without re-prefill"),
                     now,
                 );
-                self.entries.push(Entry::Notice(notice));
+                self.push_resumed_notice("Conversation restored", count, tokens, now);
             }
             EngineEvent::Saved { path, bytes, ms } => {
                 self.last_save = Some(SaveInfo { path, bytes, ms, time: now.to_string() });
@@ -457,25 +447,31 @@ impl ChatState {
                 if count > 0 {
                     let how =
                         if resumed { "resumed from its cache, no re-prefill" } else { "re-read at your next message" };
-                    self.log.push(LogEntry {
-                        time: now.to_string(),
-                        kind: LogKind::Restore,
-                        text: format!("Opened “{title}”: {count} messages, {tokens} tokens, {how}"),
-                    });
+                    self.log_at(
+                        LogKind::Restore,
+                        format!("Opened “{title}”: {count} messages, {tokens} tokens, {how}"),
+                        now,
+                    );
                     if resumed {
                         self.restores += 1;
-                        let notice = self.new_notice(
-                            NoticeKind::Info,
-                            "Chat resumed from its cache".to_string(),
-                            Some(format!("{count} messages, {tokens} tokens, no re-prefill")),
-                            now,
-                        );
-                        self.entries.push(Entry::Notice(notice));
+                        self.push_resumed_notice("Chat resumed from its cache", count, tokens, now);
                     }
                 }
             }
             EngineEvent::Rewound { kept } => self.rewind(kept),
         }
+    }
+
+    fn log_at(&mut self, kind: LogKind, text: String, now: &str) {
+        self.log.push(LogEntry { time: now.to_string(), kind, text });
+    }
+
+    /// The notice under a conversation brought back from its cache.
+    fn push_resumed_notice(&mut self, headline: &str, count: usize, tokens: usize, now: &str) {
+        let noun = if count == 1 { "message" } else { "messages" };
+        let detail = format!("{count} {noun}, {tokens} tokens, no re-prefill");
+        let notice = self.new_notice(NoticeKind::Info, headline.to_string(), Some(detail), now);
+        self.entries.push(Entry::Notice(notice));
     }
 
     /// Replaces the transcript with a conversation's messages (all finished); returns
