@@ -24,9 +24,11 @@ use serde::Deserialize;
 
 use crate::memory::WeightQuant;
 
+pub mod download;
 mod fetch;
 mod quantize;
 
+pub use download::{download, DownloadError, DownloadOptions, DownloadRequest, Progress};
 pub use fetch::{fetch_default, fetch_entry};
 pub use quantize::{quantize_q8_0, QuantizeReport};
 
@@ -375,6 +377,24 @@ pub fn sha256_file(path: impl AsRef<Path>) -> io::Result<String> {
         hasher.update(&buf[..n]);
     }
     Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Marks a downloaded model so that iCloud and Time Machine backups skip it: it can be
+/// downloaded again, and a 2 GB file would fill the user's backup. Failure is only
+/// logged. Nothing to do off Apple platforms.
+pub fn exclude_from_backup(path: &Path) {
+    #[cfg(target_vendor = "apple")]
+    {
+        use objc2_foundation::{NSNumber, NSString, NSURLIsExcludedFromBackupKey, NSURL};
+        let url = NSURL::fileURLWithPath(&NSString::from_str(&path.to_string_lossy()));
+        let yes = NSNumber::numberWithBool(true);
+        // SAFETY: the key's documented value type is a boolean NSNumber.
+        if let Err(e) = unsafe { url.setResourceValue_forKey_error(Some(&yes), NSURLIsExcludedFromBackupKey) } {
+            tracing::warn!(path = %path.display(), error = %e.localizedDescription(), "cannot exclude from backup");
+        }
+    }
+    #[cfg(not(target_vendor = "apple"))]
+    let _ = path;
 }
 
 /// The operating systems whose data folders differ.

@@ -7,6 +7,7 @@
 //! - `tier` and `detect`: classify physical memory into a [`RamTier`]; build a
 //!   [`TierReport`] from the probes and the `POCKETCHAT_TIER` override.
 //! - `policy`: what each tier may use.
+//! - [`fit`]: whether a model fits a tier, and the token budget computed from its size.
 //! - [`probe`]: physical memory and CPU capability per platform.
 //! - [`process`]: this process's resident set, peak, footprint and live headroom.
 //! - [`accounting`]: KV bytes per token, predicted footprint, the per-turn budget.
@@ -15,6 +16,7 @@
 pub mod accounting;
 mod detect;
 mod files;
+pub mod fit;
 pub mod monitor;
 mod policy;
 pub mod probe;
@@ -26,6 +28,7 @@ pub use accounting::{
     MIN_TOKEN_BUDGET, RUNTIME_OVERHEAD_BYTES,
 };
 pub use detect::{tier_from_env, TIER_ENV};
+pub use fit::{fit, BudgetLimit, Fit, FitClass, ModelFacts};
 pub use monitor::{MemoryMonitor, MonitorConfig};
 pub use policy::{Policy, WeightQuant};
 pub use process::{available_bytes, footprint_bytes, peak_rss_bytes, release_free_memory, rss_bytes};

@@ -1,6 +1,6 @@
 //! The policy each tier gets: weight quantization, token budget and memory ceiling.
 
-use super::{RamTier, GIB};
+use super::RamTier;
 
 /// Bits per weight of the model file to load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -33,12 +33,12 @@ pub struct Policy {
 
 impl Policy {
     pub fn for_tier(tier: RamTier) -> Policy {
-        let (quant, token_budget, ceiling_bytes) = match tier {
-            RamTier::Phone6Gb => (WeightQuant::Q4, 1024, 3 * GIB),
-            RamTier::Phone8Gb => (WeightQuant::Q8, 2048, 4 * GIB),
-            RamTier::Desktop => (WeightQuant::Q8, 4096, 4 * GIB),
+        let (quant, token_budget) = match tier {
+            RamTier::Phone6Gb => (WeightQuant::Q4, 1024),
+            RamTier::Phone8Gb => (WeightQuant::Q8, 2048),
+            RamTier::Desktop => (WeightQuant::Q8, 4096),
         };
-        Policy { tier, quant, token_budget, ceiling_bytes }
+        Policy { tier, quant, token_budget, ceiling_bytes: super::fit::ceiling_bytes(tier) }
     }
 }
 

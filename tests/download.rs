@@ -1,0 +1,210 @@
+//! Model downloads against a real local HTTP server (tests/common/http_server.rs) that
+//! serves the real default model, with the faults of real networks injected: a
+//! connection cut at half the file, a restart of the app mid-download, a wrong sha256,
+//! 404 and 403, a server that ignores `Range`, rate limiting, a slow server cancelled.
+
+mod common;
+#[path = "common/http_server.rs"]
+mod http_server;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use http_server::{Content, TestServer};
+use pocketchat::catalog::download::part_path;
+use pocketchat::catalog::{download, sha256_file, DownloadError, DownloadOptions, DownloadRequest, Progress};
+
+const NAME: &str = "model.gguf";
+
+/// The default model's bytes and sha256, read once.
+fn model() -> &'static (Arc<Vec<u8>>, String) {
+    static MODEL: OnceLock<(Arc<Vec<u8>>, String)> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        let path = common::default_model();
+        (Arc::new(std::fs::read(&path).unwrap()), sha256_file(&path).unwrap())
+    })
+}
+
+fn server() -> TestServer {
+    let (bytes, sha) = model();
+    TestServer::start(Content { name: NAME.into(), bytes: bytes.clone(), linked_sha256: sha.clone() })
+}
+
+fn quick() -> DownloadOptions {
+    DownloadOptions { backoff: Duration::from_millis(10), ..DownloadOptions::default() }
+}
+
+fn request(url: String, dir: &Path, sha256: Option<&str>) -> DownloadRequest {
+    DownloadRequest { url, dest: dir.join(NAME), bytes: None, sha256: sha256.map(str::to_string) }
+}
+
+fn run(
+    request: &DownloadRequest,
+    options: &DownloadOptions,
+) -> (Result<std::path::PathBuf, DownloadError>, Vec<Progress>) {
+    let mut seen = Vec::new();
+    let result = download(request, options, &mut |p| seen.push(*p));
+    (result, seen)
+}
+
+fn assert_is_the_model(path: &Path) {
+    assert_eq!(sha256_file(path).unwrap(), model().1, "{} is not the served file", path.display());
+    assert!(!part_path(path).exists(), "the .part file was left behind");
+}
+
+#[test]
+fn a_connection_cut_at_half_the_file_resumes_with_range_and_verifies() {
+    let server = server();
+    let half = model().0.len() as u64 / 2;
+    server.faults.lock().unwrap().cut_at.push_back(half);
+    let dir = tempfile::tempdir().unwrap();
+    let req = request(server.url(&format!("/files/{NAME}")), dir.path(), Some(&model().1));
+    let (result, progress) = run(&req, &quick());
+    assert_is_the_model(&result.unwrap());
+    let gets = server.gets();
+    assert_eq!(gets.len(), 2, "{gets:?}");
+    assert_eq!((gets[0].range_start, gets[1].range_start), (None, Some(half)), "the second GET resumes at the cut");
+    let last = progress.iter().rfind(|p| !p.verifying).unwrap();
+    assert_eq!((last.bytes, last.total), (model().0.len() as u64, Some(model().0.len() as u64)));
+    assert!(progress.iter().any(|p| p.verifying), "verification is shown");
+}
+
+#[test]
+fn a_download_cancelled_mid_file_resumes_after_a_restart() {
+    let server = server();
+    server.faults.lock().unwrap().delay_per_chunk = Some(Duration::from_millis(1));
+    let dir = tempfile::tempdir().unwrap();
+    let req = request(server.url(&format!("/files/{NAME}")), dir.path(), Some(&model().1));
+    let options = quick();
+    let cancel = options.cancel.clone();
+    let total = model().0.len() as u64;
+    let result = download(&req, &options, &mut |p| {
+        if p.bytes > total / 3 {
+            cancel.store(true, Ordering::Relaxed);
+        }
+    });
+    let Err(DownloadError::Cancelled { bytes }) = result else { panic!("expected a cancel, got {result:?}") };
+    let kept = std::fs::metadata(part_path(&req.dest)).unwrap().len();
+    assert!(kept >= total / 3 && kept == bytes && kept < total, "kept {kept} of {total}");
+
+    // "Restart": a new download of the same request, as the app does at its next launch.
+    server.faults.lock().unwrap().delay_per_chunk = None;
+    let (result, _) = run(&req, &quick());
+    assert_is_the_model(&result.unwrap());
+    assert_eq!(server.gets().last().unwrap().range_start, Some(kept));
+}
+
+#[test]
+fn a_wrong_sha256_is_refused_and_nothing_is_kept() {
+    let server = server();
+    let dir = tempfile::tempdir().unwrap();
+    let wrong = "0".repeat(64);
+    let req = request(server.url(&format!("/files/{NAME}")), dir.path(), Some(&wrong));
+    let (result, _) = run(&req, &quick());
+    let err = result.unwrap_err();
+    assert!(matches!(err, DownloadError::ChecksumMismatch { .. }), "{err}");
+    assert!(err.to_string().contains("was deleted"), "{err}");
+    assert!(!req.dest.exists() && !part_path(&req.dest).exists());
+}
+
+#[test]
+fn hugging_face_linked_size_and_sha256_check_the_file() {
+    let server = server();
+    let dir = tempfile::tempdir().unwrap();
+    // No sha256 in the request: the resolve redirect's X-Linked-Etag is the check.
+    let url = server.url(&format!("/org/repo/resolve/main/{NAME}"));
+    let (result, _) = run(&request(url.clone(), dir.path(), None), &quick());
+    assert_is_the_model(&result.unwrap());
+    let heads = server.seen.lock().unwrap().iter().filter(|s| s.method == "HEAD").count();
+    assert_eq!(heads, 1, "the metadata comes from one HEAD");
+
+    let (bytes, _) = model();
+    let lying = TestServer::start(Content { name: NAME.into(), bytes: bytes.clone(), linked_sha256: "ab".repeat(32) });
+    let dir = tempfile::tempdir().unwrap();
+    let url = lying.url(&format!("/org/repo/resolve/main/{NAME}"));
+    let (result, _) = run(&request(url, dir.path(), None), &quick());
+    assert!(matches!(result, Err(DownloadError::ChecksumMismatch { .. })), "{result:?}");
+}
+
+#[test]
+fn not_found_and_gated_files_fail_at_once_with_a_clear_error() {
+    let server = server();
+    let dir = tempfile::tempdir().unwrap();
+    for (path, status, words) in [("/files/nothing.gguf", 404, "not found"), ("/files/gated.gguf", 403, "gated")] {
+        let before = server.gets().len();
+        let (result, _) = run(&request(server.url(path), dir.path(), None), &quick());
+        let err = result.unwrap_err();
+        assert!(matches!(err, DownloadError::Refused { status: s, .. } if s == status), "{err}");
+        assert!(err.to_string().contains(words), "{err}");
+        assert_eq!(server.gets().len() - before, 1, "{status} is not retried");
+    }
+    assert!(!part_path(&dir.path().join(NAME)).exists(), "a refused download leaves no .part");
+}
+
+#[test]
+fn a_server_that_ignores_range_is_read_again_from_the_start() {
+    let server = server();
+    server.faults.lock().unwrap().ignore_range = true;
+    let dir = tempfile::tempdir().unwrap();
+    let req = request(server.url(&format!("/files/{NAME}")), dir.path(), Some(&model().1));
+    // Half a file from an earlier attempt.
+    std::fs::write(part_path(&req.dest), &model().0[..model().0.len() / 2]).unwrap();
+    let (result, _) = run(&req, &quick());
+    assert_is_the_model(&result.unwrap());
+    let gets = server.gets();
+    assert_eq!(gets.len(), 1);
+    assert!(gets[0].range_start.is_some(), "a range was asked for, and the 200 answer was taken from byte 0");
+}
+
+#[test]
+fn rate_limits_and_server_errors_are_retried() {
+    let server = server();
+    server.faults.lock().unwrap().statuses.extend([429, 503]);
+    let dir = tempfile::tempdir().unwrap();
+    let req = request(server.url(&format!("/files/{NAME}")), dir.path(), Some(&model().1));
+    let (result, _) = run(&req, &quick());
+    assert_is_the_model(&result.unwrap());
+
+    server.faults.lock().unwrap().statuses.extend([503; 10]);
+    let dir = tempfile::tempdir().unwrap();
+    let options = DownloadOptions { attempts: 3, ..quick() };
+    let (result, _) = run(&request(server.url(&format!("/files/{NAME}")), dir.path(), None), &options);
+    let err = result.unwrap_err();
+    assert!(matches!(err, DownloadError::GaveUp { attempts: 3, .. }), "{err}");
+    assert!(err.to_string().contains("503"), "{err}");
+}
+
+#[test]
+fn a_slow_download_is_cancelled_promptly_and_keeps_its_part() {
+    let server = server();
+    server.faults.lock().unwrap().delay_per_chunk = Some(Duration::from_millis(200));
+    let dir = tempfile::tempdir().unwrap();
+    let req = request(server.url(&format!("/files/{NAME}")), dir.path(), None);
+    let options = quick();
+    let cancel: Arc<AtomicBool> = options.cancel.clone();
+    let canceller = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        cancel.store(true, Ordering::Relaxed);
+        Instant::now()
+    });
+    let (result, _) = run(&req, &options);
+    let cancelled_at = canceller.join().unwrap();
+    assert!(matches!(result, Err(DownloadError::Cancelled { .. })), "{result:?}");
+    // One 64 KiB chunk takes 200 ms here; the cancel is seen at the next read.
+    assert!(cancelled_at.elapsed() < Duration::from_secs(5), "the cancel took {:?}", cancelled_at.elapsed());
+    assert!(part_path(&req.dest).exists(), "a cancelled download keeps its .part to resume");
+    assert!(!req.dest.exists());
+}
+
+#[test]
+fn a_file_that_is_not_a_gguf_is_refused() {
+    let text = Arc::new(b"<html>Sign in to continue</html>".repeat(100));
+    let server = TestServer::start(Content { name: NAME.into(), bytes: text, linked_sha256: String::new() });
+    let dir = tempfile::tempdir().unwrap();
+    let req = request(server.url(&format!("/files/{NAME}")), dir.path(), None);
+    let (result, _) = run(&req, &quick());
+    assert!(matches!(result, Err(DownloadError::NotGguf { .. })), "{result:?}");
+    assert!(!req.dest.exists() && !part_path(&req.dest).exists());
+}
