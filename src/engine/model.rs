@@ -25,6 +25,9 @@ use super::qlinear::QLinear as Linear;
 use super::state::State;
 use super::{Cause, EngineError, Result};
 
+/// GGUF `general.architecture` values this engine loads.
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2"];
+
 /// Upper bound for the RoPE tables when a file claims a huge context.
 const MAX_ROPE_POSITIONS: usize = 32_768;
 
@@ -218,7 +221,7 @@ impl Model {
                 })
             }
         };
-        if arch != "llama" && arch != "qwen2" {
+        if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
             return Err(EngineError::UnsupportedArchitecture(arch));
         }
         let mut ld = Loader { path, content: &content, reader: &mut reader, device, arch: arch.clone() };

@@ -29,6 +29,10 @@ pub struct TextTokenizer {
     eos_token: String,
 }
 
+/// GGUF `tokenizer.ggml.pre` values whose pre-tokenizer (GPT-2 byte-level) this
+/// tokenizer reproduces; others (Llama 3's, Qwen's) split text differently.
+pub const SUPPORTED_PRE_TOKENIZERS: &[&str] = &["smollm", "gpt2", "default"];
+
 /// Token strings that end a turn in the chat templates we know.
 const END_OF_TURN_TOKENS: &[&str] = &["<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|end|>"];
 
@@ -47,7 +51,7 @@ impl TextTokenizer {
         }
         let mut inner = Tokenizer::from_gguf(content).map_err(|e| EngineError::UnsupportedTokenizer(e.to_string()))?;
         let pre = content.metadata.get("tokenizer.ggml.pre").and_then(|v| v.to_string().ok()).cloned();
-        if matches!(pre.as_deref(), None | Some("smollm") | Some("gpt2") | Some("default")) {
+        if pre.as_deref().is_none_or(|p| SUPPORTED_PRE_TOKENIZERS.contains(&p)) {
             inner.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
         }
         let token_at = |key: &str| -> Option<u32> { content.metadata.get(key).and_then(|v| v.to_u32().ok()) };
