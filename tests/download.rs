@@ -208,3 +208,43 @@ fn a_file_that_is_not_a_gguf_is_refused() {
     assert!(matches!(result, Err(DownloadError::NotGguf { .. })), "{result:?}");
     assert!(!req.dest.exists() && !part_path(&req.dest).exists());
 }
+
+#[test]
+fn the_cli_fetches_a_hugging_face_url_through_hf_endpoint() {
+    let server = server();
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pocketchat"))
+        .args(["fetch", &format!("https://huggingface.co/org/repo/resolve/main/{NAME}")])
+        .env("HF_ENDPOINT", &server.base)
+        .env("POCKETCHAT_MODELS_DIR", dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(Path::new(&path), dir.path().join(NAME));
+    assert_is_the_model(Path::new(&path));
+    assert!(stderr.contains("100%") && stderr.contains("verifying"), "progress is shown: {stderr}");
+}
+
+#[test]
+fn the_cli_lists_the_catalog_with_fit_as_json() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pocketchat"))
+        .args(["models", "--tier", "6gb", "--json"])
+        .env("POCKETCHAT_MODELS_DIR", tempfile::tempdir().unwrap().path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert!(rows.len() >= 20, "{rows:?}");
+    for r in rows {
+        for key in ["id", "name", "params", "bits", "bytes", "fits", "budget"] {
+            assert!(r.get(key).is_some(), "{key} missing in {r}");
+        }
+    }
+    let default = rows.iter().find(|r| r["id"] == "smollm2-135m-instruct-q4_1").unwrap();
+    assert_eq!(default["fits"], true);
+    let big = rows.iter().find(|r| r["id"] == "gemma-3-4b-it-q8_0").unwrap();
+    assert_eq!((big["fits"].as_bool(), big["budget"].as_u64()), (Some(false), Some(0)));
+}
