@@ -639,7 +639,10 @@ mod tests {
         assert!(Source::parse("pypi:pkg==1").unwrap_err().contains("#member"));
         assert!(Source::parse("pypi:==1#m").is_err());
         assert!(Source::parse("derived:copy from x").is_err());
-        assert_eq!(Source::parse("https://example.com/x.gguf").unwrap(), Source::Url("https://example.com/x.gguf".into()));
+        assert_eq!(
+            Source::parse("https://example.com/x.gguf").unwrap(),
+            Source::Url("https://example.com/x.gguf".into())
+        );
         assert!(Source::parse("ftp://example.com/x.gguf").is_err());
     }
 

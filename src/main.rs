@@ -625,7 +625,8 @@ fn list_models(args: &ModelsArgs) -> Result<()> {
     println!("Models for the {} (ceiling {:.1} GB):", tier.label(), memory::fit::ceiling_bytes(tier) as f64 / 1e9);
     for r in &rows {
         let size = format!("{}{:.2} GB", if r.bytes_known { "" } else { "~" }, r.bytes as f64 / 1e9);
-        let fit = if r.fits { format!("{} · {} tokens ({})", r.fit, r.budget, r.budget_limit) } else { r.fit.to_string() };
+        let fit =
+            if r.fits { format!("{} · {} tokens ({})", r.fit, r.budget, r.budget_limit) } else { r.fit.to_string() };
         let state = match (&r.not_yet, r.downloaded) {
             (Some(why), _) => format!("not yet: {why}"),
             (None, true) => "downloaded".to_string(),
@@ -651,7 +652,8 @@ fn fetch(args: &FetchArgs) -> Result<()> {
             if !name.to_ascii_lowercase().ends_with(".gguf") || name.starts_with('.') {
                 bail!("{url} does not name a .gguf file");
             }
-            let request = catalog::DownloadRequest { url: url.to_string(), dest: dir.join(name), bytes: None, sha256: None };
+            let request =
+                catalog::DownloadRequest { url: url.to_string(), dest: dir.join(name), bytes: None, sha256: None };
             catalog::download(&request, &options, &mut |p| bar.show(p))?
         }
         Some(id) => {

@@ -23,10 +23,10 @@ pub mod tokenizer;
 pub use error::{Cause, EngineError, Result};
 pub use kernels::Kernels;
 pub use model::{Model, ModelConfig, SUPPORTED_ARCHITECTURES};
-pub use tokenizer::SUPPORTED_PRE_TOKENIZERS;
 pub use protocol::{Command, DoneReason, EngineEvent, ModelInfo, Stats};
 pub use session::{Session, TrimMode};
 pub use state::State;
+pub use tokenizer::SUPPORTED_PRE_TOKENIZERS;
 pub mod qlinear;
 mod worker;
 
