@@ -180,7 +180,12 @@ fn ChatSection(state: ReadSignal<ChatState>, ready: bool) -> Element {
         let s = state.read();
         (s.active_chat.clone(), s.system_prompt.clone().unwrap_or_default(), s.chat_caches)
     });
-    let (Some(id), prompt, caches) = chat() else { return rsx! {} };
+    // `id` only feeds the component key below, which rsx! reads under debug assertions
+    // only: without them (release, and the test profile) the variable looks unused.
+    #[allow(unused_variables)]
+    let (Some(id), prompt, caches) = chat() else {
+        return rsx! {};
+    };
     rsx! {
         section { class: "panel-section", "data-section": "chat",
             h3 { "This chat" }
