@@ -354,7 +354,7 @@ mod tests {
     /// --ignored --nocapture` prints the prefill kernel's multiply-add rate at turn 10 of
     /// the 128 + 128 bench, over 30 layers (the best of five runs).
     #[test]
-    #[ignore]
+    #[ignore = "measurement only: prints timings, asserts none; run with --ignored --nocapture"]
     fn attention_speed() {
         let (n_heads, n_kv, hd, pos, n, layers) = (9, 3, 64, 2432, 128, 30);
         let dev = Device::Cpu;
