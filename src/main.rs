@@ -83,6 +83,9 @@ struct EngineArgs {
     /// Token budget of the conversation (at most the model's context)
     #[arg(long, value_parser = clap::value_parser!(u32).range(128..=1_048_576))]
     budget: Option<u32>,
+    /// Load a model the fit check says is too large for this device's memory
+    #[arg(long)]
+    allow_too_large: bool,
     /// Memory tier instead of the detected one
     #[arg(long, value_parser = tier)]
     tier: Option<memory::RamTier>,
@@ -318,6 +321,7 @@ impl EngineArgs {
             c.max_tokens = n as usize;
         }
         c.budget_override = self.budget.map(|b| b as usize);
+        c.allow_too_large = self.allow_too_large;
         c.tier_override = self.tier.or_else(memory::tier_from_env);
         c.kv_dtype = self.kv.dtype();
         c.kernels = kernels(self.kernel)?;
@@ -457,6 +461,16 @@ fn chat(args: &ChatArgs) -> Result<()> {
         match events.recv_blocking() {
             Some(EngineEvent::Ready(info)) => {
                 eprintln!("[{} · {} · {}]", info.name, info.weights_quant, info.device);
+            }
+            Some(EngineEvent::Policy { report, policy }) => {
+                eprintln!(
+                    "[{}: {} weights · {} tokens, {} · {:.1} GiB ceiling]",
+                    report.effective().label(),
+                    policy.quant.label(),
+                    policy.token_budget,
+                    policy.why(),
+                    policy.ceiling_bytes as f64 / memory::GIB as f64
+                );
             }
             Some(EngineEvent::Restored { messages, tokens }) => {
                 eprintln!(

@@ -1,6 +1,6 @@
 //! The predicted footprint (`memory::predicted_footprint`, what the budgets that keep us
 //! under jetsam are computed from) is an upper bound of the real peak RSS: a 200 KB
-//! prompt at every tier, and a 100-turn conversation, on the real model.
+//! prompt at every budget the tiers give, and a 100-turn conversation, on the real model.
 
 mod common;
 
@@ -48,9 +48,11 @@ fn long_prompt() -> String {
 }
 
 #[test]
-fn a_long_prompt_stays_under_the_predicted_footprint_at_every_tier() {
+fn a_long_prompt_stays_under_the_predicted_footprint_at_every_budget() {
     let prompt = long_prompt();
-    for tier in ["6gb", "8gb", "desktop"] {
+    // The 135M model gets its full 8,192-token context on 8gb and desktop alike (the same
+    // policy), so desktop is left out; on 6gb the cache allowance sets the budget.
+    for tier in ["6gb", "8gb"] {
         for kv in ["f32", "f16"] {
             let (peak, predicted) = peak_and_predicted(&["--tier", tier, "--kv", kv, "--max-tokens", "8"], &prompt);
             eprintln!("{tier} {kv}: peak RSS {:.1} MB, predicted {:.1} MB", peak as f64 / 1e6, predicted as f64 / 1e6);

@@ -266,33 +266,38 @@ fn bad_model_files_give_clear_errors() {
     assert!(matches!(events.recv_blocking().unwrap(), EngineEvent::Failed { .. }));
 }
 
+/// The policy comes from the model's own size: SmolLM2-135M's 8-bit file fits every
+/// tier, so it is chosen everywhere; its budget is its full context on an 8 GB phone and
+/// the cache allowance on a 6 GB one. A QA tier override recomputes it at run time.
 #[test]
-fn tier_policy_picks_the_weights_and_a_qa_override_switches_them() {
-    use pocketchat::memory::{RamTier, WeightQuant};
+fn the_policy_follows_the_model_and_a_qa_override_recomputes_it() {
+    use pocketchat::memory::{BudgetLimit, RamTier, WeightQuant};
     let mut config = EngineConfig::new(default_model());
     config.tier_override = Some(RamTier::Phone8Gb);
     config.q8_variant = Some(std::sync::Arc::new(|q4: &std::path::Path| {
         pocketchat::catalog::ensure_q8_variant(q4).map_err(pocketchat::engine::Cause::new)
     }));
     let (handle, mut events) = Engine::spawn(config);
-    let ready = |events: &mut EngineEvents| -> (pocketchat::engine::ModelInfo, pocketchat::memory::Policy) {
+    let policy = |events: &mut EngineEvents| -> (Option<pocketchat::engine::ModelInfo>, pocketchat::memory::Policy) {
         let mut info = None;
         loop {
             match events.recv_blocking().expect("engine stopped") {
                 EngineEvent::Ready(i) => info = Some(i),
-                EngineEvent::Policy { policy, .. } => return (info.expect("Ready before Policy"), policy),
+                EngineEvent::Policy { policy, .. } => return (info, policy),
                 EngineEvent::Failed { error } => panic!("{error}"),
                 _ => {}
             }
         }
     };
-    let (info, policy) = ready(&mut events);
-    assert_eq!((policy.quant, policy.token_budget), (WeightQuant::Q8, 2048));
-    assert_eq!(info.weights_quant, "Q8_0 (requantized from Q4_1)");
+    let (info, p) = policy(&mut events);
+    assert_eq!((p.quant, p.token_budget, p.limit), (WeightQuant::Q8, 8192, BudgetLimit::ModelContext));
+    assert_eq!(info.expect("Ready before Policy").weights_quant, "Q8_0 (requantized from Q4_1)");
     handle.send(Command::SetPolicy { tier: Some(RamTier::Phone6Gb) }).unwrap();
-    let (info, policy) = ready(&mut events);
-    assert_eq!((policy.quant, policy.token_budget), (WeightQuant::Q4, 1024));
-    assert_eq!(info.weights_quant, "Q4_1");
+    let (reloaded, p) = policy(&mut events);
+    assert!(reloaded.is_none(), "the same 8-bit weights stay loaded");
+    assert_eq!((p.quant, p.limit), (WeightQuant::Q8, BudgetLimit::TierCap));
+    // 128 MiB of f16 cache at 23,040 bytes a token (30 layers × 3 KV heads × 64 × 2 × 2).
+    assert_eq!(p.token_budget, 5825);
     handle.send(Command::Shutdown).unwrap();
 }
 

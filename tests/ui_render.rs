@@ -310,6 +310,7 @@ fn settings_panel_shows_the_figures() {
     assert!(t.contains("Overridden for QA — detected 8 GB class."), "{t}");
     assert!(html.contains("value=\"6gb\" selected"), "the override is selected: {html}");
     assert!(t.contains("4-bit weights · 1024 tokens · 3.0 GiB ceiling"), "{t}");
+    assert!(t.contains("Budget set by") && t.contains("this device class's cache allowance"), "{t}");
 
     // Model.
     assert!(t.contains("SmolLM2-135M-Instruct.Q4_1.gguf"), "{t}");

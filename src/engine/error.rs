@@ -18,6 +18,11 @@ pub enum EngineError {
     UnsupportedArchitecture(String),
     #[error("unsupported tokenizer: {0} (pocketchat reads GPT2-style BPE tokenizers from the GGUF)")]
     UnsupportedTokenizer(String),
+    #[error(
+        "{name} needs about {footprint_mib} MiB at its smallest usable context, over this device's {ceiling_mib} MiB \
+         limit: choose a smaller model or a 4-bit file (or load it anyway with --allow-too-large)"
+    )]
+    TooLarge { name: String, footprint_mib: u64, ceiling_mib: u64 },
     #[error("the model is not loaded yet")]
     NotReady,
     #[error("the message is empty")]

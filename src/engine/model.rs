@@ -24,6 +24,7 @@ use super::kernels::Kernels;
 use super::qlinear::QLinear as Linear;
 use super::state::State;
 use super::{Cause, EngineError, Result};
+use crate::memory::ModelFacts;
 
 /// GGUF `general.architecture` values this engine loads.
 pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2"];
@@ -104,6 +105,48 @@ pub fn read_gguf(path: &Path) -> Result<(gguf_file::Content, BufReader<File>)> {
     let content = super::gguf_check::read(&mut reader)
         .map_err(|message| EngineError::BadModelFile { path: path.to_path_buf(), message })?;
     Ok((content, reader))
+}
+
+/// What the fit check needs of a model file, read from its GGUF header alone (nothing is
+/// loaded): its shape, its size, and its average bits per weight.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FileFacts {
+    pub facts: ModelFacts,
+    pub bits_per_weight: f64,
+}
+
+/// Reads [`FileFacts`] from the header of the GGUF at `path`, for a KV cache of `kv`.
+pub fn file_facts(path: &Path, kv: DType) -> Result<FileFacts> {
+    let (content, _) = read_gguf(path)?;
+    let bad = |message: String| EngineError::BadModelFile { path: path.to_path_buf(), message };
+    let arch = content
+        .metadata
+        .get("general.architecture")
+        .and_then(|v| v.to_string().ok())
+        .ok_or_else(|| bad("no `general.architecture` in the metadata".into()))?;
+    let meta = |key: &str| -> Result<usize> {
+        let full = format!("{arch}.{key}");
+        let value = content.metadata.get(&full).ok_or_else(|| bad(format!("missing metadata `{full}`")))?;
+        value.to_u32().map(|v| v as usize).map_err(|e| bad(format!("`{full}`: {e}")))
+    };
+    let heads = meta("attention.head_count")?;
+    let kv_heads = meta("attention.head_count_kv").unwrap_or(heads);
+    let layers = meta("block_count")?;
+    let width = meta("embedding_length")?;
+    let head_dim = width.checked_div(heads).ok_or_else(|| bad("no attention heads".into()))?;
+    let ffn = content.tensor_infos.get("blk.0.ffn_up.weight").and_then(|t| t.shape.dims().first().copied())
+        .unwrap_or(4 * width);
+    let weights: u64 = content.tensor_infos.values().map(|t| t.shape.elem_count() as u64).sum();
+    let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let facts = ModelFacts {
+        weights_bytes: file_bytes,
+        kv_bytes_per_token: crate::memory::kv_bytes_per_token(layers, kv_heads, head_dim, kv.size_in_bytes()),
+        context: meta("context_length").unwrap_or(4096).clamp(1, MAX_ROPE_POSITIONS),
+        heads,
+        width,
+        ffn,
+    };
+    Ok(FileFacts { facts, bits_per_weight: file_bytes as f64 * 8.0 / weights.max(1) as f64 })
 }
 
 struct Loader<'a> {
@@ -337,6 +380,19 @@ impl Model {
     /// Bytes one token occupies in the KV cache with the given element type.
     pub fn kv_bytes_per_token(&self, dtype: DType) -> u64 {
         (2 * self.config.n_layers * self.config.n_kv_heads * self.config.head_dim * dtype.size_in_bytes()) as u64
+    }
+
+    /// What the fit check needs of this model, with a KV cache of `kv`.
+    pub fn facts(&self, kv: DType) -> ModelFacts {
+        let c = &self.config;
+        ModelFacts {
+            weights_bytes: c.file_bytes,
+            kv_bytes_per_token: self.kv_bytes_per_token(kv),
+            context: self.max_positions(),
+            heads: c.n_heads,
+            width: c.embedding_length,
+            ffn: c.ffn_length,
+        }
     }
 
     /// A fresh, empty state able to hold up to `max_tokens` (memory is allocated lazily,

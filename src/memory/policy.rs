@@ -1,13 +1,18 @@
-//! The policy each tier gets: weight quantization, token budget and memory ceiling.
+//! The policy in force: weight quantization, token budget and memory ceiling, and why.
+//!
+//! Before a model is known, [`Policy::for_tier`] gives the tier's defaults (the seed's
+//! rule for ~2B models). Once the engine knows the model, [`Policy::for_model`] computes
+//! the budget from the model's own size and shape with [`super::fit`].
 
+use super::fit::{self, BudgetLimit, FitClass, ModelFacts};
 use super::RamTier;
 
 /// Bits per weight of the model file to load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WeightQuant {
-    /// 4-bit (the catalog's Q4_1 file).
+    /// 4-bit (Q4_1, Q4_K_M and the other 4- and 5-bit files).
     Q4,
-    /// 8-bit (Q8_0).
+    /// 8-bit (Q8_0, or more).
     Q8,
 }
 
@@ -18,9 +23,25 @@ impl WeightQuant {
             WeightQuant::Q8 => "8-bit",
         }
     }
+
+    pub fn bits(self) -> u8 {
+        match self {
+            WeightQuant::Q4 => 4,
+            WeightQuant::Q8 => 8,
+        }
+    }
+
+    /// The class of a file with this many bits per weight (8 or more is 8-bit).
+    pub fn from_bits(bits: f64) -> WeightQuant {
+        if bits >= 7.5 {
+            WeightQuant::Q8
+        } else {
+            WeightQuant::Q4
+        }
+    }
 }
 
-/// What a tier is allowed to use.
+/// What the loaded model may use on this device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
     pub tier: RamTier,
@@ -29,16 +50,46 @@ pub struct Policy {
     pub token_budget: usize,
     /// Memory the app should stay under (an estimate of the jetsam limit for the class).
     pub ceiling_bytes: u64,
+    /// What set the budget: the settings panel's "why".
+    pub limit: BudgetLimit,
+    /// How the model sits under the ceiling.
+    pub fit: FitClass,
 }
 
 impl Policy {
+    /// The tier's defaults before a model is known: 4-bit with 1K tokens on 6 GB
+    /// phones, 8-bit with 2K on 8 GB ones, 8-bit with 4K on desktops.
     pub fn for_tier(tier: RamTier) -> Policy {
         let (quant, token_budget) = match tier {
             RamTier::Phone6Gb => (WeightQuant::Q4, 1024),
             RamTier::Phone8Gb => (WeightQuant::Q8, 2048),
             RamTier::Desktop => (WeightQuant::Q8, 4096),
         };
-        Policy { tier, quant, token_budget, ceiling_bytes: super::fit::ceiling_bytes(tier) }
+        Policy {
+            tier,
+            quant,
+            token_budget,
+            ceiling_bytes: fit::ceiling_bytes(tier),
+            limit: BudgetLimit::TierCap,
+            fit: FitClass::Fits,
+        }
+    }
+
+    /// The policy for a model of `quant` weights described by `facts`: its budget is
+    /// `min(model context, tier allowance, what the ceiling leaves)`. A model that does
+    /// not fit gets [`fit::MIN_CHAT_TOKENS`] (loaded only on an explicit override).
+    pub fn for_model(tier: RamTier, quant: WeightQuant, facts: &ModelFacts) -> Policy {
+        let f = fit::fit(facts, tier);
+        let token_budget = if f.fits() { f.budget } else { fit::MIN_CHAT_TOKENS.min(facts.context.max(1)) };
+        Policy { tier, quant, token_budget, ceiling_bytes: f.ceiling_bytes, limit: f.limit, fit: f.class }
+    }
+
+    /// The settings panel's one-line "why" of the budget.
+    pub fn why(&self) -> &'static str {
+        match self.fit {
+            FitClass::TooLarge => "the model is too large for this device (loaded on override)",
+            _ => self.limit.explain(),
+        }
     }
 }
 
@@ -47,12 +98,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tiers_get_the_agreed_policy() {
+    fn tiers_get_the_agreed_defaults_before_a_model_is_known() {
         let p6 = Policy::for_tier(RamTier::Phone6Gb);
         assert_eq!((p6.quant, p6.token_budget), (WeightQuant::Q4, 1024));
         let p8 = Policy::for_tier(RamTier::Phone8Gb);
         assert_eq!((p8.quant, p8.token_budget), (WeightQuant::Q8, 2048));
         let pd = Policy::for_tier(RamTier::Desktop);
         assert_eq!((pd.quant, pd.token_budget), (WeightQuant::Q8, 4096));
+    }
+
+    #[test]
+    fn a_model_gets_the_budget_its_fit_allows_and_says_why() {
+        let small = ModelFacts {
+            weights_bytes: 100_000_000,
+            kv_bytes_per_token: crate::memory::kv_bytes_per_token(30, 3, 64, 2),
+            context: 8192,
+            heads: 9,
+            width: 576,
+            ffn: 1536,
+        };
+        let p = Policy::for_model(RamTier::Phone8Gb, WeightQuant::Q8, &small);
+        assert_eq!((p.token_budget, p.limit, p.fit), (8192, BudgetLimit::ModelContext, FitClass::Fits));
+        assert_eq!(p.why(), "the model's full context");
+        let huge = ModelFacts { weights_bytes: 5_000_000_000, ..small };
+        let p = Policy::for_model(RamTier::Phone6Gb, WeightQuant::Q4, &huge);
+        assert_eq!((p.fit, p.token_budget), (FitClass::TooLarge, fit::MIN_CHAT_TOKENS));
+        assert!(p.why().contains("too large"));
+    }
+
+    #[test]
+    fn bits_name_the_class() {
+        assert_eq!(WeightQuant::from_bits(5.0), WeightQuant::Q4);
+        assert_eq!(WeightQuant::from_bits(8.5), WeightQuant::Q8);
+        assert_eq!(WeightQuant::from_bits(16.0), WeightQuant::Q8);
     }
 }

@@ -377,6 +377,7 @@ fn DeviceSection(state: ReadSignal<ChatState>) -> Element {
             }
             if let Some(p) = policy {
                 Figure { name: "policy", label: "Policy", value: format!("{} weights · {} tokens · {} ceiling", p.quant.label(), p.token_budget, format_bytes(p.ceiling_bytes)) }
+                Figure { name: "budget-why", label: "Budget set by", value: p.why().to_string() }
             }
         }
     }

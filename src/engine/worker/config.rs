@@ -45,8 +45,10 @@ pub struct EngineConfig {
     pub display_name: Option<String>,
     /// QA override of the detected tier.
     pub tier_override: Option<RamTier>,
-    /// Overrides the tier's token budget (tests, soak).
+    /// Overrides the token budget computed from the model and the tier (tests, soak).
     pub budget_override: Option<usize>,
+    /// Loads a model the fit check says is too large for the device (it may be killed).
+    pub allow_too_large: bool,
     /// The KV cache's element type: f16 by default (half the memory of f32 for the same
     /// tokens, and faster late in a conversation; f32 for checks).
     pub kv_dtype: KvDtype,
@@ -82,6 +84,7 @@ impl std::fmt::Debug for EngineConfig {
             .field("model_path", &self.model_path)
             .field("tier_override", &self.tier_override)
             .field("budget_override", &self.budget_override)
+            .field("allow_too_large", &self.allow_too_large)
             .field("kv_dtype", &self.kv_dtype)
             .field("max_tokens", &self.max_tokens)
             .field("state_file", &self.state_file)
@@ -99,6 +102,7 @@ impl EngineConfig {
             display_name: None,
             tier_override: None,
             budget_override: None,
+            allow_too_large: false,
             kv_dtype: KvDtype::F16,
             sampling: SamplingOverrides::default(),
             max_tokens: 512,

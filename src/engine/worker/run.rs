@@ -11,7 +11,7 @@ use futures::channel::mpsc as fmpsc;
 use super::device::{device_label, pick_device, set_threads};
 use super::saving::before_eviction_path;
 use super::{EngineConfig, Loaded, Worker};
-use crate::engine::model::{read_gguf, Model, PREFILL_CHUNK};
+use crate::engine::model::{file_facts, read_gguf, Model};
 use crate::engine::pool;
 use crate::engine::sampler::SamplingParams;
 use crate::engine::session::Session;
@@ -19,7 +19,11 @@ use crate::engine::template::ChatTemplate;
 use crate::engine::tokenizer::TextTokenizer;
 use crate::engine::{Command, EngineError, EngineEvent, ModelInfo, Stats};
 use crate::memory::process::{release_free_memory, rss_bytes};
-use crate::memory::{self, Policy, RamTier, TierReport, WeightQuant};
+use crate::memory::{self, FitClass, Policy, RamTier, TierReport, WeightQuant};
+
+/// Bits per weight of a Q8_0 file (34 bytes per block of 32), for the 8-bit variant's
+/// size before it exists.
+const Q8_BITS_PER_WEIGHT: f64 = 8.5;
 
 impl Worker {
     pub(super) fn new(
@@ -52,7 +56,33 @@ impl Worker {
         let _ = self.events.unbounded_send(event);
     }
 
-    /// The tier's budget (or `--budget`), never more than the model's context.
+    /// The weights to load. With an 8-bit variant on offer (the catalog's requantizer),
+    /// the most bits that fit this tier, the 8-bit file's size estimated from the 4-bit
+    /// one's; else the file's own.
+    fn choose_quant(&self) -> WeightQuant {
+        let kv = self.config.kv_dtype.dtype();
+        let Ok(file) = file_facts(&self.config.model_path, kv) else {
+            return self.policy.quant; // the load reports what is wrong with the file
+        };
+        let own = WeightQuant::from_bits(file.bits_per_weight);
+        if self.config.q8_variant.is_none() || own == WeightQuant::Q8 {
+            return own;
+        }
+        let q8_bytes = file.facts.weights_bytes as f64 * Q8_BITS_PER_WEIGHT / file.bits_per_weight.max(1.0);
+        let q8 = memory::ModelFacts { weights_bytes: q8_bytes as u64, ..file.facts };
+        match memory::fit::best_variant(&[(4, file.facts), (8, q8)], self.report.effective()) {
+            Some((1, _)) => WeightQuant::Q8,
+            _ => WeightQuant::Q4,
+        }
+    }
+
+    /// The policy for the loaded model on this tier (its budget from the fit check).
+    fn policy_for(&self, model: &Model) -> Policy {
+        let facts = model.facts(self.config.kv_dtype.dtype());
+        Policy::for_model(self.report.effective(), self.policy.quant, &facts)
+    }
+
+    /// The policy's budget (or `--budget`), never more than the model's context.
     fn tier_budget(&self) -> usize {
         let budget = self.config.budget_override.unwrap_or(self.policy.token_budget);
         match &self.loaded {
@@ -152,6 +182,7 @@ impl Worker {
 
     fn load(&mut self) {
         self.loaded = None;
+        self.policy.quant = self.choose_quant();
         self.emit(EngineEvent::Loading { progress: 0.0, message: "Opening the model".into() });
         match self.try_load() {
             Ok(loaded) => {
@@ -207,6 +238,15 @@ impl Worker {
                 ),
             });
         }
+        self.policy = self.policy_for(&model);
+        if self.policy.fit == FitClass::TooLarge && !self.config.allow_too_large {
+            let facts = model.facts(self.config.kv_dtype.dtype());
+            return Err(EngineError::TooLarge {
+                name: self.config.display_name.clone().unwrap_or_else(|| model.config.name.clone()),
+                footprint_mib: memory::fit::footprint_at(&facts, memory::fit::MIN_CHAT_TOKENS) / memory::MIB,
+                ceiling_mib: self.policy.ceiling_bytes / memory::MIB,
+            });
+        }
         let template = ChatTemplate::new(template_src.as_deref(), tokenizer.bos_token(), tokenizer.eos_token());
         let mut session = Session::new(model.make_state(self.budget(), self.config.kv_dtype.dtype()), template)?;
         session.trim_mode = self.config.trim_mode;
@@ -241,16 +281,8 @@ impl Worker {
         if let Some(l) = &self.loaded {
             s.context_tokens = l.session.state.len();
             s.kv_bytes = l.session.state.bytes();
-            let m = &l.model.config;
-            let scratch = memory::prefill_scratch_bytes(
-                PREFILL_CHUNK,
-                m.n_heads,
-                m.embedding_length,
-                m.ffn_length,
-                s.tier_budget,
-            );
-            s.predicted_footprint_bytes =
-                memory::predicted_footprint(l.info.file_bytes, l.info.kv_bytes_per_token, s.tier_budget, scratch);
+            let facts = l.model.facts(self.config.kv_dtype.dtype());
+            s.predicted_footprint_bytes = memory::fit::footprint_at(&facts, s.tier_budget);
         }
         s
     }
@@ -289,12 +321,16 @@ impl Worker {
     fn set_policy(&mut self, tier: Option<RamTier>) {
         self.report = self.report.clone().with_override(tier);
         let old = self.policy;
-        self.policy = Policy::for_tier(self.report.effective());
-        if self.config.q8_variant.is_some() && old.quant != self.policy.quant {
+        let quant = self.choose_quant();
+        if self.config.q8_variant.is_some() && old.quant != quant {
             self.save();
             self.load();
             return;
         }
+        self.policy = match &self.loaded {
+            Some(l) => self.policy_for(&l.model),
+            None => Policy { quant, ..Policy::for_tier(self.report.effective()) },
+        };
         let budget = self.budget();
         if let Some(l) = self.loaded.as_mut() {
             if l.session.state.len() > budget {

@@ -557,7 +557,8 @@ impl ChatState {
             EngineError::ModelLoad { .. }
             | EngineError::BadModelFile { .. }
             | EngineError::UnsupportedArchitecture(_)
-            | EngineError::UnsupportedTokenizer(_) => Some(load_failure(&message)),
+            | EngineError::UnsupportedTokenizer(_)
+            | EngineError::TooLarge { .. } => Some(load_failure(&message)),
             EngineError::EngineGone => Some(LoadFailure {
                 title: "The engine stopped".into(),
                 message: message.clone(),
