@@ -29,7 +29,7 @@ mod fetch;
 pub mod listing;
 mod quantize;
 
-pub use download::{download, DownloadError, DownloadOptions, DownloadRequest, Progress};
+pub use download::{download, file_name_of_url, DownloadError, DownloadOptions, DownloadRequest, Progress};
 pub use fetch::{download_entry, fetch_default, fetch_entry};
 pub use quantize::{quantize_q8_0, QuantizeReport};
 

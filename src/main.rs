@@ -661,11 +661,7 @@ fn fetch(args: &FetchArgs) -> Result<()> {
     let path = match args.target.as_deref() {
         None => catalog::ensure_entry(catalog::default_entry(), &dir)?,
         Some(url) if url.starts_with("https://") || url.starts_with("http://") => {
-            let name = url.rsplit('/').next().unwrap_or_default();
-            let name = name.split(['?', '#']).next().unwrap_or_default();
-            if !name.to_ascii_lowercase().ends_with(".gguf") || name.starts_with('.') {
-                bail!("{url} does not name a .gguf file");
-            }
+            let name = catalog::file_name_of_url(url).map_err(anyhow::Error::msg)?;
             let request =
                 catalog::DownloadRequest { url: url.to_string(), dest: dir.join(name), bytes: None, sha256: None };
             catalog::download(&request, &options, &mut |p| bar.show(p))?

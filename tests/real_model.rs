@@ -328,3 +328,61 @@ fn f16_kv_cache_halves_the_bytes_and_keeps_the_answer() {
     // Measured: "Le Grand Château, also known as the City of Light, is the capital of France."
     assert!(f16_text.contains("capital of France"), "{f16_text}");
 }
+
+/// The app's model screen switches files at run time: the conversation goes on with the
+/// new model (re-read at the next message), and a file that cannot be loaded is reported
+/// and the model from before comes back.
+#[test]
+fn switching_models_at_run_time_keeps_the_conversation_and_survives_a_bad_file() {
+    let q8 = pocketchat::catalog::ensure_q8_variant(&default_model()).unwrap();
+    let mut config = EngineConfig::new(default_model());
+    config.max_tokens = 24;
+    config.sampling = pocketchat::engine::sampler::SamplingOverrides::greedy();
+    let (handle, mut events) = Engine::spawn(config);
+    wait_ready(&mut events);
+    handle.send(Command::Send { text: "Which city is the capital of France?".into() }).unwrap();
+    until_answered(&mut events);
+
+    let switch = |path: std::path::PathBuf, name: &str| Command::SwitchModel {
+        path,
+        display_name: Some(name.into()),
+        allow_too_large: false,
+    };
+    handle.send(switch(q8.clone(), "SmolLM2 8-bit")).unwrap();
+    let mut loading = false;
+    let info = loop {
+        match events.recv_blocking().expect("engine stopped") {
+            EngineEvent::Loading { .. } => loading = true,
+            EngineEvent::Ready(info) => break info,
+            EngineEvent::Failed { error } => panic!("{error}"),
+            _ => {}
+        }
+    };
+    assert!(loading, "the switch reports loading progress");
+    assert_eq!((info.name.as_str(), info.weights_quant.as_str()), ("SmolLM2 8-bit", "Q8_0 (requantized from Q4_1)"));
+    handle.send(Command::Send { text: "And of Italy?".into() }).unwrap();
+    let turn = until_answered(&mut events);
+    assert!(text_of(&turn).contains("Rome"), "the new model goes on with the conversation: {}", text_of(&turn));
+    let stats = stats_of(&turn);
+    assert!(stats.context_tokens > stats.prefill_tokens, "the earlier turn is still in the context: {stats:?}");
+
+    let missing = q8.with_file_name("no-such-model.gguf");
+    handle.send(switch(missing, "Missing")).unwrap();
+    let mut failed = None;
+    let mut notices = Vec::new();
+    let info = loop {
+        match events.recv_blocking().expect("engine stopped") {
+            EngineEvent::Failed { error } => failed = Some(error),
+            EngineEvent::Notice { message } => notices.push(message),
+            EngineEvent::Ready(info) => break info,
+            _ => {}
+        }
+    };
+    assert!(matches!(failed, Some(EngineError::ModelMissing { .. })), "{failed:?}");
+    assert!(notices.iter().any(|n| n.contains("Going back to SmolLM2 8-bit")), "{notices:?}");
+    assert_eq!(info.name, "SmolLM2 8-bit");
+    handle.send(Command::Send { text: "Thank you.".into() }).unwrap();
+    let turn = until_answered(&mut events);
+    assert!(!text_of(&turn).is_empty());
+    handle.send(Command::Shutdown).unwrap();
+}

@@ -130,6 +130,20 @@ fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Downlo
     move |source| DownloadError::Io { action, path, source }
 }
 
+/// The file name a GGUF URL downloads to: its last path segment, without query or
+/// fragment. `Err` says why a URL names no `.gguf` file (or a hidden one).
+pub fn file_name_of_url(url: &str) -> Result<String, String> {
+    if !(url.starts_with("https://") || url.starts_with("http://")) {
+        return Err(format!("{url} is not an http(s) URL"));
+    }
+    let path = url.split(['?', '#']).next().unwrap_or_default();
+    let name = path.rsplit('/').next().unwrap_or_default();
+    if !name.to_ascii_lowercase().ends_with(".gguf") || name.starts_with('.') || name.contains('\\') {
+        return Err(format!("{url} does not name a .gguf file"));
+    }
+    Ok(name.to_string())
+}
+
 /// `url` with its `https://huggingface.co` prefix replaced by `endpoint` (trailing
 /// slashes ignored). Other URLs, and an empty endpoint, are left alone.
 pub fn with_hf_endpoint(url: &str, endpoint: Option<&str>) -> String {
@@ -571,6 +585,10 @@ mod tests {
             "http://mirror:8080/org/repo/resolve/main/m.gguf"
         );
         assert_eq!(with_hf_endpoint(url, None), url);
+        assert_eq!(file_name_of_url("https://h/r/resolve/main/M.Q4.gguf?download=1").unwrap(), "M.Q4.gguf");
+        assert!(file_name_of_url("https://h/r/model.bin").is_err());
+        assert!(file_name_of_url("https://h/.gguf").is_err());
+        assert!(file_name_of_url("file:///etc/m.gguf").is_err());
         assert_eq!(with_hf_endpoint(url, Some("")), url);
         let other = "https://huggingface.com.evil/x.gguf";
         assert_eq!(with_hf_endpoint(other, Some("http://mirror")), other);

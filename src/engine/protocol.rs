@@ -37,6 +37,11 @@ pub enum Command {
     /// Compute on this many threads from the next step on (capped at the cores there are);
     /// `None` goes back to the configured count.
     SetThreads { threads: Option<usize> },
+    /// Load another model file (the app's model screen): the conversation is saved, the
+    /// new file loads with `Loading` progress and the open chat goes on with it (re-read
+    /// at the next message). That exact file is loaded, whatever the tier prefers; a file
+    /// the fit check calls too large loads only with `allow_too_large`.
+    SwitchModel { path: std::path::PathBuf, display_name: Option<String>, allow_too_large: bool },
     /// Save the conversation to the state file now (the app going to the background).
     Save,
     /// Bring back the conversation saved just before the last memory-warning eviction.

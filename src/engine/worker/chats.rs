@@ -14,7 +14,7 @@ impl Worker {
         self.config.chats.clone()
     }
 
-    fn notice(&self, message: String) {
+    pub(super) fn notice(&self, message: String) {
         self.emit(EngineEvent::Notice { message });
     }
 

@@ -148,6 +148,9 @@ impl Worker {
                     set_threads(threads.or(self.config.threads));
                     self.emit_stats();
                 }
+                Command::SwitchModel { path, display_name, allow_too_large } => {
+                    self.switch_model(path, display_name, allow_too_large)
+                }
                 Command::Save => self.save(),
                 Command::SetSampling { overrides } => {
                     self.config.sampling = overrides;
@@ -340,6 +343,38 @@ impl Worker {
         }
         self.emit(EngineEvent::Policy { report: self.report.clone(), policy: self.policy });
         self.emit_stats();
+    }
+
+    /// Loads another file; when it cannot be loaded (the error is reported), the model
+    /// that was loaded before comes back, so the app keeps working.
+    fn switch_model(&mut self, path: PathBuf, display_name: Option<String>, allow_too_large: bool) {
+        let _span = tracing::info_span!("switch_model", path = %path.display()).entered();
+        self.save();
+        let had_model = self.loaded.is_some();
+        let history = self.loaded.as_ref().map(|l| l.session.messages().to_vec()).unwrap_or_default();
+        let before = self.config.clone();
+        // Another model's conversation is not this state file's: a fresh lock follows.
+        self.state_lock = None;
+        self.config.model_path = path;
+        self.config.display_name = display_name;
+        self.config.allow_too_large = allow_too_large;
+        self.config.q8_variant = None;
+        self.load();
+        if self.loaded.is_none() && had_model {
+            self.notice(format!("Going back to {}.", before.display_name.as_deref().unwrap_or("the previous model")));
+            self.config = before;
+            self.load();
+        }
+        // A chat store re-opens the chat itself; otherwise the text goes on with the new
+        // model, re-read at the next message (another model's cache means nothing to it).
+        if self.config.chats.is_none() && !history.is_empty() {
+            if let Some(l) = self.loaded.as_mut().filter(|l| l.session.messages().is_empty()) {
+                let n = history.len();
+                l.session.set_history(history);
+                self.notice(format!("The conversation's {n} messages are re-read with your next message."));
+                self.emit_stats();
+            }
+        }
     }
 
     /// Evicts to half the budget — or the whole conversation when it is already that
