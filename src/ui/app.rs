@@ -19,12 +19,14 @@ use dioxus::prelude::*;
 use futures::stream::Fuse;
 use futures::{FutureExt, StreamExt};
 
+use crate::catalog;
 use crate::engine::{Command, Engine, EngineConfig, EngineError, EngineEvent, EngineHandle};
 
 use super::chat::ChatView;
 use super::chat_list::ChatList;
 use super::clock::now_label;
 use super::meter::{LiveFigures, ReplyMeter};
+use super::models::{models_bridge, ModelAction, ModelsPanel, ModelsView};
 use super::pacer;
 use super::qa::QaHook;
 use super::settings::SettingsPanel;
@@ -177,8 +179,15 @@ pub fn App() -> Element {
     let state = use_signal(ChatState::new);
     let live = use_context_provider(|| Signal::new(None::<LiveFigures>));
     let qa: Option<QaHook> = use_context_provider(QaHook::from_env);
-    use_coroutine(move |commands: UnboundedReceiver<Command>| {
-        bridge(config.clone(), commands, state, live, qa.clone())
+    let models = use_context_provider(|| Signal::new(ModelsView::default()));
+    let engine = {
+        let (config, qa) = (config.clone(), qa.clone());
+        use_coroutine(move |commands: UnboundedReceiver<Command>| {
+            bridge(config.clone(), commands, state, live, qa.clone())
+        })
+    };
+    use_coroutine(move |actions: UnboundedReceiver<ModelAction>| {
+        models_bridge(actions, catalog::models_dir(), models, state, engine, qa.clone())
     });
     rsx! {
         Shell { state, settings_open: SETTINGS_OPEN_AT_START }
@@ -345,6 +354,10 @@ fn refresh_live_figures(
 #[component]
 pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
     let mut open = use_signal(|| settings_open);
+    // The model screen replaces the settings panel while it is open.
+    let mut models_open = use_signal(|| false);
+    let fallback_models = use_signal(ModelsView::default);
+    let models = try_use_context::<Signal<ModelsView>>().unwrap_or(fallback_models);
     // The chat list's drawer on narrow windows (wide ones always show the column).
     let mut chats_open = use_signal(|| false);
     let has_chats = use_memo(move || state.read().active_chat.is_some());
@@ -366,7 +379,7 @@ pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
     rsx! {
         div { class: format!(
                 "app{}{}",
-                if open() { " settings-open" } else { "" },
+                if open() || models_open() { " settings-open" } else { "" },
                 if chats_open() { " chats-open" } else { "" }
             ),
             header { class: "topbar",
@@ -389,9 +402,21 @@ pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
                         onmounted: move |e: MountedEvent| super::qa::track("new_chat", e.data()),
                         "New chat"
                     }
+                    button { class: "btn ghost", r#type: "button", id: "models-toggle",
+                        aria_pressed: "{models_open()}",
+                        onclick: move |_| {
+                            models_open.toggle();
+                            open.set(false);
+                        },
+                        onmounted: move |e: MountedEvent| super::qa::track("models_toggle", e.data()),
+                        "Models"
+                    }
                     button { class: "btn ghost", r#type: "button", id: "settings-toggle",
                         aria_pressed: "{open()}",
-                        onclick: move |_| open.toggle(),
+                        onclick: move |_| {
+                            open.toggle();
+                            models_open.set(false);
+                        },
                         onmounted: move |e: MountedEvent| super::qa::track("settings_toggle", e.data()),
                         "Settings"
                     }
@@ -405,7 +430,9 @@ pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
                     ChatList { state, on_pick: move |_| chats_open.set(false) }
                 }
                 ChatView { state }
-                if open() {
+                if models_open() {
+                    ModelsPanel { state, models, on_close: move |_| models_open.set(false) }
+                } else if open() {
                     SettingsPanel { state, on_close: move |_| open.set(false) }
                 }
             }

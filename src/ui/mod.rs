@@ -5,6 +5,7 @@
 //! - [`app`]: [`launch`], the root component and the bridge coroutine.
 //! - [`chat`], [`chat_list`], [`settings`], [`notices`]: components; [`markdown`]:
 //!   reply rendering.
+//! - [`models`]: the model screen (catalog, downloads, switching models).
 //! - [`copy`]: the words shown for what the engine reports.
 //! - [`qa`]: the `POCKETCHAT_QA_STATUS` file the end-to-end test reads.
 //! - [`pacer`]: engine events to the UI in frame-paced batches; [`meter`]: the reply's
@@ -19,6 +20,7 @@ pub mod fmt;
 mod lifecycle;
 pub mod markdown;
 pub mod meter;
+pub mod models;
 mod monitor;
 pub mod notices;
 pub mod pacer;

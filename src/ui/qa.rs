@@ -44,6 +44,8 @@ struct QaFile<'a> {
     /// Every finished reply as the user saw it (first token after Send, tokens shown per
     /// second), oldest first.
     reply_timings: &'a [QaReply],
+    /// The model screen: downloaded keys, downloads in flight (fraction) or failed.
+    models: &'a serde_json::Value,
 }
 
 /// A finished reply's timing as the UI state saw it, and as the page painted it.
@@ -100,6 +102,8 @@ struct Inner {
     mounted: BTreeMap<String, Rc<MountedData>>,
     replies: Vec<QaReply>,
     paint: PaintWatch,
+    /// The model screen (`ui::models`), as it last reported.
+    models: serde_json::Value,
 }
 
 /// Writes the status file. Cheap to clone (shared inside the UI thread).
@@ -123,6 +127,12 @@ impl QaHook {
     /// Records the latest status and rewrites the file.
     pub fn report_status(&self, status: QaStatus) {
         self.inner.borrow_mut().status = Some(status);
+        self.write();
+    }
+
+    /// Records the model screen's state and rewrites the file.
+    pub fn report_models(&self, models: serde_json::Value) {
+        self.inner.borrow_mut().models = models;
         self.write();
     }
 
@@ -207,7 +217,7 @@ impl QaHook {
         };
         let status = inner.status.as_ref().unwrap_or(&empty);
         let written_at = epoch_ms() / 1e3;
-        let file = QaFile { status, written_at, rects: &inner.rects, reply_timings: &inner.replies };
+        let file = QaFile { status, written_at, rects: &inner.rects, reply_timings: &inner.replies, models: &inner.models };
         match serde_json::to_vec_pretty(&file) {
             Ok(bytes) => {
                 if let Err(e) = write_atomically(&self.path, &bytes) {

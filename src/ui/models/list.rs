@@ -82,7 +82,7 @@ impl ModelsView {
 pub fn scan(catalog: &Catalog, dir: &Path, tier: RamTier) -> Vec<ModelItem> {
     let known: Vec<&str> = catalog.models.iter().map(|e| e.file.as_str()).collect();
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
         .unwrap_or_default()
         .into_iter()
         .filter(|p| p.is_file() && p.extension().is_some_and(|x| x.eq_ignore_ascii_case("gguf")))
