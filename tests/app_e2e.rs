@@ -20,6 +20,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+#[path = "common/http_server.rs"]
+#[allow(dead_code)]
+mod http_server;
+
 /// Every eviction notice starts so ("… earlier messages were forgotten", or "… the reply
 /// was stopped; there was nothing older to forget" when the context had nothing to drop).
 const EVICTED_PREFIX: &str = "Memory limit reached";
@@ -190,6 +194,16 @@ impl RunningApp {
     /// Starts Xvfb and `pocketchat app --model MODEL EXTRA_ARGS...`; `None` (after a loud
     /// SKIPPED banner) when `xvfb-run` is not installed.
     fn start(model: &Path, extra_args: &[&str], log_name: &str) -> Option<RunningApp> {
+        RunningApp::start_with_env(model, extra_args, &[], log_name)
+    }
+
+    /// [`RunningApp::start`] with extra environment variables for the app.
+    fn start_with_env(
+        model: &Path,
+        extra_args: &[&str],
+        env: &[(&str, &Path)],
+        log_name: &str,
+    ) -> Option<RunningApp> {
         if !have("xvfb-run") {
             skip_loudly("xvfb-run is not installed");
             return None;
@@ -247,6 +261,7 @@ impl RunningApp {
             // A fresh chat list: nothing restored from an earlier run.
             .env("POCKETCHAT_CHATS_DIR", work.path().join("chats"))
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .envs(env.iter().map(|(k, v)| (*k, *v)))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -536,4 +551,80 @@ fn the_window_streams_what_the_engine_writes_and_reports_its_speed() {
     assert!(timing["tokens"].as_u64().unwrap() > 1, "{status:#}");
     assert!(shown_tok_s > 0.0 && first_ms > 0.0, "{status:#}");
     assert!(painted_tok_s > 0.0 && painted_first_ms >= first_ms - 20.0, "painted after the state had it: {status:#}");
+}
+
+/// The model screen end to end: in the real window, the user opens *Models*, pastes the
+/// URL of a second model (the default model's 8-bit file, served by a local HTTP server
+/// on a slowed link with Hugging Face's checksum header), watches the progress bar (a
+/// screenshot shows it), and once the file is downloaded and verified clicks *Use*: the
+/// app switches to it while it runs and answers on it.
+#[test]
+fn the_app_downloads_verifies_and_switches_to_a_second_model() {
+    let _one = ONE_WINDOW_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let model = model_path();
+    if !have("xvfb-run") {
+        skip_loudly("xvfb-run is not installed");
+        return;
+    }
+    let second = pocketchat::catalog::ensure_q8_variant(&model).expect("the 8-bit file of the default model");
+    let bytes = std::sync::Arc::new(fs::read(&second).unwrap());
+    let sha = pocketchat::catalog::sha256_file(&second).unwrap();
+    const NAME: &str = "SmolLM2-135M-second.Q8_0.gguf";
+    let server = http_server::TestServer::start(http_server::Content {
+        name: NAME.into(),
+        bytes: bytes.clone(),
+        linked_sha256: sha,
+    });
+    // ~145 MB at 64 KiB per 2 ms: a few seconds, long enough to see the bar move.
+    server.faults.lock().unwrap().delay_per_chunk = Some(Duration::from_millis(2));
+    let models_dir = tempfile::tempdir().unwrap();
+    let env = [("POCKETCHAT_MODELS_DIR", models_dir.path())];
+    let Some(mut run) = RunningApp::start_with_env(&model, &[], &env, "app-models.log") else { return };
+    let (status, window) = run.wait_until_ready();
+    let origin = (window.0, window.1);
+    let first_model = status["model_path"].as_str().unwrap().to_string();
+
+    run.screen.click(origin, &status["rects"]["models_toggle"]);
+    let status = run.wait_for("the model screen", Duration::from_secs(20), |s| s["rects"]["model_url"].is_object());
+    run.screen.click(origin, &status["rects"]["model_url"]);
+    run.screen.type_and_enter(&server.url(&format!("/org/repo/resolve/main/{NAME}")));
+    let key = format!("file:{NAME}");
+    let status = run.wait_for("the download to be under way", Duration::from_secs(60), |s| {
+        s["models"]["downloads"][&key]["fraction"].as_f64().is_some_and(|f| f > 0.05 && f < 0.9)
+    });
+    // Let the page paint the bar's latest width before the picture.
+    std::thread::sleep(Duration::from_millis(300));
+    run.screen.screenshot(&run.out.join("06-model-downloading.png"), window);
+    eprintln!("e2e: downloading, {:#}", status["models"]["downloads"][&key]);
+
+    let status = run.wait_for("the download to finish and verify", Duration::from_secs(180), |s| {
+        s["models"]["downloaded"].as_array().is_some_and(|d| d.iter().any(|k| k == key.as_str()))
+            && s["rects"][format!("model_use:{key}")].is_object()
+    });
+    assert!(
+        status["models"]["notice"].as_str().unwrap_or("").starts_with("Downloaded and verified"),
+        "{:#}",
+        status["models"]
+    );
+    let downloaded = models_dir.path().join(NAME);
+    assert_eq!(fs::read(&downloaded).unwrap().len(), bytes.len(), "the whole file arrived");
+    assert!(!pocketchat::catalog::download::part_path(&downloaded).exists());
+
+    run.screen.click(origin, &status["rects"][format!("model_use:{key}")]);
+    let status = run.wait_for("the second model to load", Duration::from_secs(120), |s| {
+        s["phase"] == "ready" && s["model_path"].as_str().is_some_and(|p| p.ends_with(NAME))
+    });
+    assert_ne!(status["model_path"].as_str().unwrap(), first_model);
+    std::thread::sleep(Duration::from_millis(500));
+    run.screen.screenshot(&run.out.join("07-second-model.png"), window);
+
+    // The chat beside the model screen: the second model answers.
+    run.screen.click(origin, &status["rects"]["composer"]);
+    run.screen.type_and_enter(SECOND_PROMPT);
+    let status = run.wait_for("the reply on the second model", Duration::from_secs(240), |s| {
+        s["replies_done"].as_u64() >= Some(1) && s["generating"] == false
+    });
+    assert_eq!(status["last_error"], Value::Null, "{status:#}");
+    assert!(!status["last_reply"].as_str().unwrap_or("").trim().is_empty(), "{status:#}");
+    fs::copy(&run.status_path, run.out.join("qa-status-models.json")).unwrap();
 }

@@ -507,3 +507,61 @@ fn the_chat_list_marks_the_open_chat_and_the_last_turn_offers_edit_and_regenerat
     assert_eq!(count(&html, "id=\"edit-last\""), 1, "only the last message");
     assert!(t.contains("This chat") && t.contains("Saved chat caches"), "{t}");
 }
+
+#[derive(Props, Clone, PartialEq)]
+struct ModelsFixture {
+    state: ChatState,
+    models: pocketchat::ui::models::ModelsView,
+}
+
+fn models_root(f: ModelsFixture) -> Element {
+    rsx! { pocketchat::ui::models::ModelsPanel { state: f.state, models: f.models, on_close: |_| {} } }
+}
+
+/// The model screen: the catalog as read from an empty models folder plus one file the
+/// user added, one download in flight with its bar, one failed, the loaded model marked.
+#[test]
+fn the_model_screen_shows_fit_downloads_and_the_model_in_use() {
+    use pocketchat::catalog::Progress;
+    use pocketchat::ui::models::{list::scan, ModelsView, Transfer};
+    let dir = tempfile::tempdir().unwrap();
+    let mine = dir.path().join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    // The real default model under the catalog's own name: listed as downloaded.
+    std::os::unix::fs::symlink(common_model(), &mine).unwrap();
+    let mut items = scan(pocketchat::catalog::catalog(), dir.path(), RamTier::Phone6Gb);
+    assert!(items.iter().any(|i| i.downloaded), "the default model is found");
+    items.truncate(8);
+    let downloading = items.iter().find(|i| !i.downloaded && i.not_yet.is_none()).unwrap().key.clone();
+    let failed = items.iter().rev().find(|i| !i.downloaded).unwrap().key.clone();
+    let progress = Progress {
+        bytes: 40 << 20,
+        total: Some(160 << 20),
+        bytes_per_sec: (4 << 20) as f64,
+        eta: Some(std::time::Duration::from_secs(30)),
+        verifying: false,
+    };
+    let mut transfers = std::collections::BTreeMap::new();
+    transfers.insert(downloading.clone(), Transfer::Running(progress));
+    transfers.insert(failed.clone(), Transfer::Failed("https://x/y.gguf: not found (HTTP 404)".into()));
+    let models = ModelsView { items, transfers, notice: Some("Downloaded and verified X.".into()) };
+    let mut state = ChatState::new();
+    state.apply(EngineEvent::Ready(ModelInfo { path: mine.display().to_string(), ..model_info() }));
+    let mut dom = VirtualDom::new_with_props(models_root, ModelsFixture { state, models });
+    dom.rebuild_in_place();
+    let html = dioxus_ssr::render(&dom);
+    let t = text(&html);
+    assert!(t.contains("Add by URL") && html.contains("id=\"model-url\""), "{t}");
+    assert!(t.contains("Downloaded and verified X."), "{t}");
+    assert!(t.contains("In use"), "the loaded model is marked: {t}");
+    assert!(html.contains("role=\"progressbar\"") && html.contains("width: 25.0%"), "{html}");
+    assert!(t.contains("40.0 MiB of 160.0 MiB · 4.0 MiB/s · 30 s left"), "{t}");
+    assert!(t.contains("Cancel"), "{t}");
+    assert!(t.contains("not found (HTTP 404)"), "{t}");
+    assert!(t.contains("fits") && t.contains("tokens ·"), "fit and budget per row: {t}");
+}
+
+fn common_model() -> std::path::PathBuf {
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(model.exists(), "run `cargo run --release -- fetch` first");
+    model
+}

@@ -214,6 +214,8 @@ impl QaHook {
             compute_threads: 0,
             chats: vec![],
             active_chat: None,
+            model_name: None,
+            model_path: None,
         };
         let status = inner.status.as_ref().unwrap_or(&empty);
         let written_at = epoch_ms() / 1e3;
@@ -300,6 +302,9 @@ pub struct QaStatus {
     /// The chat list (id and title, most recent first) and the open chat.
     pub chats: Vec<QaChat>,
     pub active_chat: Option<String>,
+    /// The loaded model's name and file (the model screen switches them).
+    pub model_name: Option<String>,
+    pub model_path: Option<String>,
 }
 
 /// A chat in the QA status.
@@ -341,6 +346,8 @@ impl ChatState {
                 .map(|c| QaChat { id: c.id.clone(), title: c.title.clone(), messages: c.messages })
                 .collect(),
             active_chat: self.active_chat.clone(),
+            model_name: self.model.as_ref().map(|m| m.name.clone()),
+            model_path: self.model.as_ref().map(|m| m.path.clone()),
         }
     }
 }

@@ -12,7 +12,7 @@ use dioxus::prelude::*;
 use futures::channel::mpsc as fmpsc;
 use futures::StreamExt;
 
-use super::list::{scan, ModelsView, Origin, Transfer, FILE_KEY_PREFIX};
+use super::list::{self, scan, ModelItem, ModelsView, Origin, Transfer, FILE_KEY_PREFIX};
 use crate::catalog::{self, DownloadError, DownloadOptions, DownloadRequest, Progress};
 use crate::engine::Command;
 use crate::memory::{RamTier, TierReport};
@@ -59,14 +59,26 @@ pub async fn models_bridge(
 ) {
     let (report_tx, mut reports) = fmpsc::unbounded::<(String, Report)>();
     let mut cancels: HashMap<String, Arc<AtomicBool>> = HashMap::new();
+    // Files being added by URL: listed (with their bar) before they exist on disk.
+    let mut pending: Vec<ModelItem> = Vec::new();
     let tier = move || state.peek().tier.as_ref().map(TierReport::effective).unwrap_or_else(detected_tier);
-    view.write().items = scan(catalog::catalog(), &dir, tier());
+    let rescan = |pending: &[ModelItem]| {
+        let mut items = scan(catalog::catalog(), &dir, tier());
+        let missing: Vec<ModelItem> = pending
+            .iter()
+            .filter(|p| !items.iter().any(|i| i.key == p.key))
+            .map(|p| ModelItem { partial: catalog::download::part_path(&p.path).is_file(), ..p.clone() })
+            .collect();
+        items.splice(0..0, missing);
+        items
+    };
+    view.write().items = rescan(&pending);
     loop {
         futures::select! {
             action = actions.next() => {
                 let Some(action) = action else { break };
                 match action {
-                    ModelAction::Refresh => view.write().items = scan(catalog::catalog(), &dir, tier()),
+                    ModelAction::Refresh => view.write().items = rescan(&pending),
                     ModelAction::Download { key } => {
                         let Some(item) = view.peek().item(&key).cloned() else { continue };
                         let Origin::Url(url) = item.origin else { continue };
@@ -86,8 +98,12 @@ pub async fn models_bridge(
                                 view.write().notice = Some(format!("{name} is already in the models folder."));
                             }
                             Ok(name) => {
-                                let request = DownloadRequest { url, dest: dir.join(&name), bytes: None, sha256: None };
-                                start(&mut view, &mut cancels, &report_tx, format!("{FILE_KEY_PREFIX}{name}"), request);
+                                let item = list::pending_item(&name, &url, &dir);
+                                let request = DownloadRequest { url, dest: item.path.clone(), bytes: None, sha256: None };
+                                start(&mut view, &mut cancels, &report_tx, item.key.clone(), request);
+                                pending.retain(|p| p.key != item.key);
+                                pending.push(item);
+                                view.write().items = rescan(&pending);
                             }
                             Err(why) => view.write().notice = Some(why),
                         }
@@ -99,9 +115,10 @@ pub async fn models_bridge(
                     }
                     ModelAction::Delete { key } => {
                         let notice = delete(&view.peek(), &state.peek(), &key);
+                        pending.retain(|p| p.key != key);
                         let mut v = view.write();
                         v.notice = Some(notice);
-                        v.items = scan(catalog::catalog(), &dir, tier());
+                        v.items = rescan(&pending);
                     }
                     ModelAction::Use { key, allow_too_large } => {
                         let Some(item) = view.peek().item(&key).cloned() else { continue };
@@ -119,6 +136,10 @@ pub async fn models_bridge(
                     }
                     Report::Done(result) => {
                         cancels.remove(&key);
+                        // A cancelled or failed one stays listed: Download resumes it.
+                        if result.is_ok() {
+                            pending.retain(|p| p.key != key);
+                        }
                         let name = v.item(&key).map(|i| i.name.clone()).unwrap_or_else(|| key.trim_start_matches(FILE_KEY_PREFIX).to_string());
                         match result {
                             Ok(_) => {
@@ -133,7 +154,7 @@ pub async fn models_bridge(
                                 v.transfers.insert(key, Transfer::Failed(e.to_string()));
                             }
                         }
-                        v.items = scan(catalog::catalog(), &dir, tier());
+                        v.items = rescan(&pending);
                     }
                 }
             }

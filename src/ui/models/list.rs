@@ -94,8 +94,8 @@ pub fn scan(catalog: &Catalog, dir: &Path, tier: RamTier) -> Vec<ModelItem> {
         let path = entry.path_in(dir);
         let origin = match entry.source() {
             Ok(Source::Url(url)) => Origin::Url(url),
-            Ok(Source::Derived { from, .. }) => Origin::Elsewhere(format!("made on this device from `{from}`")),
-            _ => Origin::Elsewhere(format!("`pocketchat fetch {}` on a computer", entry.id)),
+            Ok(Source::Derived { from, .. }) => Origin::Elsewhere(format!("Made on this device from `{from}` when the tier asks for 8-bit.")),
+            _ => Origin::Elsewhere(format!("Fetched with `pocketchat fetch {}` on a computer.", entry.id)),
         };
         let size = if row.bytes_known { format_size(row.bytes) } else { format!("~{}", format_size(row.bytes)) };
         items.push(ModelItem {
@@ -148,6 +148,26 @@ fn local_item(path: &Path, tier: RamTier) -> ModelItem {
         Err(e) => item.not_yet = Some(e.to_string()),
     }
     item
+}
+
+/// The row of a file being added by URL, before it is on the disk.
+pub fn pending_item(name: &str, url: &str, dir: &Path) -> ModelItem {
+    let path = dir.join(name);
+    ModelItem {
+        key: format!("{FILE_KEY_PREFIX}{name}"),
+        name: name.trim_end_matches(".gguf").to_string(),
+        detail: format!("from {url}"),
+        partial: catalog::download::part_path(&path).is_file(),
+        path,
+        fit: "unknown",
+        fits: false,
+        budget: 0,
+        budget_why: "",
+        downloaded: false,
+        origin: Origin::Url(url.to_string()),
+        not_yet: None,
+        display_name: None,
+    }
 }
 
 fn format_params(params: u64) -> String {

@@ -37,23 +37,22 @@ pub fn ModelsPanel(state: ReadSignal<ChatState>, models: ReadSignal<ModelsView>,
             div { class: "settings-scroll",
                 section { class: "panel-section",
                     h3 { "Add by URL" }
-                    form { class: "add-url",
-                        onsubmit: move |e: FormEvent| {
-                            e.prevent_default();
-                            let text = url.peek().trim().to_string();
-                            if !text.is_empty() {
-                                send_model_action(ModelAction::AddUrl { url: text });
-                                url.set(String::new());
-                            }
-                        },
+                    div { class: "add-url",
                         input { class: "url-field", id: "model-url", r#type: "url",
                             placeholder: "https://huggingface.co/…/model.gguf",
-                            value: "{url}",
+                            // Not bound to `url`: writing the value back at each keystroke
+                            // lost fast typing.
                             oninput: move |e: FormEvent| url.set(e.value()),
+                            onkeydown: move |e: KeyboardEvent| {
+                                if e.key() == Key::Enter {
+                                    add_url(url);
+                                }
+                            },
                             onmounted: move |e: MountedEvent| qa::track("model_url", e.data()),
                         }
-                        button { class: "btn secondary", r#type: "submit", id: "model-add",
+                        button { class: "btn secondary", r#type: "button", id: "model-add",
                             disabled: url.read().trim().is_empty(),
+                            onclick: move |_| add_url(url),
                             onmounted: move |e: MountedEvent| qa::track("model_add", e.data()),
                             "Download"
                         }
@@ -75,6 +74,16 @@ pub fn ModelsPanel(state: ReadSignal<ChatState>, models: ReadSignal<ModelsView>,
                 }
             }
         }
+    }
+}
+
+/// Starts downloading the URL in the field, and empties it.
+fn add_url(mut url: Signal<String>) {
+    let text = url.peek().trim().to_string();
+    if !text.is_empty() {
+        send_model_action(ModelAction::AddUrl { url: text });
+        url.set(String::new());
+        document::eval("document.getElementById('model-url').value = ''");
     }
 }
 
@@ -152,7 +161,7 @@ fn ModelRowView(item: ModelItem, in_use: bool, transfer: Option<Transfer>, busy:
                         }
                     }
                     if let Origin::Elsewhere(how) = &item.origin {
-                        span { class: "hint", "Get it with {how}" }
+                        span { class: "hint", "{how}" }
                     }
                 }
                 if (item.downloaded || item.partial) && !in_use && !running {
