@@ -198,12 +198,7 @@ impl RunningApp {
     }
 
     /// [`RunningApp::start`] with extra environment variables for the app.
-    fn start_with_env(
-        model: &Path,
-        extra_args: &[&str],
-        env: &[(&str, &Path)],
-        log_name: &str,
-    ) -> Option<RunningApp> {
+    fn start_with_env(model: &Path, extra_args: &[&str], env: &[(&str, &Path)], log_name: &str) -> Option<RunningApp> {
         if !have("xvfb-run") {
             skip_loudly("xvfb-run is not installed");
             return None;

@@ -134,7 +134,10 @@ pub fn file_facts(path: &Path, kv: DType) -> Result<FileFacts> {
     let layers = meta("block_count")?;
     let width = meta("embedding_length")?;
     let head_dim = width.checked_div(heads).ok_or_else(|| bad("no attention heads".into()))?;
-    let ffn = content.tensor_infos.get("blk.0.ffn_up.weight").and_then(|t| t.shape.dims().first().copied())
+    let ffn = content
+        .tensor_infos
+        .get("blk.0.ffn_up.weight")
+        .and_then(|t| t.shape.dims().first().copied())
         .unwrap_or(4 * width);
     let weights: u64 = content.tensor_infos.values().map(|t| t.shape.elem_count() as u64).sum();
     let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);

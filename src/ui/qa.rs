@@ -219,7 +219,8 @@ impl QaHook {
         };
         let status = inner.status.as_ref().unwrap_or(&empty);
         let written_at = epoch_ms() / 1e3;
-        let file = QaFile { status, written_at, rects: &inner.rects, reply_timings: &inner.replies, models: &inner.models };
+        let file =
+            QaFile { status, written_at, rects: &inner.rects, reply_timings: &inner.replies, models: &inner.models };
         match serde_json::to_vec_pretty(&file) {
             Ok(bytes) => {
                 if let Err(e) = write_atomically(&self.path, &bytes) {

@@ -25,14 +25,25 @@ pub enum ModelAction {
     /// Read the models folder again (the screen opened, the tier changed).
     Refresh,
     /// Download (or resume) a catalog entry.
-    Download { key: String },
+    Download {
+        key: String,
+    },
     /// Download any GGUF by its URL into the models folder.
-    AddUrl { url: String },
-    Cancel { key: String },
+    AddUrl {
+        url: String,
+    },
+    Cancel {
+        key: String,
+    },
     /// Delete the file (and any `.part`); never the model in use.
-    Delete { key: String },
+    Delete {
+        key: String,
+    },
     /// Switch the engine to this file; `allow_too_large` is the explicit override.
-    Use { key: String, allow_too_large: bool },
+    Use {
+        key: String,
+        allow_too_large: bool,
+    },
 }
 
 /// A download thread's news.
@@ -245,7 +256,9 @@ fn qa_models(view: &ModelsView) -> serde_json::Value {
         .iter()
         .map(|(key, t)| {
             let value = match t {
-                Transfer::Running(p) => serde_json::json!({ "fraction": p.fraction(), "bytes": p.bytes, "verifying": p.verifying }),
+                Transfer::Running(p) => {
+                    serde_json::json!({ "fraction": p.fraction(), "bytes": p.bytes, "verifying": p.verifying })
+                }
                 Transfer::Failed(e) => serde_json::json!({ "error": e }),
             };
             (key.clone(), value)

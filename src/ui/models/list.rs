@@ -94,7 +94,9 @@ pub fn scan(catalog: &Catalog, dir: &Path, tier: RamTier) -> Vec<ModelItem> {
         let path = entry.path_in(dir);
         let origin = match entry.source() {
             Ok(Source::Url(url)) => Origin::Url(url),
-            Ok(Source::Derived { from, .. }) => Origin::Elsewhere(format!("Made on this device from `{from}` when the tier asks for 8-bit.")),
+            Ok(Source::Derived { from, .. }) => {
+                Origin::Elsewhere(format!("Made on this device from `{from}` when the tier asks for 8-bit."))
+            }
             _ => Origin::Elsewhere(format!("Fetched with `pocketchat fetch {}` on a computer.", entry.id)),
         };
         let size = if row.bytes_known { format_size(row.bytes) } else { format!("~{}", format_size(row.bytes)) };

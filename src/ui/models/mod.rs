@@ -19,7 +19,11 @@ use super::qa;
 use super::state::ChatState;
 
 #[component]
-pub fn ModelsPanel(state: ReadSignal<ChatState>, models: ReadSignal<ModelsView>, on_close: EventHandler<()>) -> Element {
+pub fn ModelsPanel(
+    state: ReadSignal<ChatState>,
+    models: ReadSignal<ModelsView>,
+    on_close: EventHandler<()>,
+) -> Element {
     let loaded_path = use_memo(move || state.read().model.as_ref().map(|m| m.path.clone()));
     let busy = use_memo(move || !state.read().is_ready() || state.read().generating());
     let mut url = use_signal(String::new);
@@ -92,7 +96,8 @@ fn ModelRowView(item: ModelItem, in_use: bool, transfer: Option<Transfer>, busy:
     let mut confirm_delete = use_signal(|| false);
     let key = item.key.clone();
     let fit_class = item.fit.replace(' ', "-");
-    let budget = if item.fits { format!("{} tokens · {}", item.budget, item.budget_why) } else { item.budget_why.to_string() };
+    let budget =
+        if item.fits { format!("{} tokens · {}", item.budget, item.budget_why) } else { item.budget_why.to_string() };
     let runs = item.not_yet.is_none();
     let running = matches!(transfer, Some(Transfer::Running(_)));
     rsx! {
