@@ -365,7 +365,8 @@ pub fn entry_for_quant(quant: WeightQuant) -> &'static ModelEntry {
 /// 1. `POCKETCHAT_MODELS_DIR` when set;
 /// 2. `<source tree>/models` when that folder exists (running from a checkout);
 /// 3. the platform's data folder: `~/Library/Application Support/pocketchat/models` on
-///    macOS, the app's `Documents` folder on iOS, `$XDG_DATA_HOME/pocketchat/models` (or
+///    macOS, `Library/Application Support/pocketchat/models` in the app's container on
+///    iOS (see [`import_documents`]), `$XDG_DATA_HOME/pocketchat/models` (or
 ///    `~/.local/share/pocketchat/models`) elsewhere.
 pub fn models_dir() -> PathBuf {
     let source_tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
@@ -479,6 +480,51 @@ pub fn exclude_from_backup(path: &Path) {
     let _ = path;
 }
 
+/// Moves every `.gguf` file in `documents` (where Finder file sharing and the Files app
+/// put what the user copies to an iPhone app) into `models`, excluded from backup, and
+/// returns the moved files' new paths. A file of the same name already in `models` is
+/// replaced only by a move of the user's newer copy. Failures are logged and skipped: the
+/// file stays where it was.
+pub fn import_documents(documents: &Path, models: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(documents) else { return Vec::new() };
+    let files: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x.eq_ignore_ascii_case("gguf")))
+        .collect();
+    if files.is_empty() {
+        return Vec::new();
+    }
+    if let Err(e) = std::fs::create_dir_all(models) {
+        tracing::warn!(dir = %models.display(), "cannot create the models folder: {e}");
+        return Vec::new();
+    }
+    let mut moved = Vec::new();
+    for file in files {
+        let Some(name) = file.file_name() else { continue };
+        let target = models.join(name);
+        match std::fs::rename(&file, &target) {
+            Ok(()) => {
+                tracing::info!(from = %file.display(), to = %target.display(), "model moved into the models folder");
+                exclude_from_backup(&target);
+                moved.push(target);
+            }
+            Err(e) => tracing::warn!(file = %file.display(), "cannot move into the models folder: {e}"),
+        }
+    }
+    moved
+}
+
+/// On iOS, [`import_documents`] from the app's Documents folder into [`models_dir`];
+/// nothing elsewhere.
+pub fn import_documents_on_ios() {
+    if cfg!(target_os = "ios") {
+        if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+            import_documents(&PathBuf::from(home).join("Documents"), &models_dir());
+        }
+    }
+}
+
 /// The operating systems whose data folders differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Os {
@@ -519,9 +565,11 @@ fn resolve_models_dir(
             Some(h) => h.join("Library/Application Support/pocketchat/models"),
             None => PathBuf::from("models"),
         },
-        // An iOS app's HOME is its sandbox container; Documents is visible in Files.app.
+        // An iOS app's HOME is its sandbox container. Application Support is private to
+        // the app; files copied into Documents (Finder, Files.app) are moved here at launch
+        // (`import_documents`).
         Os::Ios => match home {
-            Some(h) => h.join("Documents"),
+            Some(h) => h.join("Library/Application Support/pocketchat/models"),
             None => PathBuf::from("models"),
         },
         Os::Other => {
@@ -677,7 +725,7 @@ mod tests {
         );
         assert_eq!(
             resolve_models_dir(None, None, Os::Ios, s("/var/mobile/Containers/Data/Application/X"), None),
-            PathBuf::from("/var/mobile/Containers/Data/Application/X/Documents")
+            PathBuf::from("/var/mobile/Containers/Data/Application/X/Library/Application Support/pocketchat/models")
         );
         assert_eq!(
             resolve_models_dir(None, None, Os::Other, s("/home/u"), s("/data")),
@@ -689,6 +737,23 @@ mod tests {
             "XDG says relative paths are to be ignored"
         );
         assert_eq!(resolve_models_dir(None, None, Os::Other, None, None), PathBuf::from("models"));
+    }
+
+    #[test]
+    fn files_copied_into_documents_move_to_the_models_folder() {
+        let root = tempfile::tempdir().unwrap();
+        let (documents, models) = (root.path().join("Documents"), root.path().join("Library/models"));
+        std::fs::create_dir_all(&documents).unwrap();
+        std::fs::write(documents.join("a.gguf"), b"GGUF a").unwrap();
+        std::fs::write(documents.join("B.GGUF"), b"GGUF b").unwrap();
+        std::fs::write(documents.join("notes.txt"), b"keep").unwrap();
+        let mut moved = import_documents(&documents, &models);
+        moved.sort();
+        assert_eq!(moved, vec![models.join("B.GGUF"), models.join("a.gguf")]);
+        assert_eq!(std::fs::read(models.join("a.gguf")).unwrap(), b"GGUF a");
+        assert!(!documents.join("a.gguf").exists() && documents.join("notes.txt").exists());
+        assert!(import_documents(&documents, &models).is_empty(), "nothing left to move");
+        assert!(import_documents(&root.path().join("missing"), &models).is_empty());
     }
 
     #[test]

@@ -68,7 +68,8 @@ fn fetch_with(entry: &ModelEntry, dir: &Path, python: &OsStr) -> Result<PathBuf,
     }
     if cfg!(target_os = "ios") {
         return Err(CatalogError::FetchUnsupported(format!(
-            "copy {} into the app's Documents folder (Finder or Files.app)",
+            "download it in the app's Models screen, or copy {} into the app's Documents folder (Finder or \
+             Files.app): it is moved into the models folder at the next start",
             entry.file
         )));
     }

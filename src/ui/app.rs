@@ -96,6 +96,8 @@ pub fn index_html() -> String {
 /// (macOS, Linux/X11, Windows), `mobile` runs inside the iOS app shell that `dx` builds.
 /// With `ui` alone (no renderer) it logs an error and returns.
 pub fn launch(mut config: EngineConfig) {
+    // Files copied to an iPhone with Finder arrive in Documents; models live elsewhere.
+    catalog::import_documents_on_ios();
     config.model_path = resolve_model_path(config.model_path);
     #[cfg(all(feature = "desktop", target_os = "linux"))]
     paint_on_the_cpu_without_a_gpu();
@@ -130,12 +132,13 @@ fn paint_on_the_cpu_without_a_gpu() {
     }
 }
 
-/// On iOS a relative model path names a file in the app's Documents folder (where
-/// Finder file sharing puts it, see `ios/README.md`); elsewhere paths are kept as given.
+/// On iOS a relative model path names a file in the models folder (files the user copied
+/// into Documents are moved there first, see `catalog::import_documents`); elsewhere
+/// paths are kept as given.
 pub fn resolve_model_path(path: std::path::PathBuf) -> std::path::PathBuf {
     if cfg!(target_os = "ios") && path.is_relative() && !path.exists() {
-        if let (Some(home), Some(name)) = (std::env::var_os("HOME"), path.file_name()) {
-            return std::path::PathBuf::from(home).join("Documents").join(name);
+        if let Some(name) = path.file_name() {
+            return crate::catalog::models_dir().join(name);
         }
     }
     path

@@ -72,7 +72,7 @@ pub fn LoadFailureCard(failure: LoadFailure) -> Element {
             if let Some(command) = &failure.command {
                 pre { class: "command", code { "{command}" } }
                 p { class: "card-detail",
-                    "then start the app again. On iPhone, copy the .gguf file into the app's Documents folder with Finder file sharing."
+                    "then start the app again. On iPhone, download a model in the Models screen, or copy the .gguf file into the app's Documents folder with Finder file sharing."
                 }
             }
             p { class: "engine-message", "{failure.message}" }
