@@ -45,6 +45,33 @@ enum Sub {
     Models(ModelsArgs),
     /// Make the Q8_0 variant of a Q4_0/Q4_1 file
     Quantize(QuantizeArgs),
+    /// Perplexity of the model on a text file, computed as llama.cpp's llama-perplexity
+    Perplexity(PerplexityArgs),
+}
+
+#[derive(Args)]
+struct PerplexityArgs {
+    #[command(flatten)]
+    model: ModelArg,
+    /// The text to score (UTF-8; invalid bytes are replaced)
+    #[arg(long, value_name = "TEXT")]
+    file: PathBuf,
+    /// Tokens per chunk; the second half of each is scored
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(16..=1_048_576))]
+    ctx: u32,
+    /// Score at most this many chunks [default: every whole chunk of the text]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    chunks: Option<u32>,
+    /// Compute threads, capped at the cores there are [default: every core]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    threads: Option<u32>,
+    #[arg(long, value_enum, default_value_t = Kv::F16)]
+    kv: Kv,
+    #[arg(long, value_enum)]
+    kernel: Option<Kernel>,
+    /// Print {"ppl": …, "tokens_scored": …, "chunks": …} instead of words
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Clone)]
@@ -357,6 +384,7 @@ fn main() -> ExitCode {
         Some(Sub::Chat(args)) => chat(&args),
         Some(Sub::Bench(args)) => bench(&args),
         Some(Sub::Tokenize(args)) => tokenize(&args),
+        Some(Sub::Perplexity(args)) => perplexity(&args),
         Some(Sub::Chats(args)) => list_chats(&args),
         Some(Sub::Fetch(args)) => fetch(&args),
         Some(Sub::Models(args)) => list_models(&args),
@@ -749,19 +777,62 @@ fn tokenize(args: &TokenizeArgs) -> Result<()> {
     Ok(())
 }
 
-/// The synthetic workload shared with `shared/bench/llamacpp_peer.py`: prefill P fixed
-/// ids, decode G greedy tokens; then further turns of P new ids + G tokens on the same
-/// State, timing the first token of each.
-fn bench(args: &BenchArgs) -> Result<()> {
-    let pool = pocketchat::engine::pool::global();
-    let asked = threads(args.threads)?.unwrap_or_else(pocketchat::engine::pool::available_cores);
-    let threads = pool.set_threads(asked);
+/// Sets the compute threads for a one-shot command (`bench`, `perplexity`): `asked`, or
+/// every core, capped at the cores there are. Returns the count in use.
+fn use_compute_threads(asked: Option<u32>) -> Result<usize> {
+    let asked = threads(asked)?.unwrap_or_else(pocketchat::engine::pool::available_cores);
+    let threads = pocketchat::engine::pool::global().set_threads(asked);
     if threads < asked {
         eprintln!("[{asked} threads asked for; {threads}, the cores available, are used]");
     }
     // candle's own kernels (the larger element-wise ops of a prefill) get the same count;
     // set before candle builds its pool.
     std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+    Ok(threads)
+}
+
+/// `pocketchat perplexity`: see `engine::perplexity` for how it is computed.
+fn perplexity(args: &PerplexityArgs) -> Result<()> {
+    use pocketchat::engine::perplexity::perplexity as score;
+    use pocketchat::engine::tokenizer::TextTokenizer;
+    let _ = use_compute_threads(args.threads)?;
+    let bytes = std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let text = String::from_utf8_lossy(&bytes);
+    let path = args.model.path()?;
+    let (content, _) = pocketchat::engine::model::read_gguf(&path)?;
+    let tok = TextTokenizer::from_gguf(&content)?;
+    drop(content);
+    let model = Model::load(&path, &candle_core::Device::Cpu, kernels(args.kernel)?, |_| {})?;
+    let bos = tok.added_bos();
+    let tokens: Vec<u32> = bos.into_iter().chain(tok.encode_text(&text)?).collect();
+    let ctx = args.ctx as usize;
+    let t = Instant::now();
+    let report =
+        score(&model, &tokens, ctx, args.chunks.map(|c| c as usize), bos, args.kv.dtype().dtype(), |done, ppl| {
+            if !args.json {
+                eprint!("[{done}]{ppl:.4},");
+            }
+        })?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        eprintln!();
+        println!(
+            "perplexity {:.4} over {} tokens in {} chunks of {ctx} ({:.1} s)",
+            report.ppl,
+            report.tokens_scored,
+            report.chunks,
+            t.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// The synthetic workload shared with `shared/bench/llamacpp_peer.py`: prefill P fixed
+/// ids, decode G greedy tokens; then further turns of P new ids + G tokens on the same
+/// State, timing the first token of each.
+fn bench(args: &BenchArgs) -> Result<()> {
+    let threads = use_compute_threads(args.threads)?;
     let (prompt_tokens, gen, turns) = (args.prompt_tokens as usize, args.gen as usize, args.turns as usize);
     let kv = args.kv.dtype();
     let path = args.model.path()?;

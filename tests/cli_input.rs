@@ -151,3 +151,19 @@ fn a_named_chat_goes_on_across_runs_and_chats_lists_it() {
     let table = run(&["chats"], b"");
     assert!(String::from_utf8_lossy(&table.stdout).contains("trip plans"));
 }
+
+/// `pocketchat perplexity --json` prints one object with ppl, tokens_scored and chunks.
+#[test]
+fn perplexity_prints_json() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pocketchat"))
+        .args(["perplexity", "--ctx", "64", "--chunks", "2", "--json", "--file"])
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["chunks"].as_u64(), v["tokens_scored"].as_u64()), (Some(2), Some(62)), "{v}");
+    let ppl = v["ppl"].as_f64().unwrap();
+    assert!(ppl.is_finite() && ppl > 1.0, "{v}");
+}

@@ -386,3 +386,40 @@ fn switching_models_at_run_time_keeps_the_conversation_and_survives_a_bad_file()
     assert!(!text_of(&turn).is_empty());
     handle.send(Command::Shutdown).unwrap();
 }
+
+/// Perplexity as llama.cpp computes it: the split computation (first half only fills the
+/// cache, the second half scored in pieces) equals scoring each chunk in one pass, only
+/// the second half of each chunk counts, and a text shorter than two chunks is refused.
+#[test]
+fn perplexity_scores_the_second_half_of_each_chunk_like_llama_cpp() {
+    use pocketchat::engine::perplexity::{perplexity, PerplexityError};
+    let model = Model::load(&default_model(), &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let tokens = tokenizer().encode_text(&readme).unwrap();
+    let ctx = 96;
+    let report = perplexity(&model, &tokens, ctx, Some(2), None, DType::F16, |_, _| {}).unwrap();
+    assert_eq!((report.chunks, report.tokens_scored), (2, 2 * (ctx - 1 - ctx / 2)));
+
+    // The reference: each chunk in one forward pass, scored by hand.
+    let mut nll = 0.0f64;
+    for c in 0..2 {
+        let chunk = &tokens[c * ctx..(c + 1) * ctx];
+        let mut state = model.make_state(ctx, DType::F16);
+        let logits = model.forward_all(&chunk[..ctx - 1], &mut state).unwrap();
+        let rows: Vec<Vec<f32>> = logits.to_dtype(DType::F32).unwrap().to_vec2().unwrap();
+        for j in ctx / 2..ctx - 1 {
+            let row = &rows[j];
+            let max = row.iter().cloned().fold(f32::MIN, f32::max) as f64;
+            let lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+            nll += lse - row[chunk[j + 1] as usize] as f64;
+        }
+    }
+    let reference = (nll / report.tokens_scored as f64).exp();
+    let rel = (report.ppl - reference).abs() / reference;
+    println!("perplexity {:.4} (one-pass reference {reference:.4})", report.ppl);
+    assert!(rel < 1e-3, "perplexity {} vs {reference}", report.ppl);
+    assert!(report.ppl > 1.0 && report.ppl < 1000.0, "{report:?}");
+
+    let short = perplexity(&model, &tokens[..ctx + 5], ctx, None, None, DType::F16, |_, _| {});
+    assert!(matches!(short, Err(PerplexityError::TooShort { needed: 192, .. })), "{short:?}");
+}

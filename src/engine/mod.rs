@@ -11,6 +11,7 @@ mod error;
 pub mod gguf_check;
 pub mod kernels;
 pub mod model;
+pub mod perplexity;
 pub mod persist;
 pub mod pool;
 pub mod protocol;

@@ -27,6 +27,9 @@ pub struct TextTokenizer {
     stop_ids: Vec<u32>,
     bos_token: String,
     eos_token: String,
+    /// The BOS id when the file says the model starts every text with it
+    /// (`tokenizer.ggml.add_bos_token`; BPE vocabularies default to no, as in llama.cpp).
+    added_bos: Option<u32>,
 }
 
 /// GGUF `tokenizer.ggml.pre` values whose pre-tokenizer (GPT-2 byte-level) this
@@ -62,11 +65,14 @@ impl TextTokenizer {
         stop_ids.extend(END_OF_TURN_TOKENS.iter().filter_map(|t| vocab.get(*t).copied()));
         stop_ids.sort_unstable();
         stop_ids.dedup();
-        let bos_token = name_of(token_at("tokenizer.ggml.bos_token_id"));
+        let bos_id = token_at("tokenizer.ggml.bos_token_id");
+        let bos_token = name_of(bos_id);
         let eos_token = name_of(eos_id);
+        let adds_bos = content.metadata.get("tokenizer.ggml.add_bos_token").and_then(|v| v.to_bool().ok());
+        let added_bos = bos_id.filter(|id| adds_bos == Some(true) && (*id as usize) < vocab.len());
         let mut plain = inner.clone();
         plain.set_encode_special_tokens(true);
-        Ok(TextTokenizer { bos_token, eos_token, inner, plain, stop_ids })
+        Ok(TextTokenizer { bos_token, eos_token, inner, plain, stop_ids, added_bos })
     }
 
     /// Token ids of `text`, with special tokens such as `<|im_start|>` recognised and
@@ -127,6 +133,11 @@ impl TextTokenizer {
 
     pub fn is_stop(&self, id: u32) -> bool {
         self.stop_ids.binary_search(&id).is_ok()
+    }
+
+    /// The BOS id the model expects at the start of a text, when it expects one.
+    pub fn added_bos(&self) -> Option<u32> {
+        self.added_bos
     }
 
     pub fn bos_token(&self) -> &str {
