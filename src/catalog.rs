@@ -31,7 +31,7 @@ mod quantize;
 
 pub use download::{download, file_name_of_url, DownloadError, DownloadOptions, DownloadRequest, Progress};
 pub use fetch::{download_entry, fetch_default, fetch_entry};
-pub use quantize::{quantize_q8_0, QuantizeReport};
+pub use quantize::{quantize_q8_0, quantize_to, QuantizeReport, QUANT_TYPES};
 
 /// The catalog as shipped, `models/catalog.json`.
 const CATALOG_JSON: &str = include_str!("../models/catalog.json");
@@ -423,17 +423,23 @@ pub fn ensure_entry(entry: &ModelEntry, dir: &Path) -> Result<PathBuf, CatalogEr
 /// `X.Q4_1.gguf` → `X.Q8_0-from-Q4_1.gguf` (likewise for `Q4_0`); other names get
 /// `.Q8_0` before the extension.
 pub fn q8_sibling_path(q4: &Path) -> PathBuf {
-    let name = q4.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    quant_sibling_path(q4, "Q8_0")
+}
+
+/// The name `pocketchat quantize` gives a copy of `src` in `quant`: its Q4_1 / Q4_0
+/// replaced by `QUANT-from-Q4_1`, else `.QUANT` added before `.gguf`.
+pub fn quant_sibling_path(src: &Path, quant: &str) -> PathBuf {
+    let name = src.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let upper = name.to_ascii_uppercase();
     let hit = ["Q4_1", "Q4_0"].iter().filter_map(|q| upper.rfind(q).map(|i| (i, *q))).max();
     let new_name = match hit {
-        Some((i, q)) => format!("{}Q8_0-from-{q}{}", &name[..i], &name[i + q.len()..]),
+        Some((i, q)) => format!("{}{quant}-from-{q}{}", &name[..i], &name[i + q.len()..]),
         None => match name.strip_suffix(".gguf") {
-            Some(stem) => format!("{stem}.Q8_0.gguf"),
-            None => format!("{name}.Q8_0.gguf"),
+            Some(stem) => format!("{stem}.{quant}.gguf"),
+            None => format!("{name}.{quant}.gguf"),
         },
     };
-    q4.with_file_name(new_name)
+    src.with_file_name(new_name)
 }
 
 /// Returns the 8-bit sibling of a 4-bit GGUF ([`q8_sibling_path`]), making it with

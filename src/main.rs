@@ -225,6 +225,22 @@ struct QuantizeArgs {
     /// Where to write [default: beside the source, `…Q8_0-from-Q4_1.gguf`]
     #[arg(long, value_name = "PATH")]
     out: Option<PathBuf>,
+    /// The type to write: Q8_0 (the 8-bit variant: only 4/5-bit matrices change), or any of
+    /// F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K for every 2-D tensor
+    /// (to test each kernel on one model)
+    #[arg(long = "type", value_name = "TYPE", default_value = "Q8_0", value_parser = quant_type)]
+    quant: String,
+}
+
+/// A `--type` of `pocketchat quantize`, in llama.cpp's spelling (any case).
+fn quant_type(s: &str) -> Result<String, String> {
+    let upper = s.trim().to_ascii_uppercase();
+    if catalog::QUANT_TYPES.iter().any(|(name, _)| *name == upper) {
+        Ok(upper)
+    } else {
+        let known: Vec<&str> = catalog::QUANT_TYPES.iter().map(|(n, _)| *n).collect();
+        Err(format!("unknown type `{s}` (one of {})", known.join(", ")))
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -401,8 +417,11 @@ fn main() -> ExitCode {
 
 fn quantize(args: &QuantizeArgs) -> Result<()> {
     let src = args.model.path()?;
-    let dst = args.out.clone().unwrap_or_else(|| catalog::q8_sibling_path(&src));
-    catalog::quantize_q8_0(&src, &dst)?;
+    let dst = args.out.clone().unwrap_or_else(|| catalog::quant_sibling_path(&src, &args.quant));
+    match catalog::QUANT_TYPES.iter().find(|(name, _)| *name == args.quant) {
+        Some((_, dtype)) if args.quant != "Q8_0" => catalog::quantize_to(&src, &dst, *dtype)?,
+        _ => catalog::quantize_q8_0(&src, &dst)?,
+    };
     println!("{}", dst.display());
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! Requantizing a 4-bit GGUF to Q8_0 with candle, for the 8-bit tier policy when only
-//! the 4-bit file is available.
+//! the 4-bit file is available ([`quantize_q8_0`]); and to any type the engine reads, to
+//! test each kernel on one model ([`quantize_to`]).
 //!
 //! The 8-bit file cannot hold more information than the 4-bit one it is made from: each
 //! Q4_0/Q4_1 weight matrix is dequantized and quantized again to Q8_0, which represents
@@ -52,6 +53,84 @@ pub struct QuantizeReport {
 /// `general.quantized_from` / `pocketchat.requantized` are added. `dst` appears only
 /// when complete (written as a `.part` file, then renamed).
 pub fn quantize_q8_0(src: &Path, dst: &Path) -> Result<QuantizeReport, CatalogError> {
+    rewrite(src, dst, GgmlDType::Q8_0, &|name, dtype, dims| {
+        should_requantize(name, dtype, dims).then_some(GgmlDType::Q8_0)
+    })
+}
+
+/// The quantization types [`quantize_to`] writes, by llama.cpp's names.
+pub const QUANT_TYPES: &[(&str, GgmlDType)] = &[
+    ("F32", GgmlDType::F32),
+    ("F16", GgmlDType::F16),
+    ("BF16", GgmlDType::BF16),
+    ("Q4_0", GgmlDType::Q4_0),
+    ("Q4_1", GgmlDType::Q4_1),
+    ("Q5_0", GgmlDType::Q5_0),
+    ("Q5_1", GgmlDType::Q5_1),
+    ("Q8_0", GgmlDType::Q8_0),
+    ("Q2_K", GgmlDType::Q2K),
+    ("Q3_K", GgmlDType::Q3K),
+    ("Q4_K", GgmlDType::Q4K),
+    ("Q5_K", GgmlDType::Q5K),
+    ("Q6_K", GgmlDType::Q6K),
+];
+
+/// Writes `dst`, a copy of `src` with every 2-D tensor (weight matrices and the token
+/// embedding) in `target`. A tensor whose rows are not a whole number of `target`'s
+/// blocks (K-quants have blocks of 256; SmolLM2-135M's rows of 576 are not) takes the
+/// type llama.cpp's quantizer falls back to — Q5_0 for Q4_K, Q5_1 for Q5_K, Q8_0 for
+/// Q6_K, and Q4_0 for Q2_K/Q3_K (llama.cpp's IQ4_NL is not supported) — so the file is a
+/// mix, as llama.cpp's own are. 1-D tensors are copied. For testing every kernel on one
+/// model; the values can only lose precision against the source.
+pub fn quantize_to(src: &Path, dst: &Path, target: GgmlDType) -> Result<QuantizeReport, CatalogError> {
+    rewrite(src, dst, target, &|_, dtype, dims| {
+        let [_, cols] = dims else { return None };
+        let fits = |t: GgmlDType| cols.is_multiple_of(t.block_size());
+        let pick = [target, fallback(target)].into_iter().find(|t| fits(*t))?;
+        (pick != dtype).then_some(pick)
+    })
+}
+
+/// What llama.cpp's quantizer writes when a tensor's rows do not fit a type's blocks.
+fn fallback(target: GgmlDType) -> GgmlDType {
+    match target {
+        GgmlDType::Q2K | GgmlDType::Q3K => GgmlDType::Q4_0,
+        GgmlDType::Q4K => GgmlDType::Q5_0,
+        GgmlDType::Q5K => GgmlDType::Q5_1,
+        GgmlDType::Q6K => GgmlDType::Q8_0,
+        other => other,
+    }
+}
+
+/// GGUF `general.file_type` (llama.cpp's `llama_ftype`) of a file mostly in `t`: the
+/// pure ("_S") variant for K-quants.
+fn file_type(t: GgmlDType) -> u32 {
+    match t {
+        GgmlDType::F32 => 0,
+        GgmlDType::F16 => 1,
+        GgmlDType::Q4_0 => 2,
+        GgmlDType::Q4_1 => 3,
+        GgmlDType::Q8_0 => FILE_TYPE_MOSTLY_Q8_0,
+        GgmlDType::Q5_0 => 8,
+        GgmlDType::Q5_1 => 9,
+        GgmlDType::Q2K => 10,
+        GgmlDType::Q3K => 11,
+        GgmlDType::Q4K => 14,
+        GgmlDType::Q5K => 16,
+        GgmlDType::Q6K => 18,
+        GgmlDType::BF16 => 32,
+        _ => 0,
+    }
+}
+
+/// Copies `src` to `dst`, converting each tensor to the type `plan(name, dtype, dims)`
+/// names (`None`: copied as is). Fails when nothing changes.
+fn rewrite(
+    src: &Path,
+    dst: &Path,
+    target: GgmlDType,
+    plan: &dyn Fn(&str, GgmlDType, &[usize]) -> Option<GgmlDType>,
+) -> Result<QuantizeReport, CatalogError> {
     let bad = |e: &dyn std::fmt::Display| CatalogError::BadGguf { path: src.to_path_buf(), message: e.to_string() };
     let file = File::open(src).map_err(CatalogError::io("cannot open", src))?;
     let mut reader = BufReader::new(file);
@@ -65,21 +144,20 @@ pub fn quantize_q8_0(src: &Path, dst: &Path) -> Result<QuantizeReport, CatalogEr
     let mut from_counts: BTreeMap<String, usize> = BTreeMap::new();
     for name in names {
         let qt = content.tensor(&mut reader, name, &Device::Cpu).map_err(|e| bad(&format!("tensor {name}: {e}")))?;
-        let out = if should_requantize(name, qt.dtype(), qt.shape().dims()) {
-            *from_counts.entry(dtype_name(qt.dtype())).or_default() += 1;
-            requantize(&qt).map_err(|e| CatalogError::Quantize {
-                path: src.to_path_buf(),
-                message: format!("tensor {name}: {e}"),
-            })?
-        } else {
-            qt
+        let out = match plan(name, qt.dtype(), qt.shape().dims()) {
+            Some(to) => {
+                *from_counts.entry(dtype_name(qt.dtype())).or_default() += 1;
+                requantize(&qt, to).map_err(|e| CatalogError::Quantize {
+                    path: src.to_path_buf(),
+                    message: format!("tensor {name}: {e}"),
+                })?
+            }
+            None => qt,
         };
         tensors.push((name.as_str(), out));
     }
     let requantized = from_counts.values().sum::<usize>();
-    let quantized_from =
-        from_counts.iter().filter(|(k, _)| k.starts_with("Q4")).max_by_key(|(_, n)| **n).map(|(k, _)| k.clone());
-    let Some(quantized_from) = quantized_from else {
+    let Some(quantized_from) = from_counts.iter().max_by_key(|(_, n)| **n).map(|(k, _)| k.clone()) else {
         let mut found: BTreeMap<String, usize> = BTreeMap::new();
         for (_, t) in &tensors {
             *found.entry(dtype_name(t.dtype())).or_default() += 1;
@@ -88,7 +166,7 @@ pub fn quantize_q8_0(src: &Path, dst: &Path) -> Result<QuantizeReport, CatalogEr
         return Err(CatalogError::NothingToRequantize { path: src.to_path_buf(), found });
     };
 
-    let metadata = output_metadata(&content.metadata, &quantized_from);
+    let metadata = output_metadata(&content.metadata, file_type(target), &quantized_from);
     let meta_refs: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (*n, t)).collect();
 
@@ -107,7 +185,7 @@ pub fn quantize_q8_0(src: &Path, dst: &Path) -> Result<QuantizeReport, CatalogEr
     let bytes = file.metadata().map_err(CatalogError::io("cannot read", part.path()))?.len();
     drop(file);
     let path = part.commit()?;
-    tracing::info!(src = %src.display(), dst = %path.display(), requantized, bytes, "requantized to Q8_0");
+    tracing::info!(src = %src.display(), dst = %path.display(), requantized, bytes, to = ?target, "requantized");
     Ok(QuantizeReport { path, bytes, requantized, copied: tensors.len() - requantized, quantized_from })
 }
 
@@ -120,16 +198,20 @@ fn should_requantize(name: &str, dtype: GgmlDType, dims: &[usize]) -> bool {
     matrix && (low_bit || (name == "token_embd.weight" && float))
 }
 
-fn requantize(qt: &QTensor) -> candle_core::Result<QTensor> {
+fn requantize(qt: &QTensor, to: GgmlDType) -> candle_core::Result<QTensor> {
     let t = qt.dequantize(&Device::Cpu)?;
-    QTensor::quantize(&t, GgmlDType::Q8_0)
+    QTensor::quantize(&t, to)
 }
 
 /// The source metadata, sorted by key (so the output is reproducible), with the file
 /// type, alignment and provenance keys set for the requantized file.
-fn output_metadata(src: &std::collections::HashMap<String, Value>, quantized_from: &str) -> BTreeMap<String, Value> {
+fn output_metadata(
+    src: &std::collections::HashMap<String, Value>,
+    file_type: u32,
+    quantized_from: &str,
+) -> BTreeMap<String, Value> {
     let mut m: BTreeMap<String, Value> = src.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    m.insert("general.file_type".into(), Value::U32(FILE_TYPE_MOSTLY_Q8_0));
+    m.insert("general.file_type".into(), Value::U32(file_type));
     if m.contains_key("general.alignment") {
         m.insert("general.alignment".into(), Value::U32(WRITE_ALIGNMENT));
     }
