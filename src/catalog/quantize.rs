@@ -83,7 +83,7 @@ pub const QUANT_TYPES: &[(&str, GgmlDType)] = &[
 /// mix, as llama.cpp's own are. 1-D tensors are copied. For testing every kernel on one
 /// model; the values can only lose precision against the source.
 pub fn quantize_to(src: &Path, dst: &Path, target: GgmlDType) -> Result<QuantizeReport, CatalogError> {
-    rewrite(src, dst, target, &|_, dtype, dims| {
+    rewrite(src, dst, target, &move |_, dtype, dims| {
         let [_, cols] = dims else { return None };
         let fits = |t: GgmlDType| cols.is_multiple_of(t.block_size());
         let pick = [target, fallback(target)].into_iter().find(|t| fits(*t))?;
@@ -123,14 +123,12 @@ fn file_type(t: GgmlDType) -> u32 {
     }
 }
 
+/// The type a tensor (name, type, dims) is converted to; `None` copies it.
+type TensorPlan = dyn Fn(&str, GgmlDType, &[usize]) -> Option<GgmlDType>;
+
 /// Copies `src` to `dst`, converting each tensor to the type `plan(name, dtype, dims)`
 /// names (`None`: copied as is). Fails when nothing changes.
-fn rewrite(
-    src: &Path,
-    dst: &Path,
-    target: GgmlDType,
-    plan: &dyn Fn(&str, GgmlDType, &[usize]) -> Option<GgmlDType>,
-) -> Result<QuantizeReport, CatalogError> {
+fn rewrite(src: &Path, dst: &Path, target: GgmlDType, plan: &TensorPlan) -> Result<QuantizeReport, CatalogError> {
     let bad = |e: &dyn std::fmt::Display| CatalogError::BadGguf { path: src.to_path_buf(), message: e.to_string() };
     let file = File::open(src).map_err(CatalogError::io("cannot open", src))?;
     let mut reader = BufReader::new(file);
