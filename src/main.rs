@@ -49,6 +49,18 @@ enum Sub {
     Perplexity(PerplexityArgs),
 }
 
+/// How a one-shot command (`bench`, `perplexity`) computes.
+#[derive(Args)]
+struct ComputeArgs {
+    /// Compute threads, capped at the cores there are [default: every core]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    threads: Option<u32>,
+    #[arg(long, value_enum, default_value_t = Kv::F16)]
+    kv: Kv,
+    #[arg(long, value_enum)]
+    kernel: Option<Kernel>,
+}
+
 #[derive(Args)]
 struct PerplexityArgs {
     #[command(flatten)]
@@ -62,13 +74,8 @@ struct PerplexityArgs {
     /// Score at most this many chunks [default: every whole chunk of the text]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     chunks: Option<u32>,
-    /// Compute threads, capped at the cores there are [default: every core]
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
-    threads: Option<u32>,
-    #[arg(long, value_enum, default_value_t = Kv::F16)]
-    kv: Kv,
-    #[arg(long, value_enum)]
-    kernel: Option<Kernel>,
+    #[command(flatten)]
+    compute: ComputeArgs,
     /// Print {"ppl": …, "tokens_scored": …, "chunks": …} instead of words
     #[arg(long)]
     json: bool,
@@ -198,13 +205,8 @@ struct BenchArgs {
     /// Turns on the same cache
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
     turns: u32,
-    /// Compute threads, capped at the cores there are [default: every core]
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
-    threads: Option<u32>,
-    #[arg(long, value_enum, default_value_t = Kv::F16)]
-    kv: Kv,
-    #[arg(long, value_enum)]
-    kernel: Option<Kernel>,
+    #[command(flatten)]
+    compute: ComputeArgs,
     /// One line of JSON instead of pretty JSON
     #[arg(long)]
     json: bool,
@@ -814,20 +816,20 @@ fn use_compute_threads(asked: Option<u32>) -> Result<usize> {
 fn perplexity(args: &PerplexityArgs) -> Result<()> {
     use pocketchat::engine::perplexity::perplexity as score;
     use pocketchat::engine::tokenizer::TextTokenizer;
-    let _ = use_compute_threads(args.threads)?;
+    let _ = use_compute_threads(args.compute.threads)?;
     let bytes = std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
     let text = String::from_utf8_lossy(&bytes);
     let path = args.model.path()?;
     let (content, _) = pocketchat::engine::model::read_gguf(&path)?;
     let tok = TextTokenizer::from_gguf(&content)?;
     drop(content);
-    let model = Model::load(&path, &candle_core::Device::Cpu, kernels(args.kernel)?, |_| {})?;
+    let model = Model::load(&path, &candle_core::Device::Cpu, kernels(args.compute.kernel)?, |_| {})?;
     let bos = tok.added_bos();
     let tokens: Vec<u32> = bos.into_iter().chain(tok.encode_text(&text)?).collect();
     let ctx = args.ctx as usize;
     let t = Instant::now();
     let report =
-        score(&model, &tokens, ctx, args.chunks.map(|c| c as usize), bos, args.kv.dtype().dtype(), |done, ppl| {
+        score(&model, &tokens, ctx, args.chunks.map(|c| c as usize), bos, args.compute.kv.dtype().dtype(), |done, ppl| {
             if !args.json {
                 eprint!("[{done}]{ppl:.4},");
             }
@@ -851,11 +853,11 @@ fn perplexity(args: &PerplexityArgs) -> Result<()> {
 /// ids, decode G greedy tokens; then further turns of P new ids + G tokens on the same
 /// State, timing the first token of each.
 fn bench(args: &BenchArgs) -> Result<()> {
-    let threads = use_compute_threads(args.threads)?;
+    let threads = use_compute_threads(args.compute.threads)?;
     let (prompt_tokens, gen, turns) = (args.prompt_tokens as usize, args.gen as usize, args.turns as usize);
-    let kv = args.kv.dtype();
+    let kv = args.compute.kv.dtype();
     let path = args.model.path()?;
-    let kernels = kernels(args.kernel)?;
+    let kernels = kernels(args.compute.kernel)?;
     let t = Instant::now();
     let model = Model::load(&path, &candle_core::Device::Cpu, kernels, |_| {})?;
     let load_s = t.elapsed().as_secs_f64();
@@ -892,7 +894,7 @@ fn bench(args: &BenchArgs) -> Result<()> {
         "engine": "pocketchat",
         "threads": threads,
         "kernels": kernels.describe(),
-        "kv": format!("{:?}", args.kv.dtype()),
+        "kv": format!("{:?}", args.compute.kv.dtype()),
         "load_s": load_s,
         "prompt_tokens": prompt_tokens,
         "gen_tokens": gen,
