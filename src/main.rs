@@ -828,12 +828,12 @@ fn perplexity(args: &PerplexityArgs) -> Result<()> {
     let tokens: Vec<u32> = bos.into_iter().chain(tok.encode_text(&text)?).collect();
     let ctx = args.ctx as usize;
     let t = Instant::now();
-    let report =
-        score(&model, &tokens, ctx, args.chunks.map(|c| c as usize), bos, args.compute.kv.dtype().dtype(), |done, ppl| {
-            if !args.json {
-                eprint!("[{done}]{ppl:.4},");
-            }
-        })?;
+    let (chunks, kv) = (args.chunks.map(|c| c as usize), args.compute.kv.dtype().dtype());
+    let report = score(&model, &tokens, ctx, chunks, bos, kv, |done, ppl| {
+        if !args.json {
+            eprint!("[{done}]{ppl:.4},");
+        }
+    })?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
