@@ -124,3 +124,23 @@ fn the_cli_reports_a_hostile_file_without_panicking() {
     assert_ne!(out.status.code(), Some(101), "panicked: {stderr}");
     assert!(!out.status.success() && stderr.contains("alignment"), "{stderr}");
 }
+
+/// A tensor in a type this engine does not read (llama.cpp's IQ4_NL, say) is named with
+/// its type, before candle's reader fails on it without saying which tensor.
+#[test]
+fn an_unsupported_tensor_type_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_with(dir.path(), vec![]);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let name = "blk.0.ffn_down.weight";
+    let mut key = (name.len() as u64).to_le_bytes().to_vec();
+    key.extend_from_slice(name.as_bytes());
+    let at = bytes.windows(key.len()).position(|w| w == key).expect("tensor info") + key.len();
+    let n_dims = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    let type_at = at + 4 + 8 * n_dims;
+    bytes[type_at..type_at + 4].copy_from_slice(&20u32.to_le_bytes());
+    std::fs::write(&path, bytes).unwrap();
+    let error = load_error(&path);
+    assert!(error.contains("tensor `blk.0.ffn_down.weight` is IQ4_NL (type 20)"), "{error}");
+    assert!(error.contains("Q2_K to Q6_K"), "{error}");
+}

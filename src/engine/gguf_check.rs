@@ -5,7 +5,8 @@
 //! multiply past 2^64 or whose data lies outside the file: those load, and the first use
 //! panics or reads garbage. [`read`] runs candle's reader behind a panic guard and then
 //! checks, with checked arithmetic, what it did not: the alignment is a power of two and
-//! every tensor's size is representable and its data inside the file. The model loader
+//! every tensor's size is representable and its data inside the file. A tensor type it
+//! cannot read (llama.cpp's IQ* types, for example) is named with its tensor first. The model loader
 //! then checks that the figures in the metadata agree with the tensors present
 //! (`Model::load`).
 
@@ -23,10 +24,18 @@ pub fn read(reader: &mut BufReader<File>) -> Result<Content, String> {
     let file_len = reader.get_ref().metadata().map_err(|e| e.to_string())?.len();
     // candle divides by the alignment before anyone can look at it: look first.
     let start = reader.stream_position().map_err(|e| e.to_string())?;
-    let declared = declared_alignment(reader, file_len);
+    let scan = scan_header(reader, file_len);
     reader.seek(SeekFrom::Start(start)).map_err(|e| e.to_string())?;
-    if let Some(alignment) = declared? {
+    let scan = scan?;
+    if let Some(alignment) = scan.alignment {
         check_alignment(alignment)?;
+    }
+    if let Some((name, ty)) = scan.unsupported {
+        return Err(format!(
+            "tensor `{name}` is {}, which pocketchat does not read (it reads F32, F16, BF16, Q4_0, Q4_1, Q5_0, \
+             Q5_1, Q8_0 and Q2_K to Q6_K)",
+            ggml_type_name(ty)
+        ));
     }
     let content = match catch_unwind(AssertUnwindSafe(|| Content::read(reader))) {
         Ok(read) => read.map_err(|e| e.to_string())?,
@@ -79,33 +88,88 @@ fn check_alignment(alignment: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// The value of `general.alignment` in the metadata, if any, found by walking the
-/// metadata entries (every length checked against the file's size). Errors only where
-/// the file cannot be a GGUF at all; candle's reader reports the rest.
-fn declared_alignment(r: &mut BufReader<File>, file_len: u64) -> Result<Option<u64>, String> {
+/// What [`scan_header`] finds before candle's reader runs.
+#[derive(Debug, Default, PartialEq)]
+struct HeaderScan {
+    /// `general.alignment`, when the metadata has it.
+    alignment: Option<u64>,
+    /// The first tensor whose type this engine does not read: its name and type id.
+    unsupported: Option<(String, u32)>,
+}
+
+/// Walks the metadata entries and the tensor infos (every length checked against the
+/// file's size) for `general.alignment` and for tensor types candle cannot read (its
+/// reader fails on them without naming the tensor). Errors only where the file cannot
+/// be a GGUF at all; candle's reader reports the rest.
+fn scan_header(r: &mut BufReader<File>, file_len: u64) -> Result<HeaderScan, String> {
     let mut walk = Walk { r, file_len, wide: true };
+    let mut scan = HeaderScan::default();
     let magic = walk.u32()?;
     if magic != u32::from_le_bytes(*b"GGUF") {
-        return Ok(None);
+        return Ok(scan);
     }
     walk.wide = walk.u32()? >= 2; // version 1 has 32-bit lengths
-    let _tensors = walk.len()?;
+    let tensors = walk.len()?;
     let entries = walk.len()?;
     for _ in 0..entries {
         let key = walk.string()?;
         let ty = walk.u32()?;
         if key == b"general.alignment" {
-            return Ok(Some(match ty {
+            scan.alignment = Some(match ty {
                 0 | 1 => walk.bytes(1)?[0] as u64,
                 2 | 3 => u16::from_le_bytes(walk.bytes(2)?.try_into().expect("2")) as u64,
                 4 | 5 => u32::from_le_bytes(walk.bytes(4)?.try_into().expect("4")) as u64,
                 10 | 11 => u64::from_le_bytes(walk.bytes(8)?.try_into().expect("8")),
                 _ => return Err("`general.alignment` is not a whole number".into()),
-            }));
+            });
+            continue;
         }
         walk.skip_value(ty, 0)?;
     }
-    Ok(None)
+    for _ in 0..tensors {
+        let name = walk.string()?;
+        let n_dims = walk.u32()?;
+        if n_dims > 4 {
+            return Ok(scan); // candle's reader says what is wrong
+        }
+        walk.skip(8 * n_dims as u64)?;
+        let ty = walk.u32()?;
+        walk.skip(8)?; // offset
+        if !READABLE_TYPES.contains(&ty) {
+            scan.unsupported = Some((String::from_utf8_lossy(&name).into_owned(), ty));
+            break;
+        }
+    }
+    Ok(scan)
+}
+
+/// GGML type ids candle's reader and this engine read (F32, F16, Q4_0, Q4_1, Q5_0, Q5_1,
+/// Q8_0, Q8_1, Q2_K … Q6_K, Q8_K, BF16).
+const READABLE_TYPES: &[u32] = &[0, 1, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 30];
+
+/// llama.cpp's name of a GGML type id, for the error.
+fn ggml_type_name(id: u32) -> String {
+    let name = match id {
+        16 => "IQ2_XXS",
+        17 => "IQ2_XS",
+        18 => "IQ3_XXS",
+        19 => "IQ1_S",
+        20 => "IQ4_NL",
+        21 => "IQ3_S",
+        22 => "IQ2_S",
+        23 => "IQ4_XS",
+        24 => "I8",
+        25 => "I16",
+        26 => "I32",
+        27 => "I64",
+        28 => "F64",
+        29 => "IQ1_M",
+        34 => "TQ1_0",
+        35 => "TQ2_0",
+        39 => "MXFP4",
+        _ => return format!("type {id}"),
+    };
+    format!("{name} (type {id})")
 }
 
 /// A bounded walk over a GGUF header.
