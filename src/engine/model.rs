@@ -59,6 +59,9 @@ pub struct ModelConfig {
     /// Set when the file says it was requantized from another type (our `quantize`).
     pub requantized_from: Option<String>,
     pub file_bytes: u64,
+    /// The weights as held in memory: the file's bytes plus what rewriting Q4_0 / Q4_K
+    /// matrices for our kernels added (`qlinear::repack`).
+    pub resident_bytes: u64,
 }
 
 struct Layer {
@@ -141,8 +144,15 @@ pub fn file_facts(path: &Path, kv: DType) -> Result<FileFacts> {
         .unwrap_or(4 * width);
     let weights: u64 = content.tensor_infos.values().map(|t| t.shape.elem_count() as u64).sum();
     let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    // What the engine will hold: matrices it rewrites for its kernels grow a little.
+    let grown: u64 = content
+        .tensor_infos
+        .values()
+        .filter(|t| t.shape.dims().len() == 2)
+        .map(|t| super::qlinear::growth_bytes(t.ggml_dtype, t.shape.elem_count() as u64))
+        .sum();
     let facts = ModelFacts {
-        weights_bytes: file_bytes,
+        weights_bytes: file_bytes.saturating_add(grown),
         kv_bytes_per_token: crate::memory::kv_bytes_per_token(layers, kv_heads, head_dim, kv.size_in_bytes()),
         context: meta("context_length").unwrap_or(4096).clamp(1, MAX_ROPE_POSITIONS),
         heads,
@@ -324,6 +334,12 @@ impl Model {
         } else {
             Linear::new(embeddings.clone(), kernels)?
         };
+        // A tied table the output layer rewrote for its kernels serves the lookups too,
+        // so the original is not kept beside it.
+        let embeddings = match output.weight() {
+            w if !ld.has("output.weight") && !Arc::ptr_eq(w, &embeddings) => w.clone(),
+            _ => embeddings,
+        };
         let positions = context_length.clamp(1, MAX_ROPE_POSITIONS);
         let (cos, sin) = rope_tables(head_dim, rope_freq_base, positions, device)?;
         let name = content
@@ -332,6 +348,12 @@ impl Model {
             .and_then(|v| v.to_string().ok())
             .cloned()
             .unwrap_or_else(|| path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default());
+        let grown: u64 = layers
+            .iter()
+            .flat_map(|l: &Layer| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down])
+            .chain([&output])
+            .map(|l| l.grown_bytes())
+            .sum();
         let requantized_from = content.metadata.get("general.quantized_from").and_then(|v| v.to_string().ok()).cloned();
         progress(1.0);
         let config = ModelConfig {
@@ -351,6 +373,7 @@ impl Model {
             weights_dtype: weights_dtype.unwrap_or(GgmlDType::F32),
             requantized_from,
             file_bytes,
+            resident_bytes: file_bytes.saturating_add(grown),
         };
         tracing::info!(?config.weights_dtype, n_layers, "model loaded");
         Ok(Model {
@@ -389,7 +412,7 @@ impl Model {
     pub fn facts(&self, kv: DType) -> ModelFacts {
         let c = &self.config;
         ModelFacts {
-            weights_bytes: c.file_bytes,
+            weights_bytes: c.resident_bytes,
             kv_bytes_per_token: self.kv_bytes_per_token(kv),
             context: self.max_positions(),
             heads: c.n_heads,

@@ -26,11 +26,15 @@
 //! rounding (the SIMD paths sum the 32 products of a block in a different order; see the
 //! tests).
 //!
+//! Q4_0 and Q4_K weights are rewritten as Q4_1 when the layer is built (exactly for Q4_0,
+//! to f16 rounding of the scales for Q4_K; `repack`) and run on the Q4_1 kernels.
+//!
 //! Which of these runs is the model's [`Kernels`] choice: `fast` (the best this CPU
 //! supports, detected at run time), `portable` (the scalar kernel) or `candle` (always
 //! candle's `QMatMul`).
 
 mod blocks;
+mod repack;
 mod scalar;
 
 #[cfg(target_arch = "x86_64")]
@@ -46,6 +50,7 @@ mod tests;
 use blocks::{Acts, BlockQ4_1, BlockQ8_0, QK};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Module, Result, Tensor};
+pub(crate) use repack::growth_bytes;
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -148,6 +153,8 @@ enum Backend {
 /// without bias.
 pub struct QLinear {
     w: Arc<QTensor>,
+    /// Bytes the weight grew by when rewritten for our kernels (0 when it was not).
+    grown_bytes: u64,
     backend: Backend,
     out_features: usize,
     in_features: usize,
@@ -178,6 +185,14 @@ impl QLinear {
     /// `kernels` and the weight allow it, candle's `QMatMul` elsewhere.
     pub fn new(w: Arc<QTensor>, kernels: Kernels) -> Result<Self> {
         let (out_features, in_features) = w.shape().dims2()?;
+        // Q4_0 and Q4_K run on our Q4_1 kernels, rewritten once here (see `repack`).
+        let (w, grown_bytes) = match kernels.isa().map(|_| repack::as_q4_1(&w)).transpose()?.flatten() {
+            Some(r) => {
+                let grown = (r.storage_size_in_bytes() as u64).saturating_sub(w.storage_size_in_bytes() as u64);
+                (r, grown)
+            }
+            None => (w, 0),
+        };
         let ours = match (kernels.isa(), Kind::of(w.dtype())) {
             (Some(isa), Some(kind)) if Self::storage_ok(&w, kind)? => Some(Backend::Ours { kind, isa }),
             _ => None,
@@ -186,7 +201,7 @@ impl QLinear {
             Some(b) => b,
             None => Backend::Candle(QMatMul::from_arc(w.clone())?),
         };
-        Ok(Self { w, backend, out_features, in_features })
+        Ok(Self { w, grown_bytes, backend, out_features, in_features })
     }
 
     /// CPU storage holding exactly `n * k / 32` blocks, aligned for f16 reads.
@@ -242,7 +257,12 @@ impl QLinear {
         self.in_features
     }
 
-    /// The weight this layer was built from.
+    /// Bytes the weight grew by when it was rewritten for our kernels.
+    pub fn grown_bytes(&self) -> u64 {
+        self.grown_bytes
+    }
+
+    /// The weight this layer runs (rewritten for our kernels where that applies).
     pub fn weight(&self) -> &Arc<QTensor> {
         &self.w
     }

@@ -1,0 +1,146 @@
+//! Weights in formats our kernels do not read, rewritten at load time into one they do,
+//! as llama.cpp repacks Q4_0 for its ARM kernels:
+//!
+//! - **Q4_0 → Q4_1, exactly.** A Q4_0 value is `d * (q - 8)`; as Q4_1 (`d * q + m`) that
+//!   is the same nibbles with `m = -8 d`, and `-8 d` is exact in f16 (a power of two
+//!   times a finite f16 that stays finite).
+//! - **Q4_K → Q4_1, to f16 rounding.** Each 32-value sub-block of a Q4_K super-block is
+//!   `d * sc * q - dmin * m` with 6-bit `sc`, `m`: a Q4_1 block with `d' = d * sc` and
+//!   `m' = -dmin * m`, each rounded to f16 (a relative error of at most 2^-11, far below
+//!   the 4-bit quantization's own). The nibbles are reordered from Q4_K's layout (a
+//!   64-value group's 32 bytes hold sub-block 2g in the low nibbles, 2g+1 in the high)
+//!   to Q4_1's (value i low, value i + 16 high).
+//!
+//! The cost is memory: Q4_1 takes 5 bits a weight where Q4_0 takes 4.5 and Q4_K 4.5, so a
+//! repacked matrix is 11 % larger; `Model::facts` counts it.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use candle_core::quantized::{GgmlDType, QStorage, QTensor};
+use candle_core::Result;
+use half::f16;
+
+use super::blocks::QK;
+
+/// Bytes of a Q4_0 block (`d`, 16 bytes of nibbles), a Q4_1 block (`d`, `m`, 16 bytes) and
+/// a Q4_K super-block (`d`, `dmin`, 12 bytes of scales, 128 of nibbles).
+const Q4_0_BYTES: usize = 18;
+const Q4_1_BYTES: usize = 20;
+const Q4_K_BYTES: usize = 144;
+/// Values per K-quant super-block.
+const QK_K: usize = 256;
+
+/// Bytes a tensor of `dtype` with `elements` values grows by when [`as_q4_1`] rewrites it.
+pub fn growth_bytes(dtype: GgmlDType, elements: u64) -> u64 {
+    match dtype {
+        GgmlDType::Q4_0 => elements / QK as u64 * (Q4_1_BYTES - Q4_0_BYTES) as u64,
+        GgmlDType::Q4K => elements / QK_K as u64 * ((QK_K / QK * Q4_1_BYTES) - Q4_K_BYTES) as u64,
+        _ => 0,
+    }
+}
+
+/// `w` rewritten as Q4_1 when it is a CPU Q4_0 or Q4_K tensor (`None` otherwise, or when
+/// a scale would not stay finite in f16).
+pub fn as_q4_1(w: &QTensor) -> Result<Option<Arc<QTensor>>> {
+    if !w.device().is_cpu() {
+        return Ok(None);
+    }
+    let data = w.data()?;
+    let out = match w.dtype() {
+        GgmlDType::Q4_0 => q4_0_to_q4_1(&data),
+        GgmlDType::Q4K => q4_k_to_q4_1(&data),
+        _ => return Ok(None),
+    };
+    let Some(out) = out else { return Ok(None) };
+    let storage = QStorage::from_data(Cow::Owned(out), &w.device(), GgmlDType::Q4_1)?;
+    Ok(Some(Arc::new(QTensor::new(storage, w.shape().clone())?)))
+}
+
+fn q4_0_to_q4_1(data: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(data.len() / Q4_0_BYTES * Q4_1_BYTES);
+    for block in data.chunks_exact(Q4_0_BYTES) {
+        let d = f16::from_le_bytes([block[0], block[1]]);
+        let m = f16::from_f32(-8.0 * d.to_f32());
+        if !m.is_finite() {
+            return None;
+        }
+        out.extend_from_slice(&block[..2]);
+        out.extend_from_slice(&m.to_le_bytes());
+        out.extend_from_slice(&block[2..]);
+    }
+    Some(out)
+}
+
+/// The 6-bit scale and min of sub-block `j` (0..8), as ggml's `get_scale_min_k4` unpacks them.
+fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+    }
+}
+
+fn q4_k_to_q4_1(data: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(data.len() / Q4_K_BYTES * (QK_K / QK) * Q4_1_BYTES);
+    for sb in data.chunks_exact(Q4_K_BYTES) {
+        let d = f16::from_le_bytes([sb[0], sb[1]]).to_f32();
+        let dmin = f16::from_le_bytes([sb[2], sb[3]]).to_f32();
+        let (scales, qs) = (&sb[4..16], &sb[16..144]);
+        for j in 0..QK_K / QK {
+            let (sc, m) = scale_min(j, scales);
+            let (bd, bm) = (f16::from_f32(d * sc as f32), f16::from_f32(-dmin * m as f32));
+            if !bd.is_finite() || !bm.is_finite() {
+                return None;
+            }
+            // Sub-block j: the low (even j) or high (odd j) nibbles of group j / 2's 32 bytes.
+            let group = &qs[32 * (j / 2)..32 * (j / 2) + 32];
+            let value = |i: usize| if j % 2 == 0 { group[i] & 0xF } else { group[i] >> 4 };
+            out.extend_from_slice(&bd.to_le_bytes());
+            out.extend_from_slice(&bm.to_le_bytes());
+            out.extend((0..QK / 2).map(|i| value(i) | (value(i + QK / 2) << 4)));
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Tensor};
+
+    fn weights(rows: usize, cols: usize) -> Tensor {
+        let v: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919 % 1013) as f32 / 506.0 - 1.0) * 0.3).collect();
+        Tensor::from_vec(v, (rows, cols), &Device::Cpu).unwrap()
+    }
+
+    fn values(q: &QTensor) -> Vec<f32> {
+        q.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+    }
+
+    #[test]
+    fn q4_0_becomes_the_same_values_in_q4_1() {
+        let q = QTensor::quantize(&weights(8, 512), GgmlDType::Q4_0).unwrap();
+        let r = as_q4_1(&q).unwrap().expect("repacked");
+        assert_eq!(r.dtype(), GgmlDType::Q4_1);
+        assert_eq!(r.shape(), q.shape());
+        assert_eq!(values(&r), values(&q), "exact");
+        assert_eq!(r.data().unwrap().len(), q.data().unwrap().len() / Q4_0_BYTES * Q4_1_BYTES);
+    }
+
+    #[test]
+    fn q4_k_becomes_q4_1_to_f16_rounding() {
+        let q = QTensor::quantize(&weights(4, 1024), GgmlDType::Q4K).unwrap();
+        let r = as_q4_1(&q).unwrap().expect("repacked");
+        let (a, b) = (values(&q), values(&r));
+        let max = a.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let err = a.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(err <= max * 2e-3, "max abs difference {err} (max |w| {max})");
+    }
+
+    #[test]
+    fn other_types_are_left_alone() {
+        let q = QTensor::quantize(&weights(2, 64), GgmlDType::Q8_0).unwrap();
+        assert!(as_q4_1(&q).unwrap().is_none());
+    }
+}
