@@ -306,10 +306,20 @@ fn shapes_dtypes_and_layouts() {
 }
 
 #[test]
-fn other_formats_and_the_candle_switch_use_candle() {
+fn other_formats_and_the_candle_switch_use_candle_and_q4_0_q4_k_are_rewritten() {
     let mut rng = Rng(0x5eed_0008);
     let x = tensor(rng.vec(3 * 256, 1.0), &[3, 256]);
-    for dtype in [GgmlDType::Q4_0, GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::F32] {
+    // Q4_0 and Q4_K are rewritten as Q4_1 and run on our kernels (`repack`): close to
+    // candle's own kernels for them (activations quantized per 32 instead of per 256).
+    for dtype in [GgmlDType::Q4_0, GgmlDType::Q4K] {
+        let w = random_weight(&mut rng, 32, 256, dtype);
+        let lin = QLinear::new(w.clone(), Kernels::Fast).unwrap();
+        assert!(lin.uses_own_kernel(), "{dtype:?}");
+        assert_eq!(lin.dtype(), GgmlDType::Q4_1);
+        let err = rel_err(&lin.forward(&x).unwrap(), &candle_forward(&w, &x));
+        assert!(err <= 1e-2, "{dtype:?}: {err}");
+    }
+    for dtype in [GgmlDType::Q6K, GgmlDType::F32] {
         let w = random_weight(&mut rng, 32, 256, dtype);
         let lin = QLinear::new(w.clone(), Kernels::Fast).unwrap();
         assert!(!lin.uses_own_kernel(), "{dtype:?}");
