@@ -101,7 +101,7 @@ fn ModelRowView(item: ModelItem, in_use: bool, transfer: Option<Transfer>, busy:
     let runs = item.not_yet.is_none();
     let running = matches!(transfer, Some(Transfer::Running(_)));
     rsx! {
-        li { class: if in_use { "model-item in-use" } else { "model-item" }, "data-model": "{key}",
+        li { class: if in_use { "panel-section model-item in-use" } else { "panel-section model-item" }, "data-model": "{key}",
             div { class: "model-head",
                 span { class: "model-name", "{item.name}" }
                 span { class: "fit-chip fit-{fit_class}", title: "{budget}", "{item.fit}" }
