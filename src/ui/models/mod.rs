@@ -104,7 +104,9 @@ fn ModelRowView(item: ModelItem, in_use: bool, transfer: Option<Transfer>, busy:
         li { class: if in_use { "panel-section model-item in-use" } else { "panel-section model-item" }, "data-model": "{key}",
             div { class: "model-head",
                 span { class: "model-name", "{item.name}" }
-                span { class: "fit-chip fit-{fit_class}", title: "{budget}", "{item.fit}" }
+                if item.fit != "unknown" {
+                    span { class: "fit-chip fit-{fit_class}", title: "{budget}", "{item.fit}" }
+                }
             }
             p { class: "hint model-detail", "{item.detail}" }
             if runs && item.fit != "unknown" {
