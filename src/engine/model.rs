@@ -328,17 +328,15 @@ impl Model {
             progress(0.05 + 0.9 * (i + 1) as f32 / n_layers as f32);
         }
         let output_norm = ld.vector("output_norm.weight")?;
-        // Tied embeddings: the output projection shares the (quantized) embedding table.
-        let output = if ld.has("output.weight") {
-            ld.linear("output.weight", kernels)?
+        // Tied embeddings: the output projection shares the (quantized) embedding table,
+        // the lookups use the output layer's copy (rewritten for its kernels where that
+        // applies), so the original is not kept beside it.
+        let (output, embeddings) = if ld.has("output.weight") {
+            (ld.linear("output.weight", kernels)?, embeddings)
         } else {
-            Linear::new(embeddings.clone(), kernels)?
-        };
-        // A tied table the output layer rewrote for its kernels serves the lookups too,
-        // so the original is not kept beside it.
-        let embeddings = match output.weight() {
-            w if !ld.has("output.weight") && !Arc::ptr_eq(w, &embeddings) => w.clone(),
-            _ => embeddings,
+            let output = Linear::new(embeddings, kernels)?;
+            let shared = output.weight().clone();
+            (output, shared)
         };
         let positions = context_length.clamp(1, MAX_ROPE_POSITIONS);
         let (cos, sin) = rope_tables(head_dim, rope_freq_base, positions, device)?;

@@ -125,8 +125,13 @@ pub async fn models_bridge(
                         }
                     }
                     ModelAction::Delete { key } => {
-                        let notice = delete(&view.peek(), &state.peek(), &key);
-                        pending.retain(|p| p.key != key);
+                        let notice = match delete(&view.peek(), &state.peek(), &key) {
+                            Ok(done) => {
+                                pending.retain(|p| p.key != key);
+                                done
+                            }
+                            Err(refused) => refused,
+                        };
                         let mut v = view.write();
                         v.notice = Some(notice);
                         v.items = rescan(&pending);
@@ -215,14 +220,15 @@ fn start(
     }
 }
 
-/// Deletes an item's file and any `.part`; returns what happened, in words.
-fn delete(view: &ModelsView, state: &ChatState, key: &str) -> String {
-    let Some(item) = view.item(key) else { return "That model is no longer listed.".into() };
+/// Deletes an item's file and any `.part`. `Ok` says it was deleted; `Err` why it was
+/// not (downloading, in use, a file that would not go), in words.
+fn delete(view: &ModelsView, state: &ChatState, key: &str) -> Result<String, String> {
+    let Some(item) = view.item(key) else { return Err("That model is no longer listed.".into()) };
     if view.downloading(key) {
-        return format!("{} is downloading: cancel it first.", item.name);
+        return Err(format!("{} is downloading: cancel it first.", item.name));
     }
     if state.model.as_ref().is_some_and(|m| same_file(Path::new(&m.path), &item.path)) {
-        return format!("{} is in use: switch to another model first.", item.name);
+        return Err(format!("{} is in use: switch to another model first.", item.name));
     }
     let part = catalog::download::part_path(&item.path);
     let mut errors = Vec::new();
@@ -234,9 +240,9 @@ fn delete(view: &ModelsView, state: &ChatState, key: &str) -> String {
         }
     }
     if errors.is_empty() {
-        format!("Deleted {}.", item.name)
+        Ok(format!("Deleted {}.", item.name))
     } else {
-        format!("Could not delete {}: {}", item.name, errors.join("; "))
+        Err(format!("Could not delete {}: {}", item.name, errors.join("; ")))
     }
 }
 

@@ -10,6 +10,7 @@ use candle_core::DType;
 use crate::catalog::{self, listing, Catalog, Progress, Source};
 use crate::engine::model::file_facts;
 use crate::memory::{self, RamTier};
+use crate::ui::fmt::format_bytes;
 
 /// The prefix of the key of a file that is in the models folder but not in the catalog
 /// (added by URL or copied in).
@@ -99,7 +100,7 @@ pub fn scan(catalog: &Catalog, dir: &Path, tier: RamTier) -> Vec<ModelItem> {
             }
             _ => Origin::Elsewhere(format!("Fetched with `pocketchat fetch {}` on a computer.", entry.id)),
         };
-        let size = if row.bytes_known { format_size(row.bytes) } else { format!("~{}", format_size(row.bytes)) };
+        let size = if row.bytes_known { format_bytes(row.bytes) } else { format!("~{}", format_bytes(row.bytes)) };
         items.push(ModelItem {
             key: row.id.clone(),
             name: row.name.clone(),
@@ -126,7 +127,7 @@ fn local_item(path: &Path, tier: RamTier) -> ModelItem {
     let mut item = ModelItem {
         key: format!("{FILE_KEY_PREFIX}{file}"),
         name: file.trim_end_matches(".gguf").to_string(),
-        detail: format!("added file · {}", format_size(bytes)),
+        detail: format!("added file · {}", format_bytes(bytes)),
         path: path.to_path_buf(),
         fit: "unknown",
         fits: false,
@@ -141,7 +142,7 @@ fn local_item(path: &Path, tier: RamTier) -> ModelItem {
     match file_facts(path, DType::F16) {
         Ok(f) => {
             let fit = memory::fit(&f.facts, tier);
-            item.detail = format!("added file · {:.1} bits per weight · {}", f.bits_per_weight, format_size(bytes));
+            item.detail = format!("added file · {:.1} bits per weight · {}", f.bits_per_weight, format_bytes(bytes));
             item.fit = fit.class.label();
             item.fits = fit.fits();
             item.budget = fit.budget;
@@ -180,21 +181,17 @@ fn format_params(params: u64) -> String {
     }
 }
 
-fn format_size(bytes: u64) -> String {
-    super::super::fmt::format_bytes(bytes)
-}
-
 /// "12.0 of 93.5 MiB · 2.1 MiB/s · 40 s left", or "Verifying…".
 pub fn progress_words(p: &Progress) -> String {
     if p.verifying {
         return "Verifying…".to_string();
     }
     let mut words = match p.total {
-        Some(total) => format!("{} of {}", format_size(p.bytes), format_size(total)),
-        None => format_size(p.bytes),
+        Some(total) => format!("{} of {}", format_bytes(p.bytes), format_bytes(total)),
+        None => format_bytes(p.bytes),
     };
     if p.bytes_per_sec > 0.0 {
-        words.push_str(&format!(" · {}/s", format_size(p.bytes_per_sec as u64)));
+        words.push_str(&format!(" · {}/s", format_bytes(p.bytes_per_sec as u64)));
     }
     if let Some(eta) = p.eta {
         words.push_str(&format!(" · {} s left", eta.as_secs().max(1)));
