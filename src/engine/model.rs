@@ -120,23 +120,16 @@ pub struct FileFacts {
 
 /// Reads [`FileFacts`] from the header of the GGUF at `path`, for a KV cache of `kv`.
 pub fn file_facts(path: &Path, kv: DType) -> Result<FileFacts> {
-    let (content, _) = read_gguf(path)?;
-    let bad = |message: String| EngineError::BadModelFile { path: path.to_path_buf(), message };
-    let arch = content
-        .metadata
-        .get("general.architecture")
-        .and_then(|v| v.to_string().ok())
-        .ok_or_else(|| bad("no `general.architecture` in the metadata".into()))?;
-    let meta = |key: &str| -> Result<usize> {
-        let full = format!("{arch}.{key}");
-        let value = content.metadata.get(&full).ok_or_else(|| bad(format!("missing metadata `{full}`")))?;
-        value.to_u32().map(|v| v as usize).map_err(|e| bad(format!("`{full}`: {e}")))
-    };
-    let heads = meta("attention.head_count")?;
-    let kv_heads = meta("attention.head_count_kv").unwrap_or(heads);
-    let layers = meta("block_count")?;
-    let width = meta("embedding_length")?;
-    let head_dim = width.checked_div(heads).ok_or_else(|| bad("no attention heads".into()))?;
+    let (content, mut reader) = read_gguf(path)?;
+    let arch = architecture(path, &content)?;
+    // The loader's own metadata readers (and defaults); nothing is loaded.
+    let ld = Loader { path, content: &content, reader: &mut reader, device: &Device::Cpu, arch };
+    let heads = ld.meta_u32("attention.head_count")?;
+    let kv_heads = ld.meta_u32("attention.head_count_kv").unwrap_or(heads);
+    let layers = ld.meta_u32("block_count")?;
+    let width = ld.meta_u32("embedding_length")?;
+    let head_dim = width.checked_div(heads).ok_or_else(|| ld.bad("no attention heads"))?;
+    let context = ld.meta_u32("context_length").unwrap_or(4096).clamp(1, MAX_ROPE_POSITIONS);
     let ffn = content
         .tensor_infos
         .get("blk.0.ffn_up.weight")
@@ -154,12 +147,22 @@ pub fn file_facts(path: &Path, kv: DType) -> Result<FileFacts> {
     let facts = ModelFacts {
         weights_bytes: file_bytes.saturating_add(grown),
         kv_bytes_per_token: crate::memory::kv_bytes_per_token(layers, kv_heads, head_dim, kv.size_in_bytes()),
-        context: meta("context_length").unwrap_or(4096).clamp(1, MAX_ROPE_POSITIONS),
+        context,
         heads,
         width,
         ffn,
     };
     Ok(FileFacts { facts, bits_per_weight: file_bytes as f64 * 8.0 / weights.max(1) as f64 })
+}
+
+/// The file's `general.architecture`.
+fn architecture(path: &Path, content: &gguf_file::Content) -> Result<String> {
+    content.metadata.get("general.architecture").and_then(|v| v.to_string().ok()).cloned().ok_or_else(|| {
+        EngineError::BadModelFile {
+            path: path.to_path_buf(),
+            message: "no `general.architecture` in the metadata".into(),
+        }
+    })
 }
 
 struct Loader<'a> {
@@ -268,15 +271,7 @@ impl Model {
         let _span = tracing::info_span!("load", path = %path.display()).entered();
         let (content, mut reader) = read_gguf(path)?;
         let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        let arch = match content.metadata.get("general.architecture").and_then(|v| v.to_string().ok()) {
-            Some(a) => a.clone(),
-            None => {
-                return Err(EngineError::BadModelFile {
-                    path: path.to_path_buf(),
-                    message: "no `general.architecture` in the metadata".into(),
-                })
-            }
-        };
+        let arch = architecture(path, &content)?;
         if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
             return Err(EngineError::UnsupportedArchitecture(arch));
         }
