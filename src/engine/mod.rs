@@ -17,6 +17,7 @@ pub mod pool;
 pub mod protocol;
 pub mod sampler;
 pub mod session;
+pub mod spm;
 pub mod state;
 pub mod template;
 pub mod tokenizer;

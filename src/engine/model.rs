@@ -1,5 +1,6 @@
-//! A llama-family transformer (architectures `llama` and `qwen2`) over GGUF weights,
-//! with the KV cache kept outside the model in a [`State`], like Core ML's `MLState`.
+//! A llama-family transformer (architectures `llama`, `qwen2`, `qwen3` and `gemma3`) over
+//! GGUF weights, with the KV cache kept outside the model in a [`State`], like Core ML's
+//! `MLState`.
 //!
 //! ```text
 //!   model.make_state(capacity) ──▶ State { per-layer K/V, token ids, len }
@@ -9,8 +10,17 @@
 //!
 //! Unlike candle-transformers' `quantized_llama`, the cache never resets itself, the
 //! token-embedding table stays quantized (rows are looked up, not a 113 MB f32 copy), the
-//! tied output matrix shares that same tensor, RoPE tables come from the file's context
-//! length, and grouped-query attention reads the shared K/V heads without copying them.
+//! tied output matrix shares that same tensor, RoPE angles are computed for the positions
+//! of each call, and grouped-query attention reads the shared K/V heads without copying
+//! them.
+//!
+//! What the families add to llama's block, as llama.cpp runs them:
+//! - `qwen2`: biases on q, k and v; half-split ("neox") RoPE.
+//! - `qwen3`: an RMSNorm over each q and k head before RoPE; no biases.
+//! - `gemma3`: embeddings scaled by √width; q/k head norms; RMSNorms after attention and
+//!   after the FFN as well as before; a GELU-gated FFN; five of every six layers attend
+//!   to a sliding window of the last `attention.sliding_window` positions with RoPE base
+//!   10,000, the sixth to everything with `rope.freq_base`.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -27,7 +37,12 @@ use super::{Cause, EngineError, Result};
 use crate::memory::ModelFacts;
 
 /// GGUF `general.architecture` values this engine loads.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
+
+/// Gemma 3's sliding-window layers: five of every six (llama.cpp's `set_swa_pattern(6)`).
+const GEMMA3_WINDOW_PATTERN: usize = 6;
+/// Gemma 3's RoPE base on its sliding-window layers (llama.cpp's `rope_freq_base_train_swa`).
+const GEMMA3_LOCAL_ROPE_BASE: f32 = 10_000.0;
 
 /// Upper bound for the RoPE tables when a file claims a huge context.
 const MAX_ROPE_POSITIONS: usize = 32_768;
@@ -52,8 +67,10 @@ pub struct ModelConfig {
     pub context_length: usize,
     pub rope_freq_base: f32,
     pub rms_eps: f32,
-    /// Interleaved (llama) or half-split (qwen2, "neox") rotary pairs.
+    /// Interleaved (llama) or half-split (qwen2, qwen3, gemma3: "neox") rotary pairs.
     pub rope_neox: bool,
+    /// Positions a sliding-window layer looks back over, itself included (gemma3).
+    pub sliding_window: Option<usize>,
     /// The dtype of the attention/FFN matrices, e.g. Q4_1.
     pub weights_dtype: GgmlDType,
     /// Set when the file says it was requantized from another type (our `quantize`).
@@ -74,10 +91,55 @@ struct Layer {
     bq: Option<Tensor>,
     bk: Option<Tensor>,
     bv: Option<Tensor>,
+    /// RMSNorm over each q / k head before RoPE (qwen3, gemma3).
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    /// RMSNorm of the attention's and the FFN's output before the residual add (gemma3).
+    post_attn_norm: Option<Tensor>,
+    post_ffn_norm: Option<Tensor>,
     ffn_norm: Tensor,
     w_gate: Linear,
     w_up: Linear,
     w_down: Linear,
+    /// Sliding-window layers see the last `window` positions only.
+    window: Option<usize>,
+    /// Index into [`Model::ropes`].
+    rope: usize,
+}
+
+/// The FFN's gate activation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Activation {
+    Silu,
+    /// Tanh-approximated GELU (gemma).
+    Gelu,
+}
+
+/// One RoPE frequency set: `1 / base^(2i/d)` (divided by the file's `rope_freqs` factors
+/// where it has them, times a linear scaling factor where it says so).
+struct Rope {
+    inv_freq: Tensor,
+}
+
+impl Rope {
+    fn new(head_dim: usize, base: f32, factors: Option<&[f32]>, scale: f32, device: &Device) -> Result<Rope> {
+        let inv_freq: Vec<f32> = (0..head_dim / 2)
+            .map(|i| {
+                let f = 1f32 / base.powf((2 * i) as f32 / head_dim as f32);
+                let factor = factors.and_then(|f| f.get(i)).copied().unwrap_or(1.0);
+                f / factor * scale
+            })
+            .collect();
+        Ok(Rope { inv_freq: Tensor::from_vec(inv_freq, (1, head_dim / 2), device)? })
+    }
+
+    /// cos and sin of the angles at positions `pos..pos + n`: `(n, head_dim / 2)` each.
+    fn at(&self, pos: usize, n: usize) -> Result<(Tensor, Tensor)> {
+        let device = self.inv_freq.device();
+        let t = Tensor::arange(pos as u32, (pos + n) as u32, device)?.to_dtype(DType::F32)?.reshape((n, 1))?;
+        let freqs = t.matmul(&self.inv_freq)?;
+        Ok((freqs.cos()?, freqs.sin()?))
+    }
 }
 
 pub struct Model {
@@ -88,8 +150,13 @@ pub struct Model {
     layers: Vec<Layer>,
     output_norm: Tensor,
     output: Linear,
-    cos: Tensor,
-    sin: Tensor,
+    /// RoPE frequencies: `[global]`, or `[global, sliding-window]` (gemma3).
+    ropes: Vec<Rope>,
+    /// The most positions a State may hold (the file's context, capped).
+    positions: usize,
+    /// Embeddings are multiplied by this (gemma3: √width).
+    embedding_scale: Option<f64>,
+    activation: Activation,
     /// `Candle` keeps every op on candle's own kernels (bit-faithful to the reference);
     /// the others also take the plain-Rust attention kernels of `engine::attention`.
     kernels: Kernels,
@@ -128,7 +195,10 @@ pub fn file_facts(path: &Path, kv: DType) -> Result<FileFacts> {
     let kv_heads = ld.meta_u32("attention.head_count_kv").unwrap_or(heads);
     let layers = ld.meta_u32("block_count")?;
     let width = ld.meta_u32("embedding_length")?;
-    let head_dim = width.checked_div(heads).ok_or_else(|| ld.bad("no attention heads"))?;
+    let head_dim = match ld.meta_u32("attention.key_length") {
+        Ok(d) => d,
+        Err(_) => width.checked_div(heads).ok_or_else(|| ld.bad("no attention heads"))?,
+    };
     let context = ld.meta_u32("context_length").unwrap_or(4096).clamp(1, MAX_ROPE_POSITIONS);
     let ffn = content
         .tensor_infos
@@ -284,12 +354,22 @@ impl Model {
         let context_length = ld.meta_u32("context_length").unwrap_or(4096);
         let rms_eps = ld.meta_f32_or("attention.layer_norm_rms_epsilon", 1e-6);
         let rope_freq_base = ld.meta_f32_or("rope.freq_base", 10_000.0);
-        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 || embedding_length % n_heads != 0 {
-            return Err(ld.bad(format!(
-                "inconsistent head counts: {n_heads} heads, {n_kv_heads} kv heads, width {embedding_length}"
-            )));
+        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
+            return Err(ld.bad(format!("inconsistent head counts: {n_heads} heads, {n_kv_heads} kv heads")));
         }
-        let head_dim = embedding_length / n_heads;
+        // The head size is the width over the heads unless the file says otherwise (qwen3
+        // and gemma3 heads are wider).
+        let head_dim = match ld.meta_u32("attention.key_length") {
+            Ok(d) => d,
+            Err(_) if embedding_length % n_heads == 0 => embedding_length / n_heads,
+            Err(_) => return Err(ld.bad(format!("a width of {embedding_length} does not split into {n_heads} heads"))),
+        };
+        let value_dim = ld.meta_u32("attention.value_length").unwrap_or(head_dim);
+        if head_dim == 0 || head_dim % 2 != 0 || head_dim > 1024 || value_dim != head_dim {
+            return Err(ld.bad(format!("unsupported head size: keys {head_dim}, values {value_dim}")));
+        }
+        let gemma = arch == "gemma3";
+        let sliding_window = if gemma { Some(ld.meta_u32("attention.sliding_window")?.max(1)) } else { None };
         let rope_dim = ld.meta_u32("rope.dimension_count").unwrap_or(head_dim);
         if rope_dim != head_dim {
             return Err(ld.bad(format!("partial rotary embeddings ({rope_dim} of {head_dim}) are not supported")));
@@ -306,7 +386,32 @@ impl Model {
             let p = format!("blk.{i}");
             let wq = ld.linear(&format!("{p}.attn_q.weight"), kernels)?;
             weights_dtype.get_or_insert(wq.dtype());
+            let sliding = sliding_window.filter(|_| i % GEMMA3_WINDOW_PATTERN < GEMMA3_WINDOW_PATTERN - 1);
+            let head_norm = |ld: &mut Loader, name: String| -> Result<Option<Tensor>> {
+                let norm = ld.optional_vector(&name)?;
+                match &norm {
+                    Some(t) if t.dims() != [head_dim] => {
+                        Err(ld.bad(format!("tensor `{name}` is {:?}, heads of {head_dim} expected", t.dims())))
+                    }
+                    _ => Ok(norm),
+                }
+            };
+            let width_norm = |ld: &mut Loader, name: String| -> Result<Option<Tensor>> {
+                let norm = ld.optional_vector(&name)?;
+                match &norm {
+                    Some(t) if t.dims() != [embedding_length] => {
+                        Err(ld.bad(format!("tensor `{name}` is {:?}, {embedding_length} expected", t.dims())))
+                    }
+                    _ => Ok(norm),
+                }
+            };
             layers.push(Layer {
+                q_norm: head_norm(&mut ld, format!("{p}.attn_q_norm.weight"))?,
+                k_norm: head_norm(&mut ld, format!("{p}.attn_k_norm.weight"))?,
+                post_attn_norm: width_norm(&mut ld, format!("{p}.post_attention_norm.weight"))?,
+                post_ffn_norm: width_norm(&mut ld, format!("{p}.post_ffw_norm.weight"))?,
+                window: sliding,
+                rope: usize::from(sliding.is_some()),
                 attn_norm: ld.vector(&format!("{p}.attn_norm.weight"))?,
                 wq,
                 wk: ld.linear(&format!("{p}.attn_k.weight"), kernels)?,
@@ -334,7 +439,18 @@ impl Model {
             (output, shared)
         };
         let positions = context_length.clamp(1, MAX_ROPE_POSITIONS);
-        let (cos, sin) = rope_tables(head_dim, rope_freq_base, positions, device)?;
+        // Llama 3.x files carry per-frequency factors; linear scaling applies to the
+        // global layers only (as llama.cpp does for gemma3).
+        let factors = match ld.optional_vector("rope_freqs.weight")? {
+            Some(t) => Some(t.flatten_all()?.to_vec1::<f32>()?),
+            None => None,
+        };
+        let linear = ld.meta("rope.scaling.type").ok().and_then(|v| v.to_string().ok()).is_some_and(|t| t == "linear");
+        let scale = if linear { 1.0 / ld.meta_f32_or("rope.scaling.factor", 1.0).max(1e-6) } else { 1.0 };
+        let mut ropes = vec![Rope::new(head_dim, rope_freq_base, factors.as_deref(), scale, device)?];
+        if sliding_window.is_some() {
+            ropes.push(Rope::new(head_dim, GEMMA3_LOCAL_ROPE_BASE, None, 1.0, device)?);
+        }
         let name = content
             .metadata
             .get("general.name")
@@ -350,7 +466,8 @@ impl Model {
         let requantized_from = content.metadata.get("general.quantized_from").and_then(|v| v.to_string().ok()).cloned();
         progress(1.0);
         let config = ModelConfig {
-            rope_neox: arch == "qwen2",
+            rope_neox: matches!(arch.as_str(), "qwen2" | "qwen3" | "gemma3"),
+            sliding_window,
             architecture: arch,
             name,
             n_layers,
@@ -377,8 +494,10 @@ impl Model {
             layers,
             output_norm,
             output,
-            cos,
-            sin,
+            ropes,
+            positions,
+            embedding_scale: gemma.then(|| (embedding_length as f64).sqrt()),
+            activation: if gemma { Activation::Gelu } else { Activation::Silu },
             kernels,
         })
     }
@@ -393,7 +512,7 @@ impl Model {
 
     /// Positions the RoPE tables cover: the most tokens a State may hold.
     pub fn max_positions(&self) -> usize {
-        self.cos.dims()[0]
+        self.positions
     }
 
     /// Bytes one token occupies in the KV cache with the given element type.
@@ -470,19 +589,34 @@ impl Model {
         state.reserve(pos + n)?;
         let ids = Tensor::new(tokens, &self.device)?;
         let mut x = self.embeddings.embedding(&ids)?; // (n, d)
-        let cos = self.cos.narrow(0, pos, n)?;
-        let sin = self.sin.narrow(0, pos, n)?;
-        // Built on first use: the fast attention kernels mask as they go.
-        let mask = std::cell::OnceCell::new();
+        if let Some(scale) = self.embedding_scale {
+            x = (x * scale)?;
+        }
+        let angles = self.ropes.iter().map(|r| r.at(pos, n)).collect::<Result<Vec<_>>>()?;
+        // Built on first use, one per window size: the fast attention kernels mask as they go.
+        let masks = [std::cell::OnceCell::new(), std::cell::OnceCell::new()];
+        let eps = self.config.rms_eps;
+        let norm = |x: &Tensor, w: &Option<Tensor>| -> candle_core::Result<Tensor> {
+            match w {
+                Some(w) => candle_nn::ops::rms_norm(x, w, eps),
+                None => Ok(x.clone()),
+            }
+        };
         for (i, layer) in self.layers.iter().enumerate() {
-            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, self.config.rms_eps)?;
-            let attn = self.attention(i, layer, &h, state, pos, &cos, &sin, &mask)?;
-            x = (x + attn)?;
-            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, self.config.rms_eps)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
+            let (cos, sin) = &angles[layer.rope];
+            let mask = &masks[usize::from(layer.window.is_some())];
+            let attn = self.attention(i, layer, &h, state, pos, cos, sin, mask)?;
+            x = (x + norm(&attn, &layer.post_attn_norm)?)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
             let [gate, up]: [Tensor; 2] =
                 Linear::forward_many(&[&layer.w_gate, &layer.w_up], &h)?.try_into().expect("two layers, two outputs");
-            let mlp = layer.w_down.forward(&(candle_nn::ops::silu(&gate)? * up)?)?;
-            x = (x + mlp)?;
+            let gate = match self.activation {
+                Activation::Silu => candle_nn::ops::silu(&gate)?,
+                Activation::Gelu => gate.gelu()?,
+            };
+            let mlp = layer.w_down.forward(&(gate * up)?)?;
+            x = (x + norm(&mlp, &layer.post_ffn_norm)?)?;
         }
         state.commit(tokens);
         Ok(candle_nn::ops::rms_norm(&x, &self.output_norm, self.config.rms_eps)?)
@@ -525,9 +659,16 @@ impl Model {
         let q = with_bias(q, &layer.bq)?;
         let k = with_bias(k, &layer.bk)?;
         let v = with_bias(v, &layer.bv)?;
+        let head_norm = |t: Tensor, w: &Option<Tensor>| -> candle_core::Result<Tensor> {
+            match w {
+                Some(w) => candle_nn::ops::rms_norm(&t, w, c.rms_eps),
+                None => Ok(t),
+            }
+        };
         // (n, heads·hd) → (1, heads, n, hd)
-        let q = q.reshape((1, n, c.n_heads, c.head_dim))?.transpose(1, 2)?.contiguous()?;
-        let k = k.reshape((1, n, c.n_kv_heads, c.head_dim))?.transpose(1, 2)?.contiguous()?;
+        let q = head_norm(q.reshape((1, n, c.n_heads, c.head_dim))?, &layer.q_norm)?.transpose(1, 2)?.contiguous()?;
+        let k =
+            head_norm(k.reshape((1, n, c.n_kv_heads, c.head_dim))?, &layer.k_norm)?.transpose(1, 2)?.contiguous()?;
         let v = v.reshape((1, n, c.n_kv_heads, c.head_dim))?.transpose(1, 2)?.contiguous()?;
         let (q, k) = if c.rope_neox {
             (candle_nn::rotary_emb::rope(&q, cos, sin)?, candle_nn::rotary_emb::rope(&k, cos, sin)?)
@@ -535,7 +676,10 @@ impl Model {
             (candle_nn::rotary_emb::rope_i(&q, cos, sin)?, candle_nn::rotary_emb::rope_i(&k, cos, sin)?)
         };
         state.write(index, pos, &k, &v)?;
-        if let Some(isa) = self.kernels.isa() {
+        // The first position a sliding-window layer's queries can see.
+        let first = layer.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let windowed = layer.window.is_some_and(|w| pos + n > w);
+        if let (Some(isa), false) = (self.kernels.isa(), windowed) {
             // On the CPU: plain-Rust kernels instead of a dozen candle ops
             // (sums in another order than candle's gemm, so not with candle's kernels).
             let (k_buf, v_buf) = state.buffers(index);
@@ -544,10 +688,12 @@ impl Model {
             }
         }
         if n > 1 && mask.get().is_none() {
-            let _ = mask.set(causal_mask(n, pos, self.group(), &self.device)?);
+            let window = layer.window.filter(|_| windowed);
+            let _ = mask.set(attention_mask(n, pos, first, window, self.group(), &self.device)?);
         }
         let mask = mask.get();
         let (keys, values) = state.live(index, pos + n)?; // (n_kv, L, hd) in f32
+        let (keys, values) = (keys.narrow(1, first, pos + n - first)?, values.narrow(1, first, pos + n - first)?);
         let group = self.group();
         let q = q.reshape((c.n_kv_heads, group * n, c.head_dim))?;
         let scale = 1.0 / (c.head_dim as f64).sqrt();
@@ -570,17 +716,25 @@ impl Model {
         }
         let tail = state.len() - end;
         if tail > 0 {
-            // Rotation by -delta: cos(-a) = cos(a), sin(-a) = -sin(a).
-            let cos = self.cos.narrow(0, delta, 1)?.broadcast_as((tail, self.config.head_dim / 2))?.contiguous()?;
-            let sin =
-                self.sin.narrow(0, delta, 1)?.neg()?.broadcast_as((tail, self.config.head_dim / 2))?.contiguous()?;
+            // Rotation by -delta: cos(-a) = cos(a), sin(-a) = -sin(a); each layer by its own
+            // frequencies.
+            let half = self.config.head_dim / 2;
+            let mut back = Vec::with_capacity(self.ropes.len());
+            for rope in &self.ropes {
+                let (cos, sin) = rope.at(delta, 1)?;
+                back.push((
+                    cos.broadcast_as((tail, half))?.contiguous()?,
+                    sin.neg()?.broadcast_as((tail, half))?.contiguous()?,
+                ));
+            }
             let neox = self.config.rope_neox;
-            state.shift_out(start, end, |k| {
+            state.shift_out(start, end, |layer, k| {
+                let (cos, sin) = &back[self.layers[layer].rope];
                 let k = k.unsqueeze(0)?;
                 let r = if neox {
-                    candle_nn::rotary_emb::rope(&k, &cos, &sin)?
+                    candle_nn::rotary_emb::rope(&k, cos, sin)?
                 } else {
-                    candle_nn::rotary_emb::rope_i(&k, &cos, &sin)?
+                    candle_nn::rotary_emb::rope_i(&k, cos, sin)?
                 };
                 r.squeeze(0)
             })?;
@@ -606,30 +760,38 @@ fn softmax_owned(scores: Tensor) -> candle_core::Result<Tensor> {
     candle_nn::ops::softmax_last_dim(&scores)
 }
 
-/// The RoPE cos/sin tables, `(positions, head_dim / 2)`.
-fn rope_tables(head_dim: usize, base: f32, positions: usize, device: &Device) -> Result<(Tensor, Tensor)> {
-    let inv_freq: Vec<f32> = (0..head_dim).step_by(2).map(|i| 1f32 / base.powf(i as f32 / head_dim as f32)).collect();
-    let inv_freq = Tensor::new(inv_freq.as_slice(), device)?;
-    let t = Tensor::arange(0u32, positions as u32, device)?.to_dtype(DType::F32)?.reshape((positions, 1))?;
-    let freqs = t.matmul(&inv_freq.reshape((1, head_dim / 2))?)?;
-    Ok((freqs.cos()?, freqs.sin()?))
-}
-
-/// Additive causal mask for `n` new queries after `pos` cached tokens, repeated for the
-/// `group` query heads stacked per K/V head: `(group·n, pos + n)`, 0 or -inf.
+/// Additive attention mask for `n` new queries after `pos` cached tokens, over the keys
+/// from position `first` on, repeated for the `group` query heads stacked per K/V head:
+/// `(group·n, pos + n - first)`, 0 or -inf. A query sees the keys at or before its own
+/// position and, with a `window`, only the last `window` of them (itself included).
 ///
 /// ```text
-///            cached 0..pos   new 0  new 1  new 2
-///   new 0:     0 … 0          0     -inf   -inf
-///   new 1:     0 … 0          0      0     -inf
-///   new 2:     0 … 0          0      0      0
+///            cached first..pos   new 0  new 1  new 2
+///   new 0:     0 … 0              0     -inf   -inf
+///   new 1:     0 … 0              0      0     -inf
+///   new 2:     0 … 0              0      0      0
 /// ```
-fn causal_mask(n: usize, pos: usize, group: usize, device: &Device) -> Result<Tensor> {
-    let l = pos + n;
+fn attention_mask(
+    n: usize,
+    pos: usize,
+    first: usize,
+    window: Option<usize>,
+    group: usize,
+    device: &Device,
+) -> Result<Tensor> {
+    let l = pos + n - first;
     let mut data = Vec::with_capacity(group * n * l);
     for _ in 0..group {
         for i in 0..n {
-            data.extend((0..l).map(|j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }));
+            let query = pos + i;
+            data.extend((first..pos + n).map(|key| {
+                let seen = key <= query && window.is_none_or(|w| query - key < w);
+                if seen {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            }));
         }
     }
     Ok(Tensor::from_vec(data, (group * n, l), device)?)

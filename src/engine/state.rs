@@ -199,18 +199,20 @@ impl State {
         self.tokens.extend_from_slice(tokens);
     }
 
-    /// Removes positions `start..end`, moving the later entries down. `rotate_keys` gets the
-    /// moved keys as f32 `(n_kv_heads, tail, head_dim)` and returns them re-rotated.
+    /// Removes positions `start..end`, moving the later entries down. `rotate_keys` gets a
+    /// layer's index and its moved keys as f32 `(n_kv_heads, tail, head_dim)` and returns
+    /// them re-rotated.
     pub(crate) fn shift_out(
         &mut self,
         start: usize,
         end: usize,
-        rotate_keys: impl Fn(&Tensor) -> candle_core::Result<Tensor>,
+        rotate_keys: impl Fn(usize, &Tensor) -> candle_core::Result<Tensor>,
     ) -> Result<()> {
         let tail = self.len() - end;
-        for layer in self.layers.iter().flatten() {
+        for (index, layer) in self.layers.iter().enumerate() {
+            let Some(layer) = layer else { continue };
             let k = layer.k.narrow(2, end, tail)?.squeeze(0)?.to_dtype(DType::F32)?.contiguous()?;
-            let k = rotate_keys(&k)?.unsqueeze(0)?.to_dtype(self.dtype)?.contiguous()?;
+            let k = rotate_keys(index, &k)?.unsqueeze(0)?.to_dtype(self.dtype)?.contiguous()?;
             let v = layer.v.narrow(2, end, tail)?.copy()?.contiguous()?;
             layer.k.slice_set(&k, 2, start)?;
             layer.v.slice_set(&v, 2, start)?;

@@ -1,5 +1,6 @@
 //! The chat template from the GGUF (`tokenizer.chat_template`, a Jinja template) rendered
-//! with minijinja; ChatML when the file has none.
+//! with minijinja. A file without one (a base model) gets its family's turn format when its
+//! vocabulary has that family's markers ([`builtin_for`]), else ChatML.
 //!
 //! Templates come from downloaded files: each render runs on a fuel budget
 //! ([`TEMPLATE_FUEL`] instructions) and stops at [`MAX_RENDER_BYTES`] of output, so a
@@ -17,6 +18,15 @@ use serde::{Deserialize, Serialize};
 use super::{Cause, EngineError};
 
 const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+/// Gemma's turns (`<start_of_turn>user` … `<end_of_turn>`; the assistant is `model`).
+const GEMMA: &str = "{{ bos_token }}{% for message in messages %}<start_of_turn>{% if message['role'] == 'assistant' %}model{% else %}user{% endif %}\n{{ message['content'] }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
+
+/// The template for a file that has none: Gemma's turns for a vocabulary with Gemma's
+/// markers; `None` (ChatML) otherwise.
+pub fn builtin_for(tokenizer: &super::tokenizer::TextTokenizer) -> Option<&'static str> {
+    (tokenizer.has_token("<start_of_turn>") && tokenizer.has_token("<end_of_turn>")).then_some(GEMMA)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -243,6 +253,17 @@ mod tests {
         let src = "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content | trim }}<|eot_id|>{% endfor %}";
         let t = ChatTemplate::new(Some(src), "<|begin_of_text|>", "");
         assert_eq!(t.user_header().unwrap(), "<|start_header_id|>user<|end_header_id|>\n\n");
+    }
+
+    #[test]
+    fn gemma_turns_render_with_the_assistant_as_model() {
+        let t = ChatTemplate::new(Some(GEMMA), "<bos>", "<eos>");
+        let text = t.render(&[Message::new(Role::User, "hi"), Message::new(Role::Assistant, "yo")], true).unwrap();
+        assert_eq!(
+            text,
+            "<bos><start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\nyo<end_of_turn>\n<start_of_turn>model\n"
+        );
+        assert_eq!(t.user_header().unwrap(), "<start_of_turn>user\n");
     }
 
     #[test]

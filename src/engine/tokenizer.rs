@@ -1,5 +1,6 @@
-//! The tokenizer that ships inside the GGUF, with the pre-tokenizer repaired so ids match
-//! llama.cpp exactly.
+//! The tokenizer that ships inside the GGUF, with ids that match llama.cpp's: BPE
+//! (`tokenizer.ggml.model = "gpt2"`) through the `tokenizers` crate with its pre-tokenizer
+//! repaired, SentencePiece (`"llama"`) through our own [`super::spm`].
 //!
 //! candle's `Tokenizer::from_gguf` maps unknown `tokenizer.ggml.pre` values (SmolLM's
 //! `smollm`, plain `gpt2`) to `ByteLevel::default()`, which adds a prefix space: "Hello"
@@ -17,12 +18,11 @@ use std::ops::Range;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::Tokenizer;
 
+use super::spm::SentencePiece;
 use super::{Cause, EngineError};
 
 pub struct TextTokenizer {
-    inner: Tokenizer,
-    /// The same tokenizer with special-token strings read as text: for what people wrote.
-    plain: Tokenizer,
+    backend: Backend,
     /// Ids that end an assistant turn (EOS, `<|im_end|>`, `<|eot_id|>`, …).
     stop_ids: Vec<u32>,
     bos_token: String,
@@ -32,12 +32,29 @@ pub struct TextTokenizer {
     added_bos: Option<u32>,
 }
 
+enum Backend {
+    /// `inner` reads special-token strings as special tokens; `plain`, the same tokenizer,
+    /// reads them as text: for what people wrote.
+    Bpe {
+        inner: Box<Tokenizer>,
+        plain: Box<Tokenizer>,
+    },
+    SentencePiece(SentencePiece),
+}
+
 /// GGUF `tokenizer.ggml.pre` values whose pre-tokenizer (GPT-2 byte-level) this
 /// tokenizer reproduces; others (Llama 3's, Qwen's) split text differently.
 pub const SUPPORTED_PRE_TOKENIZERS: &[&str] = &["smollm", "gpt2", "default"];
 
+/// Whether a tokenizer named as the catalog names them (a GGUF `tokenizer.ggml.pre`, or
+/// `llama` for SentencePiece) gives llama.cpp's ids here.
+pub fn is_supported(name: &str) -> bool {
+    name == "llama" || SUPPORTED_PRE_TOKENIZERS.contains(&name)
+}
+
 /// Token strings that end a turn in the chat templates we know.
-const END_OF_TURN_TOKENS: &[&str] = &["<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|end|>"];
+const END_OF_TURN_TOKENS: &[&str] =
+    &["<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|end|>", "<end_of_turn>"];
 
 impl TextTokenizer {
     pub fn from_gguf(content: &gguf_file::Content) -> Result<TextTokenizer, EngineError> {
@@ -47,46 +64,96 @@ impl TextTokenizer {
             .and_then(|v| v.to_string().ok())
             .cloned()
             .ok_or_else(|| EngineError::UnsupportedTokenizer("the file has no tokenizer".into()))?;
-        if kind != "gpt2" {
-            return Err(EngineError::UnsupportedTokenizer(format!(
-                "`{kind}` (SentencePiece and other non-BPE tokenizers are not supported)"
-            )));
-        }
-        let mut inner = Tokenizer::from_gguf(content).map_err(|e| EngineError::UnsupportedTokenizer(e.to_string()))?;
-        let pre = content.metadata.get("tokenizer.ggml.pre").and_then(|v| v.to_string().ok()).cloned();
-        if pre.as_deref().is_none_or(|p| SUPPORTED_PRE_TOKENIZERS.contains(&p)) {
-            inner.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
-        }
+        let backend = match kind.as_str() {
+            "gpt2" => {
+                let mut inner =
+                    Tokenizer::from_gguf(content).map_err(|e| EngineError::UnsupportedTokenizer(e.to_string()))?;
+                let pre = content.metadata.get("tokenizer.ggml.pre").and_then(|v| v.to_string().ok()).cloned();
+                if pre.as_deref().is_none_or(|p| SUPPORTED_PRE_TOKENIZERS.contains(&p)) {
+                    inner.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
+                }
+                let mut plain = inner.clone();
+                plain.set_encode_special_tokens(true);
+                Backend::Bpe { inner: Box::new(inner), plain: Box::new(plain) }
+            }
+            "llama" => Backend::SentencePiece(SentencePiece::from_gguf(content)?),
+            other => {
+                return Err(EngineError::UnsupportedTokenizer(format!(
+                    "`{other}` (BPE `gpt2` and SentencePiece `llama` tokenizers are supported)"
+                )))
+            }
+        };
         let token_at = |key: &str| -> Option<u32> { content.metadata.get(key).and_then(|v| v.to_u32().ok()) };
-        let vocab = inner.get_vocab(true);
-        let name_of = |id: Option<u32>| -> String { id.and_then(|id| inner.id_to_token(id)).unwrap_or_default() };
-        let eos_id = token_at("tokenizer.ggml.eos_token_id");
+        let mut tokenizer = TextTokenizer {
+            backend,
+            stop_ids: Vec::new(),
+            bos_token: String::new(),
+            eos_token: String::new(),
+            added_bos: None,
+        };
+        let vocab_size = tokenizer.vocab_size();
+        let known = |id: Option<u32>| id.filter(|&id| (id as usize) < vocab_size);
+        let (bos_id, eos_id) =
+            (known(token_at("tokenizer.ggml.bos_token_id")), known(token_at("tokenizer.ggml.eos_token_id")));
+        tokenizer.bos_token = bos_id.map(|id| tokenizer.piece(id)).unwrap_or_default();
+        tokenizer.eos_token = eos_id.map(|id| tokenizer.piece(id)).unwrap_or_default();
         let mut stop_ids: Vec<u32> = eos_id.into_iter().collect();
-        stop_ids.extend(END_OF_TURN_TOKENS.iter().filter_map(|t| vocab.get(*t).copied()));
+        stop_ids.extend(END_OF_TURN_TOKENS.iter().filter_map(|t| tokenizer.id_of(t)));
         stop_ids.sort_unstable();
         stop_ids.dedup();
-        let bos_id = token_at("tokenizer.ggml.bos_token_id");
-        let bos_token = name_of(bos_id);
-        let eos_token = name_of(eos_id);
+        tokenizer.stop_ids = stop_ids;
+        // As in llama.cpp: SentencePiece files start texts with BOS unless they say not to,
+        // BPE files only when they say so.
         let adds_bos = content.metadata.get("tokenizer.ggml.add_bos_token").and_then(|v| v.to_bool().ok());
-        let added_bos = bos_id.filter(|id| adds_bos == Some(true) && (*id as usize) < vocab.len());
-        let mut plain = inner.clone();
-        plain.set_encode_special_tokens(true);
-        Ok(TextTokenizer { bos_token, eos_token, inner, plain, stop_ids, added_bos })
+        let adds_bos = adds_bos.unwrap_or(matches!(tokenizer.backend, Backend::SentencePiece(_)));
+        tokenizer.added_bos = bos_id.filter(|_| adds_bos);
+        Ok(tokenizer)
+    }
+
+    /// The vocabulary's spelling of token `id` (empty when there is none).
+    fn piece(&self, id: u32) -> String {
+        match &self.backend {
+            Backend::Bpe { inner, .. } => inner.id_to_token(id).unwrap_or_default(),
+            Backend::SentencePiece(spm) => spm.piece(id).to_string(),
+        }
+    }
+
+    /// The id of the token spelled `text`, if the vocabulary has one.
+    fn id_of(&self, text: &str) -> Option<u32> {
+        match &self.backend {
+            Backend::Bpe { inner, .. } => inner.token_to_id(text),
+            Backend::SentencePiece(spm) => spm.id_of(text),
+        }
     }
 
     /// Token ids of `text`, with special tokens such as `<|im_start|>` recognised and
     /// nothing added (the chat template already has what the model needs): for the
     /// template's own text, never for what people wrote.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, EngineError> {
-        let enc = self.inner.encode(text, false).map_err(|e| EngineError::Tokenizer(Cause::from(e)))?;
-        Ok(enc.get_ids().to_vec())
+        self.encode_parts(&[(text, true)])
     }
 
     /// Token ids of `text` with special-token strings read as plain text.
     pub fn encode_text(&self, text: &str) -> Result<Vec<u32>, EngineError> {
-        let enc = self.plain.encode(text, false).map_err(|e| EngineError::Tokenizer(Cause::from(e)))?;
-        Ok(enc.get_ids().to_vec())
+        self.encode_parts(&[(text, false)])
+    }
+
+    /// Token ids of `parts`, each `(text, special)`: with `special`, special-token strings
+    /// are special tokens; without, plain text.
+    fn encode_parts(&self, parts: &[(&str, bool)]) -> Result<Vec<u32>, EngineError> {
+        match &self.backend {
+            Backend::Bpe { inner, plain } => {
+                let mut ids = Vec::new();
+                for &(text, special) in parts {
+                    let tokenizer = if special { inner } else { plain };
+                    let enc = tokenizer.encode(text, false).map_err(|e| EngineError::Tokenizer(Cause::from(e)))?;
+                    ids.extend_from_slice(enc.get_ids());
+                }
+                Ok(ids)
+            }
+            // One call, so a space prefix goes only where one text would get it.
+            Backend::SentencePiece(spm) => Ok(spm.encode(parts)),
+        }
     }
 
     /// Token ids of `text[range]`, a part of a rendered conversation whose message texts
@@ -98,35 +165,41 @@ impl TextTokenizer {
         range: Range<usize>,
         bodies: &[Range<usize>],
     ) -> Result<Vec<u32>, EngineError> {
-        let mut ids = Vec::new();
+        let mut parts = Vec::new();
         let mut at = range.start;
         for body in bodies {
             let (start, end) = (body.start.max(range.start), body.end.min(range.end));
             if start >= end {
                 continue;
             }
-            ids.extend(self.encode(&text[at..start])?);
-            ids.extend(self.encode_text(&text[start..end])?);
+            parts.push((&text[at..start], true));
+            parts.push((&text[start..end], false));
             at = end;
         }
-        ids.extend(self.encode(&text[at..range.end])?);
-        Ok(ids)
+        parts.push((&text[at..range.end], true));
+        parts.retain(|(t, _)| !t.is_empty());
+        self.encode_parts(&parts)
     }
 
     /// Text of `ids`, special tokens included.
     pub fn decode(&self, ids: &[u32]) -> Result<String, EngineError> {
-        self.inner.decode(ids, false).map_err(|e| EngineError::Tokenizer(Cause::from(e)))
+        match &self.backend {
+            Backend::Bpe { inner, .. } => inner.decode(ids, false).map_err(|e| EngineError::Tokenizer(Cause::from(e))),
+            Backend::SentencePiece(spm) => Ok(String::from_utf8_lossy(&spm.decode_bytes(ids)).into_owned()),
+        }
     }
 
     /// The vocabulary's special tokens (control tokens such as `<|im_start|>`), by id.
     pub fn special_tokens(&self) -> Vec<(u32, String)> {
-        let mut specials: Vec<(u32, String)> = self
-            .inner
-            .get_added_tokens_decoder()
-            .into_iter()
-            .filter(|(_, t)| t.special)
-            .map(|(id, t)| (id, t.content))
-            .collect();
+        let mut specials: Vec<(u32, String)> = match &self.backend {
+            Backend::Bpe { inner, .. } => inner
+                .get_added_tokens_decoder()
+                .into_iter()
+                .filter(|(_, t)| t.special)
+                .map(|(id, t)| (id, t.content))
+                .collect(),
+            Backend::SentencePiece(spm) => spm.control_tokens().map(|id| (id, spm.piece(id).to_string())).collect(),
+        };
         specials.sort();
         specials
     }
@@ -149,6 +222,14 @@ impl TextTokenizer {
     }
 
     pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+        match &self.backend {
+            Backend::Bpe { inner, .. } => inner.get_vocab_size(true),
+            Backend::SentencePiece(spm) => spm.len(),
+        }
+    }
+
+    /// Whether the vocabulary has a token spelled `text` (e.g. `<start_of_turn>`).
+    pub fn has_token(&self, text: &str) -> bool {
+        self.id_of(text).is_some()
     }
 }

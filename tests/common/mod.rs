@@ -1,5 +1,5 @@
-//! Shared test helpers: a tiny random-weight llama GGUF written by the test, and the
-//! path of the real default model.
+//! Shared test helpers: a tiny random-weight GGUF (llama, qwen3 or gemma3 layout, BPE or
+//! SentencePiece vocabulary) written by the test, and the path of the real default model.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -41,6 +41,32 @@ pub const EMBED: usize = 256;
 pub const HEADS: usize = 4;
 pub const KV_HEADS: usize = 2;
 pub const FFN: usize = 128;
+/// The sliding window of the tiny gemma3 file: shorter than the tests' prompts.
+pub const GEMMA3_WINDOW: usize = 5;
+
+/// A tiny SentencePiece vocabulary (Gemma's layout): pad, eos, bos, unk, the turn
+/// markers, a few merged pieces with scores, and the 256 byte pieces. Values: pieces,
+/// scores, kinds.
+fn spm_vocab() -> (Vec<String>, Vec<f32>, Vec<i32>) {
+    let mut pieces: Vec<(String, f32, i32)> = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.to_string(), 0.0, if i == 3 { 2 } else { 3 }))
+        .collect();
+    pieces.push(("\n".into(), 0.0, 4));
+    for (i, p) in ["▁", "e", "t", "o", "h", "l", "▁t", "he", "▁the", "ll", "llo", "▁he", "▁hello", "user", "model"]
+        .iter()
+        .enumerate()
+    {
+        pieces.push((p.to_string(), -(i as f32), 1));
+    }
+    pieces.extend((0..=255u8).map(|b| (format!("<0x{b:02X}>"), 0.0, 6)));
+    (
+        pieces.iter().map(|p| p.0.clone()).collect(),
+        pieces.iter().map(|p| p.1).collect(),
+        pieces.iter().map(|p| p.2).collect(),
+    )
+}
 
 /// A tiny GPT2-BPE vocabulary: the 256 byte-level symbols, one merge, and two ChatML
 /// special tokens.
@@ -55,10 +81,22 @@ fn vocab() -> (Vec<String>, Vec<String>) {
 }
 
 /// Writes a random-weight llama GGUF into `dir` and returns its path.
+///
+/// `arch` "qwen3" adds q/k head norms; "gemma3" adds those, the post-attention and post-FFN
+/// norms, and a sliding window of [`GEMMA3_WINDOW`] positions. `tokenizer_model` "llama"
+/// writes a SentencePiece vocabulary.
 pub fn write_tiny_gguf(dir: &Path, spec: &TinySpec, seed: u64) -> PathBuf {
     let dev = Device::Cpu;
+    let spm = spec.tokenizer_model == "llama";
     let (tokens, merges) = vocab();
+    let (spm_tokens, spm_scores, spm_kinds) = spm_vocab();
+    let tokens = if spm { spm_tokens } else { tokens };
     let n_vocab = tokens.len();
+    let (head_norms, post_norms) = match spec.arch {
+        "qwen3" => (true, false),
+        "gemma3" => (true, true),
+        _ => (false, false),
+    };
     let mut rng = seed;
     let mut rand = |shape: (usize, usize), scale: f32| -> Tensor {
         let n = shape.0 * shape.1;
@@ -89,6 +127,18 @@ pub fn write_tiny_gguf(dir: &Path, spec: &TinySpec, seed: u64) -> PathBuf {
         let norm = (rand((1, EMBED), 0.2) + 1.0).unwrap().squeeze(0).unwrap();
         tensors.push((format!("{p}.attn_norm.weight"), q(&norm, GgmlDType::F32)));
         tensors.push((format!("{p}.ffn_norm.weight"), q(&norm, GgmlDType::F32)));
+        if head_norms {
+            let head = (rand((1, head_dim), 0.2) + 1.0).unwrap().squeeze(0).unwrap();
+            tensors.push((format!("{p}.attn_q_norm.weight"), q(&head, GgmlDType::F32)));
+            let head = (rand((1, head_dim), 0.2) + 1.0).unwrap().squeeze(0).unwrap();
+            tensors.push((format!("{p}.attn_k_norm.weight"), q(&head, GgmlDType::F32)));
+        }
+        if post_norms {
+            let norm = (rand((1, EMBED), 0.2) + 1.0).unwrap().squeeze(0).unwrap();
+            tensors.push((format!("{p}.post_attention_norm.weight"), q(&norm, GgmlDType::F32)));
+            let norm = (rand((1, EMBED), 0.2) + 1.0).unwrap().squeeze(0).unwrap();
+            tensors.push((format!("{p}.post_ffw_norm.weight"), q(&norm, GgmlDType::F32)));
+        }
     }
     let norm = (rand((1, EMBED), 0.2) + 1.0).unwrap().squeeze(0).unwrap();
     tensors.push(("output_norm.weight".into(), q(&norm, GgmlDType::F32)));
@@ -111,9 +161,30 @@ pub fn write_tiny_gguf(dir: &Path, spec: &TinySpec, seed: u64) -> PathBuf {
         ("tokenizer.ggml.pre".into(), s("smollm")),
         ("tokenizer.ggml.tokens".into(), Value::Array(tokens.iter().map(|t| s(t)).collect())),
         ("tokenizer.ggml.merges".into(), Value::Array(merges.iter().map(|t| s(t)).collect())),
-        ("tokenizer.ggml.bos_token_id".into(), Value::U32(n_vocab as u32 - 2)),
-        ("tokenizer.ggml.eos_token_id".into(), Value::U32(n_vocab as u32 - 1)),
     ];
+    if spm {
+        meta.retain(|(k, _)| k != "tokenizer.ggml.merges" && k != "tokenizer.ggml.pre");
+        meta.extend([
+            ("tokenizer.ggml.scores".into(), Value::Array(spm_scores.iter().map(|&x| Value::F32(x)).collect())),
+            ("tokenizer.ggml.token_type".into(), Value::Array(spm_kinds.iter().map(|&x| Value::I32(x)).collect())),
+            ("tokenizer.ggml.bos_token_id".into(), Value::U32(2)),
+            ("tokenizer.ggml.eos_token_id".into(), Value::U32(1)),
+            ("tokenizer.ggml.unknown_token_id".into(), Value::U32(3)),
+            ("tokenizer.ggml.add_space_prefix".into(), Value::Bool(false)),
+        ]);
+    } else {
+        meta.extend([
+            ("tokenizer.ggml.bos_token_id".into(), Value::U32(n_vocab as u32 - 2)),
+            ("tokenizer.ggml.eos_token_id".into(), Value::U32(n_vocab as u32 - 1)),
+        ]);
+    }
+    if spec.arch == "gemma3" {
+        meta.push((format!("{a}.attention.sliding_window"), Value::U32(GEMMA3_WINDOW as u32)));
+    }
+    if head_norms {
+        meta.push((format!("{a}.attention.key_length"), Value::U32(head_dim as u32)));
+        meta.push((format!("{a}.attention.value_length"), Value::U32(head_dim as u32)));
+    }
     for (key, value) in &spec.meta_overrides {
         meta.retain(|(k, _)| k != key);
         meta.push((key.clone(), value.clone()));

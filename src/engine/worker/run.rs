@@ -15,7 +15,7 @@ use crate::engine::model::{file_facts, read_gguf, Model};
 use crate::engine::pool;
 use crate::engine::sampler::SamplingParams;
 use crate::engine::session::Session;
-use crate::engine::template::ChatTemplate;
+use crate::engine::template::{self, ChatTemplate};
 use crate::engine::tokenizer::TextTokenizer;
 use crate::engine::{Command, EngineError, EngineEvent, ModelInfo, Stats};
 use crate::memory::process::{release_free_memory, rss_bytes};
@@ -250,7 +250,8 @@ impl Worker {
                 ceiling_mib: self.policy.ceiling_bytes / memory::MIB,
             });
         }
-        let template = ChatTemplate::new(template_src.as_deref(), tokenizer.bos_token(), tokenizer.eos_token());
+        let template_src = template_src.as_deref().or_else(|| template::builtin_for(&tokenizer));
+        let template = ChatTemplate::new(template_src, tokenizer.bos_token(), tokenizer.eos_token());
         let mut session = Session::new(model.make_state(self.budget(), self.config.kv_dtype.dtype()), template)?;
         session.trim_mode = self.config.trim_mode;
         let c = &model.config;
