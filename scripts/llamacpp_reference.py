@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""llama.cpp's answers on our fixtures, for tests/llamacpp_conformance.rs, and the
+perplexity of every quant type against ours.
+
+llama.cpp (llama-cpp-python, built as the README says) is too slow to build in CI, so
+its outputs are stored as a small fixture that CI compares against; this script writes
+it again:
+
+  python3 scripts/llamacpp_reference.py write            # tests/fixtures/llamacpp_reference.json
+
+For every model file given (default: SmolLM2-135M-Instruct Q4_1 and Gemma 3 270M
+Q4_K_M from models/, both fetched by scripts/fetch-model.sh) it records the file's
+sha256, the token ids of each text of tests/fixtures/tokenizer_texts.json (special
+tokens read as text, and parsed), and the perplexity of tests/fixtures/perplexity.txt
+computed as llama-perplexity does (see `perplexity` below).
+
+  python3 scripts/llamacpp_reference.py quant-types      # needs target/release/pocketchat
+
+makes every quant type llama.cpp's quantizer writes from the default model (in
+/tmp/pocketchat-quants, or --dir), and prints the perplexity of each by llama.cpp and by
+`pocketchat perplexity`, and the difference.
+"""
+import argparse, hashlib, json, math, os, subprocess, sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+PPL_CTX = 128
+# llama.cpp's quantizer's file types (llama_ftype) by the names `pocketchat quantize` uses.
+QUANT_TYPES = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10, "Q3_K_M": 12,
+               "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}
+
+
+def need_llama_cpp():
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        sys.exit("llama_cpp is not installed; see the README (Benchmarks) for the build line")
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def load(path, ctx):
+    from llama_cpp import Llama
+    return Llama(model_path=path, n_ctx=ctx, n_batch=ctx, n_ubatch=ctx, logits_all=True,
+                 verbose=False, n_threads=2)
+
+
+def perplexity(llm, text, ctx):
+    """As llama-perplexity: the text tokenized once (with BOS when the model adds one), cut
+    into chunks of `ctx` tokens, a fresh cache per chunk whose first token becomes BOS when
+    the model adds one, the negative log-likelihood summed over each chunk's second half."""
+    import llama_cpp
+    import numpy as np
+    add_bos = bool(llama_cpp.llama_vocab_get_add_bos(llama_cpp.llama_model_get_vocab(llm.model)))
+    ids = llm.tokenize(text.encode(), add_bos=add_bos, special=False)
+    chunks = len(ids) // ctx
+    nll, count = 0.0, 0
+    for c in range(chunks):
+        toks = list(ids[c * ctx:(c + 1) * ctx])
+        if add_bos:
+            toks[0] = llm.token_bos()
+        llm.reset()
+        llm.eval(toks)
+        for j in range(ctx // 2, ctx - 1):
+            logits = np.asarray(llm.scores[j], dtype=np.float64)
+            top = logits.max()
+            nll += top + math.log(np.exp(logits - top).sum()) - logits[toks[j + 1]]
+            count += 1
+    return {"ctx": ctx, "ppl": math.exp(nll / count), "tokens_scored": count, "chunks": chunks}
+
+
+def catalog_file(model_id):
+    with open(os.path.join(REPO, "models", "catalog.json")) as f:
+        cat = json.load(f)
+    entry = next(m for m in cat["models"] if m["id"] == (model_id or cat["default"]))
+    models_dir = os.environ.get("POCKETCHAT_MODELS_DIR") or os.path.join(REPO, "models")
+    return os.path.join(models_dir, entry["file"])
+
+
+def write(args):
+    need_llama_cpp()
+    import llama_cpp
+    with open(os.path.join(FIXTURES, "tokenizer_texts.json")) as f:
+        texts = json.load(f)["texts"]
+    with open(os.path.join(FIXTURES, "perplexity.txt")) as f:
+        ppl_text = f.read()
+    models = args.models or [catalog_file(None), catalog_file("gemma-3-270m-q4_k_m")]
+    out = {"llama_cpp_python": llama_cpp.__version__, "ppl_text": "perplexity.txt", "models": {}}
+    for path in models:
+        llm = load(path, PPL_CTX)
+        tokens = {}
+        for t in texts:
+            tokens[t["name"]] = {
+                "text": llm.tokenize(t["text"].encode(), add_bos=False, special=False),
+                "special": llm.tokenize(t["text"].encode(), add_bos=False, special=True),
+            }
+        out["models"][os.path.basename(path)] = {
+            "sha256": sha256(path),
+            "tokens": tokens,
+            "perplexity": perplexity(llm, ppl_text, PPL_CTX),
+        }
+        print(f"{os.path.basename(path)}: ppl {out['models'][os.path.basename(path)]['perplexity']['ppl']:.4f}")
+    target = os.path.join(FIXTURES, "llamacpp_reference.json")
+    with open(target, "w") as f:
+        json.dump(out, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    print(f"wrote {target}")
+
+
+def quant_types(args):
+    need_llama_cpp()
+    import llama_cpp
+    source = catalog_file(None)
+    os.makedirs(args.dir, exist_ok=True)
+    with open(os.path.join(FIXTURES, "perplexity.txt")) as f:
+        ppl_text = f.read()
+    binary = os.path.join(REPO, "target", "release", "pocketchat")
+    print(f"{'type':8} {'llama.cpp':>10} {'pocketchat':>11} {'diff':>8}")
+    for name in args.types or QUANT_TYPES:
+        path = os.path.join(args.dir, f"SmolLM2-135M-Instruct.{name}-from-Q4_1.gguf")
+        if not os.path.exists(path):
+            params = llama_cpp.llama_model_quantize_default_params()
+            params.ftype = QUANT_TYPES[name]
+            params.allow_requantize = True
+            if llama_cpp.llama_model_quantize(source.encode(), path.encode(), params) != 0:
+                print(f"{name:8} llama.cpp could not quantize")
+                continue
+        ref = perplexity(load(path, PPL_CTX), ppl_text, PPL_CTX)["ppl"]
+        run = subprocess.run([binary, "perplexity", "--model", path, "--file",
+                              os.path.join(FIXTURES, "perplexity.txt"), "--ctx", str(PPL_CTX),
+                              "--json"], capture_output=True, text=True)
+        if run.returncode != 0:
+            print(f"{name:8} {ref:10.4f} {'failed':>11}  {run.stderr.strip().splitlines()[-1:]}")
+            continue
+        ours = json.loads(run.stdout.strip().splitlines()[-1])["ppl"]
+        print(f"{name:8} {ref:10.4f} {ours:11.4f} {100 * (ours / ref - 1):+7.2f}%", flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("write", help="write tests/fixtures/llamacpp_reference.json")
+    w.add_argument("models", nargs="*", help="GGUF files (default: the default model and Gemma 3 270M)")
+    q = sub.add_parser("quant-types", help="perplexity of every quant type, llama.cpp vs ours")
+    q.add_argument("--dir", default="/tmp/pocketchat-quants")
+    q.add_argument("types", nargs="*", help=f"of {', '.join(QUANT_TYPES)} (default: all)")
+    args = p.parse_args()
+    {"write": write, "quant-types": quant_types}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
