@@ -185,8 +185,9 @@ impl QLinear {
     /// `kernels` and the weight allow it, candle's `QMatMul` elsewhere.
     pub fn new(w: Arc<QTensor>, kernels: Kernels) -> Result<Self> {
         let (out_features, in_features) = w.shape().dims2()?;
-        // Q4_0 and Q4_K run on our Q4_1 kernels, rewritten once here (see `repack`).
-        let (w, grown_bytes) = match kernels.isa().map(|_| repack::as_q4_1(&w)).transpose()?.flatten() {
+        // Q4_0 and Q4_K run on our Q4_1 kernels, Q5_0 on our Q8_0 ones, rewritten once
+        // here (see `repack`).
+        let (w, grown_bytes) = match kernels.isa().map(|_| repack::for_our_kernels(&w)).transpose()?.flatten() {
             Some(r) => {
                 let grown = (r.storage_size_in_bytes() as u64).saturating_sub(w.storage_size_in_bytes() as u64);
                 (r, grown)

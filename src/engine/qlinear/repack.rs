@@ -4,6 +4,10 @@
 //! - **Q4_0 → Q4_1, exactly.** A Q4_0 value is `d * (q - 8)`; as Q4_1 (`d * q + m`) that
 //!   is the same nibbles with `m = -8 d`, and `-8 d` is exact in f16 (a power of two
 //!   times a finite f16 that stays finite).
+//! - **Q5_0 → Q8_0, exactly.** A Q5_0 value is `d * (q - 16)` with a 5-bit `q`: the
+//!   integer `q - 16` (-16..15) is an 8-bit value under the same scale. Q5_0 is most of a
+//!   Q4_K_M file's matrices where rows are not a multiple of 256 (SmolLM2's, Gemma 3
+//!   270M's), and candle's own Q5_0 kernel is scalar.
 //! - **Q4_K → Q4_1, to f16 rounding.** Each 32-value sub-block of a Q4_K super-block is
 //!   `d * sc * q - dmin * m` with 6-bit `sc`, `m`: a Q4_1 block with `d' = d * sc` and
 //!   `m' = -dmin * m`, each rounded to f16 (a relative error of at most 2^-11, far below
@@ -12,7 +16,8 @@
 //!   to Q4_1's (value i low, value i + 16 high).
 //!
 //! The cost is memory: Q4_1 takes 5 bits a weight where Q4_0 takes 4.5 and Q4_K 4.5, so a
-//! repacked matrix is 11 % larger; `Model::facts` counts it.
+//! repacked matrix is 11 % larger; Q8_0 takes 8.5 where Q5_0 takes 5.5 (55 % larger).
+//! `Model::facts` counts it.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -28,32 +33,38 @@ use super::blocks::QK;
 const Q4_0_BYTES: usize = 18;
 const Q4_1_BYTES: usize = 20;
 const Q4_K_BYTES: usize = 144;
+/// Bytes of a Q5_0 block (`d`, 4 bytes of fifth bits, 16 of nibbles) and a Q8_0 block.
+const Q5_0_BYTES: usize = 22;
+const Q8_0_BYTES: usize = 34;
 /// Values per K-quant super-block.
 const QK_K: usize = 256;
 
-/// Bytes a tensor of `dtype` with `elements` values grows by when [`as_q4_1`] rewrites it.
+/// Bytes a tensor of `dtype` with `elements` values grows by when [`for_our_kernels`]
+/// rewrites it.
 pub fn growth_bytes(dtype: GgmlDType, elements: u64) -> u64 {
     match dtype {
         GgmlDType::Q4_0 => elements / QK as u64 * (Q4_1_BYTES - Q4_0_BYTES) as u64,
+        GgmlDType::Q5_0 => elements / QK as u64 * (Q8_0_BYTES - Q5_0_BYTES) as u64,
         GgmlDType::Q4K => elements / QK_K as u64 * ((QK_K / QK * Q4_1_BYTES) - Q4_K_BYTES) as u64,
         _ => 0,
     }
 }
 
-/// `w` rewritten as Q4_1 when it is a CPU Q4_0 or Q4_K tensor (`None` otherwise, or when
-/// a scale would not stay finite in f16).
-pub fn as_q4_1(w: &QTensor) -> Result<Option<Arc<QTensor>>> {
+/// `w` rewritten for our kernels when it is a CPU Q4_0 or Q4_K tensor (as Q4_1) or a Q5_0
+/// one (as Q8_0); `None` otherwise, or when a scale would not stay finite in f16.
+pub fn for_our_kernels(w: &QTensor) -> Result<Option<Arc<QTensor>>> {
     if !w.device().is_cpu() {
         return Ok(None);
     }
     let data = w.data()?;
-    let out = match w.dtype() {
-        GgmlDType::Q4_0 => q4_0_to_q4_1(&data),
-        GgmlDType::Q4K => q4_k_to_q4_1(&data),
+    let (out, dtype) = match w.dtype() {
+        GgmlDType::Q4_0 => (q4_0_to_q4_1(&data), GgmlDType::Q4_1),
+        GgmlDType::Q4K => (q4_k_to_q4_1(&data), GgmlDType::Q4_1),
+        GgmlDType::Q5_0 => (Some(q5_0_to_q8_0(&data)), GgmlDType::Q8_0),
         _ => return Ok(None),
     };
     let Some(out) = out else { return Ok(None) };
-    let storage = QStorage::from_data(Cow::Owned(out), &w.device(), GgmlDType::Q4_1)?;
+    let storage = QStorage::from_data(Cow::Owned(out), &w.device(), dtype)?;
     Ok(Some(Arc::new(QTensor::new(storage, w.shape().clone())?)))
 }
 
@@ -70,6 +81,21 @@ fn q4_0_to_q4_1(data: &[u8]) -> Option<Vec<u8>> {
         out.extend_from_slice(&block[2..]);
     }
     Some(out)
+}
+
+/// ggml's Q5_0 layout: value `j` (0..16) is the low nibble of `qs[j]` with bit `j` of `qh`
+/// as its fifth bit; value `j + 16` the high nibble with bit `j + 16`.
+fn q5_0_to_q8_0(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() / Q5_0_BYTES * Q8_0_BYTES);
+    for block in data.chunks_exact(Q5_0_BYTES) {
+        let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+        let qs = &block[6..22];
+        let value = |nibble: u8, bit: usize| (nibble | ((((qh >> bit) & 1) as u8) << 4)) as i8 - 16;
+        out.extend_from_slice(&block[..2]);
+        out.extend((0..QK / 2).map(|j| value(qs[j] & 0xF, j) as u8));
+        out.extend((0..QK / 2).map(|j| value(qs[j] >> 4, j + QK / 2) as u8));
+    }
+    out
 }
 
 /// The 6-bit scale and min of sub-block `j` (0..8), as ggml's `get_scale_min_k4` unpacks them.
@@ -121,7 +147,7 @@ mod tests {
     #[test]
     fn q4_0_becomes_the_same_values_in_q4_1() {
         let q = QTensor::quantize(&weights(8, 512), GgmlDType::Q4_0).unwrap();
-        let r = as_q4_1(&q).unwrap().expect("repacked");
+        let r = for_our_kernels(&q).unwrap().expect("repacked");
         assert_eq!(r.dtype(), GgmlDType::Q4_1);
         assert_eq!(r.shape(), q.shape());
         assert_eq!(values(&r), values(&q), "exact");
@@ -131,7 +157,7 @@ mod tests {
     #[test]
     fn q4_k_becomes_q4_1_to_f16_rounding() {
         let q = QTensor::quantize(&weights(4, 1024), GgmlDType::Q4K).unwrap();
-        let r = as_q4_1(&q).unwrap().expect("repacked");
+        let r = for_our_kernels(&q).unwrap().expect("repacked");
         let (a, b) = (values(&q), values(&r));
         let max = a.iter().fold(0f32, |m, x| m.max(x.abs()));
         let err = a.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
@@ -139,8 +165,20 @@ mod tests {
     }
 
     #[test]
+    fn q5_0_becomes_the_same_values_in_q8_0() {
+        let q = QTensor::quantize(&weights(8, 512), GgmlDType::Q5_0).unwrap();
+        let r = for_our_kernels(&q).unwrap().expect("repacked");
+        assert_eq!(r.dtype(), GgmlDType::Q8_0);
+        assert_eq!(values(&r), values(&q), "exact");
+        assert_eq!(
+            r.data().unwrap().len() as u64 - q.data().unwrap().len() as u64,
+            growth_bytes(GgmlDType::Q5_0, 8 * 512)
+        );
+    }
+
+    #[test]
     fn other_types_are_left_alone() {
         let q = QTensor::quantize(&weights(2, 64), GgmlDType::Q8_0).unwrap();
-        assert!(as_q4_1(&q).unwrap().is_none());
+        assert!(for_our_kernels(&q).unwrap().is_none());
     }
 }
