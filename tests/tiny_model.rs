@@ -216,7 +216,6 @@ fn tiny_family(dir: &std::path::Path, arch: &'static str, n_layers: usize, seed:
             ("general.dtype".into(), gguf_file::Value::U32(0)),
             (format!("{arch}.rope.freq_base"), gguf_file::Value::F32(1_000_000.0)),
         ],
-        ..Default::default()
     };
     write_tiny_gguf(dir, &spec, seed)
 }

@@ -149,7 +149,8 @@ impl SentencePiece {
         Ok(spm)
     }
 
-    pub fn len(&self) -> usize {
+    /// Pieces in the vocabulary (never zero: an empty one is refused at load).
+    pub fn vocab_size(&self) -> usize {
         self.spans.len()
     }
 
@@ -209,7 +210,7 @@ impl SentencePiece {
     pub fn decode_bytes(&self, ids: &[u32]) -> Vec<u8> {
         let mut out = Vec::new();
         for &id in ids {
-            if id as usize >= self.len() {
+            if id as usize >= self.vocab_size() {
                 continue;
             }
             let piece = self.piece(id);

@@ -224,7 +224,7 @@ impl TextTokenizer {
     pub fn vocab_size(&self) -> usize {
         match &self.backend {
             Backend::Bpe { inner, .. } => inner.get_vocab_size(true),
-            Backend::SentencePiece(spm) => spm.len(),
+            Backend::SentencePiece(spm) => spm.vocab_size(),
         }
     }
 
