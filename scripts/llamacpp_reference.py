@@ -12,7 +12,10 @@ For every model file given (default: SmolLM2-135M-Instruct Q4_1 and Gemma 3 270M
 Q4_K_M from models/, both fetched by scripts/fetch-model.sh) it records the file's
 sha256, the token ids of each text of tests/fixtures/tokenizer_texts.json (special
 tokens read as text, and parsed), and the perplexity of tests/fixtures/perplexity.txt
-computed as llama-perplexity does (see `perplexity` below).
+computed as llama-perplexity does (see `perplexity` below). For the BPE splits of Llama 3
+(`llama-bpe`) and Qwen 2/3 (`qwen2`), whose files no hub here serves, it records the ids of
+the same texts with the default model's vocabulary and that split
+(`tokenizer.ggml.pre` overridden).
 
   python3 scripts/llamacpp_reference.py quant-types      # needs target/release/pocketchat
 
@@ -25,6 +28,7 @@ import argparse, hashlib, json, math, os, subprocess, sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
 PPL_CTX = 128
+PRE_TOKENIZERS = ["llama-bpe", "qwen2"]
 # llama.cpp's quantizer's file types (llama_ftype) by the names `pocketchat quantize` uses.
 QUANT_TYPES = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10, "Q3_K_M": 12,
                "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}
@@ -49,6 +53,12 @@ def load(path, ctx):
     from llama_cpp import Llama
     return Llama(model_path=path, n_ctx=ctx, n_batch=ctx, n_ubatch=ctx, logits_all=True,
                  verbose=False, n_threads=2)
+
+
+def token_ids(llm, texts):
+    return {t["name"]: {"text": llm.tokenize(t["text"].encode(), add_bos=False, special=False),
+                        "special": llm.tokenize(t["text"].encode(), add_bos=False, special=True)}
+            for t in texts}
 
 
 def perplexity(llm, text, ctx):
@@ -94,18 +104,19 @@ def write(args):
     out = {"llama_cpp_python": llama_cpp.__version__, "ppl_text": "perplexity.txt", "models": {}}
     for path in models:
         llm = load(path, PPL_CTX)
-        tokens = {}
-        for t in texts:
-            tokens[t["name"]] = {
-                "text": llm.tokenize(t["text"].encode(), add_bos=False, special=False),
-                "special": llm.tokenize(t["text"].encode(), add_bos=False, special=True),
-            }
         out["models"][os.path.basename(path)] = {
             "sha256": sha256(path),
-            "tokens": tokens,
+            "tokens": token_ids(llm, texts),
             "perplexity": perplexity(llm, ppl_text, PPL_CTX),
         }
         print(f"{os.path.basename(path)}: ppl {out['models'][os.path.basename(path)]['perplexity']['ppl']:.4f}")
+    from llama_cpp import Llama
+    default = catalog_file(None)
+    out["pre_tokenizers"] = {"vocabulary": os.path.basename(default), "splits": {}}
+    for pre in PRE_TOKENIZERS:
+        llm = Llama(model_path=default, vocab_only=True, verbose=False,
+                    kv_overrides={"tokenizer.ggml.pre": pre})
+        out["pre_tokenizers"]["splits"][pre] = token_ids(llm, texts)
     target = os.path.join(FIXTURES, "llamacpp_reference.json")
     with open(target, "w") as f:
         json.dump(out, f, indent=1, ensure_ascii=False)

@@ -5,12 +5,14 @@
 //! llama.cpp's answers are stored in `tests/fixtures/llamacpp_reference.json`, written by
 //! `scripts/llamacpp_reference.py write` with llama-cpp-python (too slow to build in CI):
 //! - token ids of every text of `tokenizer_texts.json`, special tokens read as text and
-//!   parsed: ours must be equal;
+//!   parsed: ours must be equal; also with the default model's vocabulary under Llama 3's
+//!   and Qwen's BPE splits;
 //! - the perplexity of `perplexity.txt` in chunks of 128, as llama-perplexity computes
 //!   it: ours must be within 1%.
 
 use std::path::PathBuf;
 
+use candle_core::quantized::gguf_file;
 use candle_core::{DType, Device};
 use pocketchat::engine::model::read_gguf;
 use pocketchat::engine::perplexity::perplexity;
@@ -43,24 +45,44 @@ fn ids(v: &Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
-#[test]
-fn token_ids_equal_llama_cpp_and_decode_back_to_the_text() {
+/// Every fixture text through `tok` gives `expected[text name]`'s ids, and decodes back.
+fn assert_ids(tok: &TextTokenizer, expected: &Value, what: &str) {
     let texts: Value =
         serde_json::from_str(&std::fs::read_to_string(fixture("tokenizer_texts.json")).unwrap()).unwrap();
+    for case in texts["texts"].as_array().unwrap() {
+        let (case_name, text) = (case["name"].as_str().unwrap(), case["text"].as_str().unwrap());
+        let expected = &expected[case_name];
+        let plain = tok.encode_text(text).unwrap();
+        assert_eq!(plain, ids(&expected["text"]), "{what}, `{case_name}`, special tokens as text");
+        let special = tok.encode(text).unwrap();
+        assert_eq!(special, ids(&expected["special"]), "{what}, `{case_name}`, special tokens parsed");
+        assert_eq!(tok.decode(&plain).unwrap(), text, "{what}, `{case_name}` decodes back");
+    }
+}
+
+#[test]
+fn token_ids_equal_llama_cpp_and_decode_back_to_the_text() {
     let reference = reference();
     for (name, model) in reference["models"].as_object().unwrap() {
         let path = model_file(name, model["sha256"].as_str().unwrap());
         let (content, _) = read_gguf(&path).unwrap();
-        let tok = TextTokenizer::from_gguf(&content).unwrap();
-        for case in texts["texts"].as_array().unwrap() {
-            let (case_name, text) = (case["name"].as_str().unwrap(), case["text"].as_str().unwrap());
-            let expected = &model["tokens"][case_name];
-            let plain = tok.encode_text(text).unwrap();
-            assert_eq!(plain, ids(&expected["text"]), "{name}, `{case_name}`, special tokens as text");
-            let special = tok.encode(text).unwrap();
-            assert_eq!(special, ids(&expected["special"]), "{name}, `{case_name}`, special tokens parsed");
-            assert_eq!(tok.decode(&plain).unwrap(), text, "{name}, `{case_name}` decodes back");
-        }
+        assert_ids(&TextTokenizer::from_gguf(&content).unwrap(), &model["tokens"], name);
+    }
+}
+
+/// Llama 3 (`llama-bpe`) and Qwen 2/3 (`qwen2`) split text with their own regexes before
+/// the byte-level BPE; no such file is reachable here, so the default model's vocabulary
+/// stands in, with its `tokenizer.ggml.pre` changed (as llama.cpp's `kv_overrides` did).
+#[test]
+fn llama3_and_qwen2_splits_give_llama_cpp_ids() {
+    let reference = reference();
+    let pre = &reference["pre_tokenizers"];
+    let name = pre["vocabulary"].as_str().unwrap();
+    let path = model_file(name, reference["models"][name]["sha256"].as_str().unwrap());
+    let (mut content, _) = read_gguf(&path).unwrap();
+    for (split, expected) in pre["splits"].as_object().unwrap() {
+        content.metadata.insert("tokenizer.ggml.pre".into(), gguf_file::Value::String(split.clone()));
+        assert_ids(&TextTokenizer::from_gguf(&content).unwrap(), expected, split);
     }
 }
 

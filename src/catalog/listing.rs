@@ -85,8 +85,14 @@ mod tests {
         assert!(!row("gemma-3-4b-it-q8_0").fits);
         assert_eq!(row("gemma-3-4b-it-q8_0").budget, 0);
         assert!(row("gemma-3-4b-it-q4_k_m").fits);
-        let gemma = row("gemma-3-1b-it-q4_k_m");
-        assert!(!gemma.runs && gemma.not_yet.as_deref().unwrap().contains("gemma3"));
+        // Every shipped family (llama, qwen2, qwen3, gemma3) and tokenizer runs here now.
+        assert!(rows.iter().all(|r| r.runs && r.not_yet.is_none()), "{:?}", rows.iter().find(|r| !r.runs));
+        let mut other = super::super::entry("gemma-3-1b-it-q4_k_m").unwrap().clone();
+        other.arch = "mamba".into();
+        assert!(other.runs_here().unwrap_err().contains("`mamba`"));
+        other.arch = "llama".into();
+        other.tokenizer = "deepseek-llm".into();
+        assert!(other.runs_here().unwrap_err().contains("`deepseek-llm`"));
         let json = serde_json::to_value(small).unwrap();
         for key in ["id", "name", "params", "bits", "bytes", "fits", "budget"] {
             assert!(json.get(key).is_some(), "{key} in {json}");

@@ -16,6 +16,10 @@ use candle_core::quantized::tokenizer::TokenizerFromGguf;
 use std::ops::Range;
 
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::SplitDelimiterBehavior;
 use tokenizers::Tokenizer;
 
 use super::spm::SentencePiece;
@@ -42,9 +46,31 @@ enum Backend {
     SentencePiece(SentencePiece),
 }
 
-/// GGUF `tokenizer.ggml.pre` values whose pre-tokenizer (GPT-2 byte-level) this
-/// tokenizer reproduces; others (Llama 3's, Qwen's) split text differently.
-pub const SUPPORTED_PRE_TOKENIZERS: &[&str] = &["smollm", "gpt2", "default"];
+/// GGUF `tokenizer.ggml.pre` values whose split this tokenizer reproduces: GPT-2's
+/// byte-level split (SmolLM), and the regex splits of Llama 3 and Qwen 2/3 (llama.cpp's
+/// patterns) before the byte-level mapping.
+pub const SUPPORTED_PRE_TOKENIZERS: &[&str] = &["smollm", "gpt2", "default", "llama-bpe", "llama3", "qwen2"];
+
+/// llama.cpp's `LLAMA_VOCAB_PRE_TYPE_LLAMA3` split: case-insensitive contractions, a letter
+/// run with one leading non-letter, numbers in groups of up to three.
+const LLAMA3_SPLIT: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// llama.cpp's `LLAMA_VOCAB_PRE_TYPE_QWEN2` split: Llama 3's with single digits.
+const QWEN2_SPLIT: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// The pre-tokenizer for a GGUF `tokenizer.ggml.pre` value; `None` keeps the one
+/// candle's loader set (for values outside [`SUPPORTED_PRE_TOKENIZERS`]).
+fn pre_tokenizer(pre: Option<&str>) -> Result<Option<PreTokenizerWrapper>, EngineError> {
+    let byte_level = ByteLevel::new(false, true, false);
+    let split = match pre {
+        None | Some("smollm" | "gpt2" | "default") => return Ok(Some(ByteLevel::new(false, true, true).into())),
+        Some("llama-bpe" | "llama3") => LLAMA3_SPLIT,
+        Some("qwen2") => QWEN2_SPLIT,
+        Some(_) => return Ok(None),
+    };
+    let split = Split::new(SplitPattern::Regex(split.into()), SplitDelimiterBehavior::Isolated, false)
+        .map_err(|e| EngineError::UnsupportedTokenizer(format!("pre-tokenizer: {e}")))?;
+    Ok(Some(Sequence::new(vec![split.into(), byte_level.into()]).into()))
+}
 
 /// Whether a tokenizer named as the catalog names them (a GGUF `tokenizer.ggml.pre`, or
 /// `llama` for SentencePiece) gives llama.cpp's ids here.
@@ -69,8 +95,8 @@ impl TextTokenizer {
                 let mut inner =
                     Tokenizer::from_gguf(content).map_err(|e| EngineError::UnsupportedTokenizer(e.to_string()))?;
                 let pre = content.metadata.get("tokenizer.ggml.pre").and_then(|v| v.to_string().ok()).cloned();
-                if pre.as_deref().is_none_or(|p| SUPPORTED_PRE_TOKENIZERS.contains(&p)) {
-                    inner.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
+                if let Some(pre) = pre_tokenizer(pre.as_deref())? {
+                    inner.with_pre_tokenizer(Some(pre));
                 }
                 let mut plain = inner.clone();
                 plain.set_encode_special_tokens(true);
