@@ -27,13 +27,16 @@
 //! tests).
 //!
 //! Q4_0 and Q4_K weights are rewritten as Q4_1 when the layer is built (exactly for Q4_0,
-//! to f16 rounding of the scales for Q4_K; `repack`) and run on the Q4_1 kernels.
+//! to f16 rounding of the scales for Q4_K; `repack`) and run on the Q4_1 kernels; Q5_0 and
+//! Q5_1 as Q8_0. F32, F16 and BF16 weights are read in place by `float` (candle would keep
+//! an f32 copy of them).
 //!
 //! Which of these runs is the model's [`Kernels`] choice: `fast` (the best this CPU
 //! supports, detected at run time), `portable` (the scalar kernel) or `candle` (always
 //! candle's `QMatMul`).
 
 mod blocks;
+mod float;
 mod repack;
 mod scalar;
 
@@ -146,6 +149,7 @@ impl Kind {
 
 enum Backend {
     Ours { kind: Kind, isa: Isa },
+    Float { kind: float::FloatKind, isa: Isa },
     Candle(QMatMul),
 }
 
@@ -163,7 +167,7 @@ pub struct QLinear {
 impl std::fmt::Debug for QLinear {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let backend = match &self.backend {
-            Backend::Ours { isa, .. } => format!("{isa:?}"),
+            Backend::Ours { isa, .. } | Backend::Float { isa, .. } => format!("{isa:?}"),
             Backend::Candle(_) => "candle".to_string(),
         };
         f.debug_struct("QLinear")
@@ -194,8 +198,9 @@ impl QLinear {
             }
             None => (w, 0),
         };
-        let ours = match (kernels.isa(), Kind::of(w.dtype())) {
-            (Some(isa), Some(kind)) if Self::storage_ok(&w, kind)? => Some(Backend::Ours { kind, isa }),
+        let ours = match (kernels.isa(), Kind::of(w.dtype()), float::FloatKind::of(w.dtype())) {
+            (Some(isa), Some(kind), _) if Self::storage_ok(&w, kind)? => Some(Backend::Ours { kind, isa }),
+            (Some(isa), _, Some(kind)) if w.device().is_cpu() => Some(Backend::Float { kind, isa }),
             _ => None,
         };
         let backend = match ours {
@@ -225,6 +230,7 @@ impl QLinear {
                 let mut out = fused_forward(&[self], *isa, x)?;
                 Ok(out.pop().expect("one layer, one output"))
             }
+            Backend::Float { kind, isa } => self.float_forward(*kind, *isa, x),
         }
     }
 
@@ -244,6 +250,27 @@ impl QLinear {
             return layers.iter().map(|l| l.forward(x)).collect();
         }
         fused_forward(layers, isa, x)
+    }
+
+    /// [`QLinear::forward`] for float weights.
+    fn float_forward(&self, kind: float::FloatKind, isa: Isa, x: &Tensor) -> Result<Tensor> {
+        let (k, n) = (self.in_features, self.out_features);
+        let dims = x.dims();
+        if !x.device().is_cpu() || dims.last() != Some(&k) {
+            candle_core::bail!(
+                "QLinear: input {:?} on {:?} for a {n} x {k} CPU weight",
+                x.shape(),
+                x.device().location()
+            )
+        }
+        let in_dtype = x.dtype();
+        let xs: Vec<f32> = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+        let m = xs.len() / k;
+        let mut dst = vec![0f32; m * n];
+        float::matmul(kind, isa, &self.w.data()?, n, k, &xs, m, &mut dst);
+        let mut out_dims = dims[..dims.len() - 1].to_vec();
+        out_dims.push(n);
+        Tensor::from_vec(dst, out_dims, &candle_core::Device::Cpu)?.to_dtype(in_dtype)
     }
 
     pub fn dtype(&self) -> GgmlDType {
@@ -270,13 +297,13 @@ impl QLinear {
 
     /// Whether this layer runs our kernels (false: candle's `QMatMul`).
     pub fn uses_own_kernel(&self) -> bool {
-        matches!(self.backend, Backend::Ours { .. })
+        matches!(self.backend, Backend::Ours { .. } | Backend::Float { .. })
     }
 
     fn kind(&self) -> Kind {
         match self.backend {
             Backend::Ours { kind, .. } => kind,
-            Backend::Candle(_) => unreachable!("kind() of a candle-backed layer"),
+            Backend::Float { .. } | Backend::Candle(_) => unreachable!("kind() of a layer off the quantized kernels"),
         }
     }
 }

@@ -306,7 +306,7 @@ fn shapes_dtypes_and_layouts() {
 }
 
 #[test]
-fn other_formats_and_the_candle_switch_use_candle_and_q4_0_q4_k_are_rewritten() {
+fn other_formats_and_the_candle_switch_use_candle_and_q4_0_q4_k_are_rewritten_floats_read_in_place() {
     let mut rng = Rng(0x5eed_0008);
     let x = tensor(rng.vec(3 * 256, 1.0), &[3, 256]);
     // Q4_0 and Q4_K are rewritten as Q4_1 and run on our kernels (`repack`): close to
@@ -319,13 +319,22 @@ fn other_formats_and_the_candle_switch_use_candle_and_q4_0_q4_k_are_rewritten() 
         let err = rel_err(&lin.forward(&x).unwrap(), &candle_forward(&w, &x));
         assert!(err <= 1e-2, "{dtype:?}: {err}");
     }
-    for dtype in [GgmlDType::Q6K, GgmlDType::F32] {
+    for dtype in [GgmlDType::Q6K] {
         let w = random_weight(&mut rng, 32, 256, dtype);
         let lin = QLinear::new(w.clone(), Kernels::Fast).unwrap();
         assert!(!lin.uses_own_kernel(), "{dtype:?}");
         assert_eq!(lin.dtype(), dtype);
         let y = lin.forward(&x).unwrap();
         assert_eq!(rel_err(&y, &candle_forward(&w, &x)), 0.0, "{dtype:?}");
+    }
+    // Float weights are read in place (`float`): candle's f32 matmul to summation order.
+    for dtype in [GgmlDType::F32, GgmlDType::F16, GgmlDType::BF16] {
+        let w = random_weight(&mut rng, 32, 256, dtype);
+        let lin = QLinear::new(w.clone(), Kernels::Fast).unwrap();
+        assert!(lin.uses_own_kernel(), "{dtype:?}");
+        assert_eq!(lin.dtype(), dtype);
+        let err = rel_err(&lin.forward(&x).unwrap(), &candle_forward(&w, &x));
+        assert!(err <= 1e-5, "{dtype:?}: {err}");
     }
     let w = random_weight(&mut rng, 32, 256, GgmlDType::Q4_1);
     let lin = QLinear::new(w.clone(), Kernels::Candle).unwrap();

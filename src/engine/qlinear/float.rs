@@ -1,0 +1,245 @@
+//! F32, F16 and BF16 weights, read in place.
+//!
+//! candle's `QMatMul` turns such a matrix into an f32 tensor when it is built: an F16
+//! file then takes twice its size in memory, and decode multiplies against the copy.
+//! Here the weight's own bytes are read: each row is widened to f32 a chunk at a time
+//! (F16C on x86-64) and dotted with the f32 activations, every activation row against the
+//! chunk while it is in L1. Sums are in f32 (llama.cpp rounds the activations to f16
+//! first; we keep them exact).
+
+use candle_core::quantized::GgmlDType;
+
+use crate::engine::kernels::Isa;
+use crate::engine::pool::{self, SendPtr};
+
+/// The element type of a float weight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum FloatKind {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl FloatKind {
+    pub(super) fn of(dtype: GgmlDType) -> Option<FloatKind> {
+        match dtype {
+            GgmlDType::F32 => Some(FloatKind::F32),
+            GgmlDType::F16 => Some(FloatKind::F16),
+            GgmlDType::BF16 => Some(FloatKind::Bf16),
+            _ => None,
+        }
+    }
+
+    pub(super) fn bytes(self) -> usize {
+        match self {
+            FloatKind::F32 => 4,
+            FloatKind::F16 | FloatKind::Bf16 => 2,
+        }
+    }
+}
+
+/// Weight rows per parallel work unit.
+const UNIT_ROWS: usize = 16;
+/// Values of a weight row widened at a time.
+const CHUNK: usize = 256;
+
+/// `dst (m x n) = x (m x k) · Wᵀ` for a row-major `W` (`n x k`) of `kind` in `w`.
+pub(super) fn matmul(kind: FloatKind, isa: Isa, w: &[u8], n: usize, k: usize, x: &[f32], m: usize, dst: &mut [f32]) {
+    assert_eq!(w.len(), n * k * kind.bytes());
+    assert_eq!((x.len(), dst.len()), (m * k, m * n));
+    let (w_ptr, dst_ptr) = (SendPtr(w.as_ptr() as *mut u8), SendPtr(dst.as_mut_ptr()));
+    pool::for_each_chunk(n.div_ceil(UNIT_ROWS), m * k * n, |units| {
+        let rows = units.start * UNIT_ROWS..n.min(units.end * UNIT_ROWS);
+        // SAFETY: `w` holds n rows of k elements of `kind`; each unit writes only
+        // dst[i * n + r] for its own rows r, which no other unit touches.
+        let (w, dst) = unsafe {
+            (std::slice::from_raw_parts(w_ptr.get(), w.len()), std::slice::from_raw_parts_mut(dst_ptr.get(), m * n))
+        };
+        rows_for(kind, isa, w, k, rows, x, m, n, dst);
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+fn rows_for(
+    kind: FloatKind,
+    isa: Isa,
+    w: &[u8],
+    k: usize,
+    rows: std::ops::Range<usize>,
+    x: &[f32],
+    m: usize,
+    n: usize,
+    dst: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni) {
+        // SAFETY: these instruction sets imply AVX2, FMA and F16C (`Isa::detect`).
+        return unsafe { rows_avx2(kind, w, k, rows, x, m, n, dst) };
+    }
+    let _ = isa;
+    rows_body::<false>(kind, w, k, rows, x, m, n, dst)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_avx2(
+    kind: FloatKind,
+    w: &[u8],
+    k: usize,
+    rows: std::ops::Range<usize>,
+    x: &[f32],
+    m: usize,
+    n: usize,
+    dst: &mut [f32],
+) {
+    rows_body::<true>(kind, w, k, rows, x, m, n, dst)
+}
+
+/// The rows' dot products, written once for both entry points (`FMA`: fused multiply-adds,
+/// only where the caller enabled them). Rows go four at a time, so each activation value
+/// loaded serves four weight rows.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn rows_body<const FMA: bool>(
+    kind: FloatKind,
+    w: &[u8],
+    k: usize,
+    rows: std::ops::Range<usize>,
+    x: &[f32],
+    m: usize,
+    n: usize,
+    dst: &mut [f32],
+) {
+    let bytes = kind.bytes();
+    let mut wide = [[0f32; CHUNK]; ROWS];
+    let mut r = rows.start;
+    while r < rows.end {
+        let count = ROWS.min(rows.end - r);
+        for i in 0..m {
+            dst[i * n + r..i * n + r + count].fill(0.0);
+        }
+        for start in (0..k).step_by(CHUNK) {
+            let len = CHUNK.min(k - start);
+            for (j, chunk) in wide.iter_mut().enumerate().take(count) {
+                let row = &w[(r + j) * k * bytes..(r + j + 1) * k * bytes];
+                widen::<FMA>(kind, &row[start * bytes..(start + len) * bytes], &mut chunk[..len]);
+            }
+            for i in 0..m {
+                let xs = &x[i * k + start..i * k + start + len];
+                let sums = dot_rows::<FMA>(&wide, len, xs);
+                for (j, s) in sums.iter().enumerate().take(count) {
+                    dst[i * n + r + j] += s;
+                }
+            }
+        }
+        r += count;
+    }
+}
+
+/// Weight rows sharing each activation load.
+const ROWS: usize = 4;
+
+/// `Σ w[j][c] x[c]` over `c < len` for each of the [`ROWS`] rows, in f32 over 8 lanes a
+/// row (the compiler keeps them in vector registers), summed at the end.
+#[inline(always)]
+fn dot_rows<const FMA: bool>(w: &[[f32; CHUNK]; ROWS], len: usize, x: &[f32]) -> [f32; ROWS] {
+    const LANES: usize = 8;
+    let mut acc = [[0f32; LANES]; ROWS];
+    let full = len / LANES * LANES;
+    for c in (0..full).step_by(LANES) {
+        let xs: [f32; LANES] = x[c..c + LANES].try_into().expect("a whole lane group");
+        for (row, acc) in w.iter().zip(acc.iter_mut()) {
+            for l in 0..LANES {
+                acc[l] = if FMA { row[c + l].mul_add(xs[l], acc[l]) } else { acc[l] + row[c + l] * xs[l] };
+            }
+        }
+    }
+    let mut sums = [0f32; ROWS];
+    for ((sum, acc), row) in sums.iter_mut().zip(&acc).zip(w) {
+        *sum = acc.iter().sum::<f32>() + (full..len).map(|c| row[c] * x[c]).sum::<f32>();
+    }
+    sums
+}
+
+/// `out[j]` = element `j` of `src` as f32.
+#[inline(always)]
+fn widen<const F16C: bool>(kind: FloatKind, src: &[u8], out: &mut [f32]) {
+    match kind {
+        FloatKind::F32 => {
+            for (o, b) in out.iter_mut().zip(src.chunks_exact(4)) {
+                *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+        FloatKind::Bf16 => {
+            for (o, b) in out.iter_mut().zip(src.chunks_exact(2)) {
+                *o = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
+            }
+        }
+        FloatKind::F16 => {
+            #[cfg(target_arch = "x86_64")]
+            if F16C {
+                // SAFETY: F16C is enabled in the caller (`rows_avx2`); 8 values at a time
+                // from `src` (2 bytes each) into `out`, the rest one by one below.
+                unsafe {
+                    use std::arch::x86_64::{_mm256_cvtph_ps, _mm256_storeu_ps, _mm_loadu_si128};
+                    let full = out.len() / 8 * 8;
+                    for j in (0..full).step_by(8) {
+                        let h = _mm_loadu_si128(src.as_ptr().add(2 * j) as *const _);
+                        _mm256_storeu_ps(out.as_mut_ptr().add(j), _mm256_cvtph_ps(h));
+                    }
+                    for (o, b) in out[full..].iter_mut().zip(src[2 * full..].chunks_exact(2)) {
+                        *o = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+                    }
+                }
+                return;
+            }
+            for (o, b) in out.iter_mut().zip(src.chunks_exact(2)) {
+                *o = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind, through both entry points, equals an f64 reference, at widths with and
+    /// without a remainder past the last whole chunk and lane group.
+    #[test]
+    fn float_rows_match_an_f64_reference() {
+        let isas = [Isa::Scalar, Isa::detect()];
+        for (n, k, m) in [(5, 256, 1), (33, 576, 3), (17, 37, 2)] {
+            let w: Vec<f32> = (0..n * k).map(|i| ((i * 7919 % 1013) as f32 / 506.0 - 1.0) * 0.5).collect();
+            let x: Vec<f32> = (0..m * k).map(|i| ((i * 104_729 % 997) as f32 / 498.0 - 1.0)).collect();
+            for kind in [FloatKind::F32, FloatKind::F16, FloatKind::Bf16] {
+                let (bytes, values): (Vec<u8>, Vec<f32>) = match kind {
+                    FloatKind::F32 => (w.iter().flat_map(|v| v.to_le_bytes()).collect(), w.clone()),
+                    FloatKind::F16 => {
+                        let h: Vec<half::f16> = w.iter().map(|&v| half::f16::from_f32(v)).collect();
+                        (h.iter().flat_map(|v| v.to_le_bytes()).collect(), h.iter().map(|v| v.to_f32()).collect())
+                    }
+                    FloatKind::Bf16 => {
+                        let h: Vec<half::bf16> = w.iter().map(|&v| half::bf16::from_f32(v)).collect();
+                        (h.iter().flat_map(|v| v.to_le_bytes()).collect(), h.iter().map(|v| v.to_f32()).collect())
+                    }
+                };
+                for isa in isas {
+                    let mut dst = vec![f32::NAN; m * n];
+                    matmul(kind, isa, &bytes, n, k, &x, m, &mut dst);
+                    for i in 0..m {
+                        for r in 0..n {
+                            let expected: f64 = (0..k).map(|j| values[r * k + j] as f64 * x[i * k + j] as f64).sum();
+                            let got = dst[i * n + r] as f64;
+                            assert!(
+                                (got - expected).abs() <= 1e-4 * (1.0 + expected.abs()),
+                                "{kind:?} {isa:?} {n}x{k} m={m}: {got} vs {expected}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
