@@ -358,7 +358,7 @@ fn read_in_place(
         bytes: usize,
     ) -> candle_core::Result<QStorage> {
         let size = std::mem::size_of::<T>();
-        if bytes % size != 0 {
+        if !bytes.is_multiple_of(size) {
             candle_core::bail!("{bytes} bytes are not whole blocks of {size}")
         }
         let mut data = vec![T::zeros(); bytes / size];
@@ -371,7 +371,7 @@ fn read_in_place(
 
     let dtype = info.ggml_dtype;
     let elements = info.shape.elem_count();
-    if elements % dtype.block_size() != 0 {
+    if !elements.is_multiple_of(dtype.block_size()) {
         candle_core::bail!("{elements} values are not whole blocks of {}", dtype.block_size())
     }
     let bytes = elements / dtype.block_size() * dtype.type_size();

@@ -44,6 +44,7 @@ const UNIT_ROWS: usize = 16;
 const CHUNK: usize = 256;
 
 /// `dst (m x n) = x (m x k) · Wᵀ` for a row-major `W` (`n x k`) of `kind` in `w`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn matmul(kind: FloatKind, isa: Isa, w: &[u8], n: usize, k: usize, x: &[f32], m: usize, dst: &mut [f32]) {
     assert_eq!(w.len(), n * k * kind.bytes());
     assert_eq!((x.len(), dst.len()), (m * k, m * n));
@@ -212,7 +213,7 @@ mod tests {
         let isas = [Isa::Scalar, Isa::detect()];
         for (n, k, m) in [(5, 256, 1), (33, 576, 3), (17, 37, 2)] {
             let w: Vec<f32> = (0..n * k).map(|i| ((i * 7919 % 1013) as f32 / 506.0 - 1.0) * 0.5).collect();
-            let x: Vec<f32> = (0..m * k).map(|i| ((i * 104_729 % 997) as f32 / 498.0 - 1.0)).collect();
+            let x: Vec<f32> = (0..m * k).map(|i| (i * 104_729 % 997) as f32 / 498.0 - 1.0).collect();
             for kind in [FloatKind::F32, FloatKind::F16, FloatKind::Bf16] {
                 let (bytes, values): (Vec<u8>, Vec<f32>) = match kind {
                     FloatKind::F32 => (w.iter().flat_map(|v| v.to_le_bytes()).collect(), w.clone()),
