@@ -30,7 +30,7 @@ FIXTURES = os.path.join(REPO, "tests", "fixtures")
 PPL_CTX = 128
 PRE_TOKENIZERS = ["llama-bpe", "qwen2"]
 # llama.cpp's quantizer's file types (llama_ftype) by the names `pocketchat quantize` uses.
-QUANT_TYPES = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10, "Q3_K_M": 12,
+QUANT_TYPES = {"F32": 0, "F16": 1, "BF16": 32, "Q4_0": 2, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10, "Q3_K_M": 12,
                "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}
 
 
