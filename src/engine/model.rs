@@ -334,6 +334,17 @@ impl Loader<'_> {
         }
     }
 
+    /// An RMSNorm weight of `len` values that some families have and others not.
+    fn optional_norm(&mut self, name: &str, len: usize) -> Result<Option<Tensor>> {
+        let norm = self.optional_vector(name)?;
+        match &norm {
+            Some(t) if t.dims() != [len] => {
+                Err(self.bad(format!("tensor `{name}` is {:?}, {len} values expected", t.dims())))
+            }
+            _ => Ok(norm),
+        }
+    }
+
     fn linear(&mut self, name: &str, kernels: Kernels) -> Result<Linear> {
         let q = self.qtensor(name)?;
         Linear::new(Arc::new(q), kernels).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
@@ -448,29 +459,11 @@ impl Model {
             let wq = ld.linear(&format!("{p}.attn_q.weight"), kernels)?;
             weights_dtype.get_or_insert(wq.dtype());
             let sliding = sliding_window.filter(|_| i % GEMMA3_WINDOW_PATTERN < GEMMA3_WINDOW_PATTERN - 1);
-            let head_norm = |ld: &mut Loader, name: String| -> Result<Option<Tensor>> {
-                let norm = ld.optional_vector(&name)?;
-                match &norm {
-                    Some(t) if t.dims() != [head_dim] => {
-                        Err(ld.bad(format!("tensor `{name}` is {:?}, heads of {head_dim} expected", t.dims())))
-                    }
-                    _ => Ok(norm),
-                }
-            };
-            let width_norm = |ld: &mut Loader, name: String| -> Result<Option<Tensor>> {
-                let norm = ld.optional_vector(&name)?;
-                match &norm {
-                    Some(t) if t.dims() != [embedding_length] => {
-                        Err(ld.bad(format!("tensor `{name}` is {:?}, {embedding_length} expected", t.dims())))
-                    }
-                    _ => Ok(norm),
-                }
-            };
             layers.push(Layer {
-                q_norm: head_norm(&mut ld, format!("{p}.attn_q_norm.weight"))?,
-                k_norm: head_norm(&mut ld, format!("{p}.attn_k_norm.weight"))?,
-                post_attn_norm: width_norm(&mut ld, format!("{p}.post_attention_norm.weight"))?,
-                post_ffn_norm: width_norm(&mut ld, format!("{p}.post_ffw_norm.weight"))?,
+                q_norm: ld.optional_norm(&format!("{p}.attn_q_norm.weight"), head_dim)?,
+                k_norm: ld.optional_norm(&format!("{p}.attn_k_norm.weight"), head_dim)?,
+                post_attn_norm: ld.optional_norm(&format!("{p}.post_attention_norm.weight"), embedding_length)?,
+                post_ffn_norm: ld.optional_norm(&format!("{p}.post_ffw_norm.weight"), embedding_length)?,
                 window: sliding,
                 rope: usize::from(sliding.is_some()),
                 attn_norm: ld.vector(&format!("{p}.attn_norm.weight"))?,

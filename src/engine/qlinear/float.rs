@@ -43,75 +43,51 @@ const UNIT_ROWS: usize = 16;
 /// Values of a weight row widened at a time.
 const CHUNK: usize = 256;
 
+/// One product: `dst (m x n) = x (m x k) · Wᵀ` for a row-major `W` (`n x k`) of `kind`.
+#[derive(Clone, Copy)]
+struct Product<'a> {
+    kind: FloatKind,
+    w: &'a [u8],
+    n: usize,
+    k: usize,
+    x: &'a [f32],
+    m: usize,
+}
+
 /// `dst (m x n) = x (m x k) · Wᵀ` for a row-major `W` (`n x k`) of `kind` in `w`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn matmul(kind: FloatKind, isa: Isa, w: &[u8], n: usize, k: usize, x: &[f32], m: usize, dst: &mut [f32]) {
     assert_eq!(w.len(), n * k * kind.bytes());
     assert_eq!((x.len(), dst.len()), (m * k, m * n));
-    let (w_ptr, dst_ptr) = (SendPtr(w.as_ptr() as *mut u8), SendPtr(dst.as_mut_ptr()));
+    let p = Product { kind, w, n, k, x, m };
+    let dst_ptr = SendPtr(dst.as_mut_ptr());
     pool::for_each_chunk(n.div_ceil(UNIT_ROWS), m * k * n, |units| {
         let rows = units.start * UNIT_ROWS..n.min(units.end * UNIT_ROWS);
-        // SAFETY: `w` holds n rows of k elements of `kind`; each unit writes only
-        // dst[i * n + r] for its own rows r, which no other unit touches.
-        let (w, dst) = unsafe {
-            (std::slice::from_raw_parts(w_ptr.get(), w.len()), std::slice::from_raw_parts_mut(dst_ptr.get(), m * n))
-        };
-        rows_for(kind, isa, w, k, rows, x, m, n, dst);
+        // SAFETY: each unit writes only dst[i * n + r] for its own rows r, which no other
+        // unit touches.
+        let dst = unsafe { std::slice::from_raw_parts_mut(dst_ptr.get(), m * n) };
+        #[cfg(target_arch = "x86_64")]
+        if matches!(isa, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni) {
+            // SAFETY: these instruction sets imply AVX2, FMA and F16C (`Isa::detect`).
+            return unsafe { rows_avx2(p, rows, dst) };
+        }
+        let _ = isa;
+        rows_body::<false>(p, rows, dst)
     });
-}
-
-#[allow(clippy::too_many_arguments)]
-fn rows_for(
-    kind: FloatKind,
-    isa: Isa,
-    w: &[u8],
-    k: usize,
-    rows: std::ops::Range<usize>,
-    x: &[f32],
-    m: usize,
-    n: usize,
-    dst: &mut [f32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni) {
-        // SAFETY: these instruction sets imply AVX2, FMA and F16C (`Isa::detect`).
-        return unsafe { rows_avx2(kind, w, k, rows, x, m, n, dst) };
-    }
-    let _ = isa;
-    rows_body::<false>(kind, w, k, rows, x, m, n, dst)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn rows_avx2(
-    kind: FloatKind,
-    w: &[u8],
-    k: usize,
-    rows: std::ops::Range<usize>,
-    x: &[f32],
-    m: usize,
-    n: usize,
-    dst: &mut [f32],
-) {
-    rows_body::<true>(kind, w, k, rows, x, m, n, dst)
+unsafe fn rows_avx2(p: Product<'_>, rows: std::ops::Range<usize>, dst: &mut [f32]) {
+    rows_body::<true>(p, rows, dst)
 }
 
-/// The rows' dot products, written once for both entry points (`FMA`: fused multiply-adds,
-/// only where the caller enabled them). Rows go four at a time, so each activation value
-/// loaded serves four weight rows.
+/// The rows' dot products, written once for both entry points (`FMA`: fused multiply-adds
+/// and F16C, only where the caller enabled them). Rows go four at a time, so each
+/// activation value loaded serves four weight rows.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn rows_body<const FMA: bool>(
-    kind: FloatKind,
-    w: &[u8],
-    k: usize,
-    rows: std::ops::Range<usize>,
-    x: &[f32],
-    m: usize,
-    n: usize,
-    dst: &mut [f32],
-) {
+fn rows_body<const FMA: bool>(p: Product<'_>, rows: std::ops::Range<usize>, dst: &mut [f32]) {
+    let Product { kind, w, n, k, x, m } = p;
     let bytes = kind.bytes();
     let mut wide = [[0f32; CHUNK]; ROWS];
     let mut r = rows.start;
