@@ -362,7 +362,14 @@ fn switching_models_at_run_time_keeps_the_conversation_and_survives_a_bad_file()
     assert_eq!((info.name.as_str(), info.weights_quant.as_str()), ("SmolLM2 8-bit", "Q8_0 (requantized from Q4_1)"));
     handle.send(Command::Send { text: "And of Italy?".into() }).unwrap();
     let turn = until_answered(&mut events);
-    assert!(text_of(&turn).contains("Rome"), "the new model goes on with the conversation: {}", text_of(&turn));
+    // "And of Italy?" says nothing of capitals: an answer about one read the first turn.
+    // (Which capital a 135M model names depends on the kernels' summation order: Rome on
+    // AVX2, "La Bella Amalfida" on AVX-512.)
+    let answer = text_of(&turn);
+    assert!(
+        answer.contains("Rome") || answer.contains("capital"),
+        "the new model goes on with the conversation: {answer}"
+    );
     let stats = stats_of(&turn);
     assert!(stats.context_tokens > stats.prefill_tokens, "the earlier turn is still in the context: {stats:?}");
 
