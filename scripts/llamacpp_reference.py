@@ -15,7 +15,9 @@ tokens read as text, and parsed), and the perplexity of tests/fixtures/perplexit
 computed as llama-perplexity does (see `perplexity` below). For the BPE splits of Llama 3
 (`llama-bpe`) and Qwen 2/3 (`qwen2`), whose files no hub here serves, it records the ids of
 the same texts with the default model's vocabulary and that split
-(`tokenizer.ggml.pre` overridden).
+(`tokenizer.ggml.pre` overridden). And for one tiny random-weight f32 file per family
+(llama, qwen3, gemma3; written by the Rust test `write_tiny_models_for_the_reference_script`,
+which this runs), the logits at every position of a 12-token prompt.
 
   python3 scripts/llamacpp_reference.py quant-types      # needs target/release/pocketchat
 
@@ -29,6 +31,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
 PPL_CTX = 128
 PRE_TOKENIZERS = ["llama-bpe", "qwen2"]
+TINY_TOKENS = [5, 17, 200, 3, 99, 42, 7, 255, 256, 1, 64, 128]
+TINY_DIR = "/tmp/pocketchat-tiny"
 # llama.cpp's quantizer's file types (llama_ftype) by the names `pocketchat quantize` uses.
 QUANT_TYPES = {"F32": 0, "F16": 1, "BF16": 32, "Q4_0": 2, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10, "Q3_K_M": 12,
                "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}
@@ -117,11 +121,29 @@ def write(args):
         llm = Llama(model_path=default, vocab_only=True, verbose=False,
                     kv_overrides={"tokenizer.ggml.pre": pre})
         out["pre_tokenizers"]["splits"][pre] = token_ids(llm, texts)
+    out["tiny"] = tiny_logits()
     target = os.path.join(FIXTURES, "llamacpp_reference.json")
     with open(target, "w") as f:
         json.dump(out, f, indent=1, ensure_ascii=False)
         f.write("\n")
     print(f"wrote {target}")
+
+
+def tiny_logits():
+    from llama_cpp import Llama
+    env = dict(os.environ, POCKETCHAT_TINY_DIR=TINY_DIR)
+    subprocess.run(["cargo", "test", "--no-default-features", "--test", "llamacpp_conformance", "--",
+                    "--ignored", "write_tiny_models_for_the_reference_script"], cwd=REPO, env=env, check=True)
+    out = {}
+    for arch in ["llama", "qwen3", "gemma3"]:
+        path = os.path.join(TINY_DIR, f"tiny-{arch}.gguf")
+        llm = Llama(model_path=path, n_ctx=64, n_batch=64, logits_all=True, verbose=False, n_threads=2,
+                    type_k=0, type_v=0)  # f32 cache: the Rust side runs one
+        llm.eval(TINY_TOKENS)
+        rows = [[round(float(x), 5) for x in llm.scores[i]] for i in range(len(TINY_TOKENS))]
+        out[arch] = {"sha256": sha256(path), "logits": rows}
+        print(f"tiny {arch}: last row max {max(rows[-1]):.4f}")
+    return out
 
 
 def quant_types(args):

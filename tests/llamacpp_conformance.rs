@@ -131,3 +131,66 @@ fn perplexity_is_within_one_percent_of_llama_cpp() {
         assert!((ours.ppl / theirs - 1.0).abs() < 0.01, "{name}: perplexity {} vs llama.cpp {theirs}", ours.ppl);
     }
 }
+
+/// The tiny random-weight files whose logits llama.cpp computed (`scripts/llamacpp_reference.py
+/// write` reads them from [`write_tiny_models_for_the_reference_script`]): one per family,
+/// all f32 so both engines compute from the same values. gemma3's sliding window (5) is
+/// shorter than the prompt.
+const TINY: &[(&str, usize, u64)] = &[("llama", 2, 31), ("qwen3", 2, 33), ("gemma3", 6, 35)];
+/// The prompt of the tiny files.
+const TINY_TOKENS: [u32; 12] = [5, 17, 200, 3, 99, 42, 7, 255, 256, 1, 64, 128];
+
+mod common;
+
+fn write_tiny(dir: &std::path::Path, arch: &'static str, layers: usize, seed: u64) -> PathBuf {
+    let spec = common::TinySpec {
+        n_layers: layers,
+        weight_dtype: candle_core::quantized::GgmlDType::F32,
+        arch,
+        tokenizer_model: if arch == "gemma3" { "llama" } else { "gpt2" },
+        meta_overrides: Vec::new(),
+    };
+    let path = common::write_tiny_gguf(dir, &spec, seed);
+    let named = dir.join(format!("tiny-{arch}.gguf"));
+    std::fs::rename(&path, &named).unwrap();
+    named
+}
+
+/// Writes the tiny files for the reference script (`--ignored`; into
+/// `$POCKETCHAT_TINY_DIR`, default `/tmp/pocketchat-tiny`).
+#[test]
+#[ignore]
+fn write_tiny_models_for_the_reference_script() {
+    let dir = PathBuf::from(std::env::var("POCKETCHAT_TINY_DIR").unwrap_or_else(|_| "/tmp/pocketchat-tiny".into()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for &(arch, layers, seed) in TINY {
+        println!("{}", write_tiny(&dir, arch, layers, seed).display());
+    }
+}
+
+/// Each family's forward pass equals llama.cpp's on the same tiny file: every position's
+/// logits within 1e-3 of the largest.
+#[test]
+fn tiny_models_of_every_family_give_llama_cpp_logits() {
+    let reference = reference();
+    let dir = tempfile::tempdir().unwrap();
+    for &(arch, layers, seed) in TINY {
+        let expected = &reference["tiny"][arch];
+        let path = write_tiny(dir.path(), arch, layers, seed);
+        let sha = pocketchat::catalog::sha256_file(&path).unwrap();
+        assert_eq!(sha, expected["sha256"].as_str().unwrap(), "{arch}: the tiny file is not the one llama.cpp read");
+        let rows: Vec<Vec<f32>> = serde_json::from_value(expected["logits"].clone()).unwrap();
+        for kernels in [Kernels::Candle, Kernels::Fast] {
+            let model = Model::load(&path, &Device::Cpu, kernels, |_| {}).unwrap();
+            let ours = model.forward_all(&TINY_TOKENS, &mut model.make_state(64, DType::F32)).unwrap();
+            let ours: Vec<Vec<f32>> = ours.to_dtype(DType::F32).unwrap().to_vec2().unwrap();
+            let scale = rows.iter().flatten().fold(0f32, |m, x| m.max(x.abs()));
+            let diff = ours.iter().flatten().zip(rows.iter().flatten()).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            println!("{arch} {kernels:?}: max difference {diff:.2e} of {scale:.2}");
+            assert!(
+                diff <= 1e-3 * scale,
+                "{arch} {kernels:?}: logits differ from llama.cpp's by {diff} (largest {scale})"
+            );
+        }
+    }
+}

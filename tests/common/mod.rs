@@ -112,7 +112,10 @@ pub fn write_tiny_gguf(dir: &Path, spec: &TinySpec, seed: u64) -> PathBuf {
     };
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
     let q = |t: &Tensor, dt: GgmlDType| QTensor::quantize(t, dt).unwrap();
-    tensors.push(("token_embd.weight".into(), q(&rand((n_vocab, EMBED), 1.0), GgmlDType::Q8_0)));
+    // An all-f32 file has f32 embeddings too: scripts/llamacpp_reference.py writes the
+    // same file for llama.cpp without having to reproduce ggml's 8-bit rounding.
+    let embedding_dtype = if spec.weight_dtype == GgmlDType::F32 { GgmlDType::F32 } else { GgmlDType::Q8_0 };
+    tensors.push(("token_embd.weight".into(), q(&rand((n_vocab, EMBED), 1.0), embedding_dtype)));
     let head_dim = EMBED / HEADS;
     for i in 0..spec.n_layers {
         let p = format!("blk.{i}");
