@@ -104,7 +104,7 @@ fn rows_body<const FMA: bool>(p: Product<'_>, rows: std::ops::Range<usize>, dst:
             }
             for i in 0..m {
                 let xs = &x[i * k + start..i * k + start + len];
-                let sums = dot_rows::<FMA>(&wide, len, xs);
+                let sums = dot_rows_for::<FMA>(&wide, len, xs);
                 for (j, s) in sums.iter().enumerate().take(count) {
                     dst[i * n + r + j] += s;
                 }
@@ -117,24 +117,63 @@ fn rows_body<const FMA: bool>(p: Product<'_>, rows: std::ops::Range<usize>, dst:
 /// Weight rows sharing each activation load.
 const ROWS: usize = 4;
 
-/// `Σ w[j][c] x[c]` over `c < len` for each of the [`ROWS`] rows, in f32 over 8 lanes a
-/// row (the compiler keeps them in vector registers), summed at the end.
+/// `Σ w[j][c] x[c]` over `c < len` for each of the [`ROWS`] rows, in f32.
 #[inline(always)]
-fn dot_rows<const FMA: bool>(w: &[[f32; CHUNK]; ROWS], len: usize, x: &[f32]) -> [f32; ROWS] {
+fn dot_rows_for<const FMA: bool>(w: &[[f32; CHUNK]; ROWS], len: usize, x: &[f32]) -> [f32; ROWS] {
+    #[cfg(target_arch = "x86_64")]
+    if FMA {
+        // SAFETY: `FMA` is set only inside `rows_avx2`, which enables AVX2 and FMA.
+        return unsafe { dot_rows_avx2(w, len, x) };
+    }
+    dot_rows(w, len, x)
+}
+
+/// Portable: 8 lanes a row, which the compiler may keep in vector registers.
+#[inline(always)]
+fn dot_rows(w: &[[f32; CHUNK]; ROWS], len: usize, x: &[f32]) -> [f32; ROWS] {
     const LANES: usize = 8;
     let mut acc = [[0f32; LANES]; ROWS];
     let full = len / LANES * LANES;
     for c in (0..full).step_by(LANES) {
-        let xs: [f32; LANES] = x[c..c + LANES].try_into().expect("a whole lane group");
         for (row, acc) in w.iter().zip(acc.iter_mut()) {
             for l in 0..LANES {
-                acc[l] = if FMA { row[c + l].mul_add(xs[l], acc[l]) } else { acc[l] + row[c + l] * xs[l] };
+                acc[l] += row[c + l] * x[c + l];
             }
         }
     }
     let mut sums = [0f32; ROWS];
     for ((sum, acc), row) in sums.iter_mut().zip(&acc).zip(w) {
         *sum = acc.iter().sum::<f32>() + (full..len).map(|c| row[c] * x[c]).sum::<f32>();
+    }
+    sums
+}
+
+/// AVX2 + FMA: two 8-lane accumulators a row (eight independent chains hide the FMA
+/// latency), one activation load for four rows.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn dot_rows_avx2(w: &[[f32; CHUNK]; ROWS], len: usize, x: &[f32]) -> [f32; ROWS] {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_ps(); 2]; ROWS];
+    let full = len / 16 * 16;
+    let xp = x.as_ptr();
+    for c in (0..full).step_by(16) {
+        // SAFETY: c + 16 <= len <= x.len() and <= CHUNK.
+        let (x0, x1) = (_mm256_loadu_ps(xp.add(c)), _mm256_loadu_ps(xp.add(c + 8)));
+        for (row, acc) in w.iter().zip(acc.iter_mut()) {
+            let wp = row.as_ptr();
+            acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(wp.add(c)), x0, acc[0]);
+            acc[1] = _mm256_fmadd_ps(_mm256_loadu_ps(wp.add(c + 8)), x1, acc[1]);
+        }
+    }
+    let mut sums = [0f32; ROWS];
+    for ((sum, acc), row) in sums.iter_mut().zip(&acc).zip(w) {
+        let v = _mm256_add_ps(acc[0], acc[1]);
+        let q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+        let q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
+        *sum = _mm_cvtss_f32(q) + (full..len).map(|c| row[c] * x[c]).sum::<f32>();
     }
     sums
 }
