@@ -108,12 +108,21 @@ fn rows_body<const FMA: bool>(p: Product<'_>, rows: std::ops::Range<usize>, dst:
                 let row = &w[(r + j) * k * bytes..(r + j + 1) * k * bytes];
                 widen::<FMA>(kind, &row[start * bytes..(start + len) * bytes], &mut chunk[..len]);
             }
-            for i in 0..m {
-                let xs = &x[i * k + start..i * k + start + len];
-                let sums = dot_rows_for::<FMA>(&wide, len, xs);
-                for (j, s) in sums.iter().enumerate().take(count) {
-                    dst[i * n + r + j] += s;
+            // Two activation rows at a time: each weight load serves both.
+            let mut i = 0;
+            while i < m {
+                let xs = |i: usize| &x[i * k + start..i * k + start + len];
+                let (sums, rows_done) = if i + 1 < m {
+                    (dot_rows_for::<FMA>(&wide, len, [xs(i), xs(i + 1)]), 2)
+                } else {
+                    (dot_rows_for::<FMA>(&wide, len, [xs(i), xs(i)]), 1)
+                };
+                for (a, sums) in sums.iter().enumerate().take(rows_done) {
+                    for (j, s) in sums.iter().enumerate().take(count) {
+                        dst[(i + a) * n + r + j] += s;
+                    }
                 }
+                i += rows_done;
             }
         }
         r += count;
@@ -171,15 +180,16 @@ unsafe fn hsum(v: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)))
 }
 
-/// `Σ w[j][c] x[c]` over `c < len` for each of the [`ROWS`] rows, in f32.
+/// `Σ w[j][c] x[a][c]` over `c < len` for each of the [`ROWS`] rows and both activation
+/// rows `a`, in f32.
 #[inline(always)]
-fn dot_rows_for<const FMA: bool>(w: &[[f32; CHUNK]; ROWS], len: usize, x: &[f32]) -> [f32; ROWS] {
+fn dot_rows_for<const FMA: bool>(w: &[[f32; CHUNK]; ROWS], len: usize, x: [&[f32]; 2]) -> [[f32; ROWS]; 2] {
     #[cfg(target_arch = "x86_64")]
     if FMA {
         // SAFETY: `FMA` is set only inside `rows_avx2`, which enables AVX2 and FMA.
         return unsafe { dot_rows_avx2(w, len, x) };
     }
-    dot_rows(w, len, x)
+    [dot_rows(w, len, x[0]), dot_rows(w, len, x[1])]
 }
 
 /// Portable: 8 lanes a row, which the compiler may keep in vector registers.
@@ -202,28 +212,31 @@ fn dot_rows(w: &[[f32; CHUNK]; ROWS], len: usize, x: &[f32]) -> [f32; ROWS] {
     sums
 }
 
-/// AVX2 + FMA: two 8-lane accumulators a row (eight independent chains hide the FMA
-/// latency), one activation load for four rows.
+/// AVX2 + FMA: one 8-lane accumulator per weight row and activation row (eight
+/// independent chains hide the FMA latency); each weight load serves two activation
+/// rows, each activation load four weight rows.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn dot_rows_avx2(w: &[[f32; CHUNK]; ROWS], len: usize, x: &[f32]) -> [f32; ROWS] {
+unsafe fn dot_rows_avx2(w: &[[f32; CHUNK]; ROWS], len: usize, x: [&[f32]; 2]) -> [[f32; ROWS]; 2] {
     use std::arch::x86_64::*;
-    let mut acc = [[_mm256_setzero_ps(); 2]; ROWS];
-    let full = len / 16 * 16;
-    let xp = x.as_ptr();
-    for c in (0..full).step_by(16) {
-        // SAFETY: c + 16 <= len <= x.len() and <= CHUNK.
-        let (x0, x1) = (_mm256_loadu_ps(xp.add(c)), _mm256_loadu_ps(xp.add(c + 8)));
-        for (row, acc) in w.iter().zip(acc.iter_mut()) {
-            let wp = row.as_ptr();
-            acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(wp.add(c)), x0, acc[0]);
-            acc[1] = _mm256_fmadd_ps(_mm256_loadu_ps(wp.add(c + 8)), x1, acc[1]);
+    let mut acc = [[_mm256_setzero_ps(); ROWS]; 2];
+    let full = len / 8 * 8;
+    let (x0, x1) = (x[0].as_ptr(), x[1].as_ptr());
+    for c in (0..full).step_by(8) {
+        // SAFETY: c + 8 <= len, which both activation slices and every chunk hold.
+        let (a0, a1) = (_mm256_loadu_ps(x0.add(c)), _mm256_loadu_ps(x1.add(c)));
+        for (j, row) in w.iter().enumerate() {
+            let wv = _mm256_loadu_ps(row.as_ptr().add(c));
+            acc[0][j] = _mm256_fmadd_ps(wv, a0, acc[0][j]);
+            acc[1][j] = _mm256_fmadd_ps(wv, a1, acc[1][j]);
         }
     }
-    let mut sums = [0f32; ROWS];
-    for ((sum, acc), row) in sums.iter_mut().zip(&acc).zip(w) {
-        *sum = hsum(_mm256_add_ps(acc[0], acc[1])) + (full..len).map(|c| row[c] * x[c]).sum::<f32>();
+    let mut sums = [[0f32; ROWS]; 2];
+    for a in 0..2 {
+        for (j, row) in w.iter().enumerate() {
+            sums[a][j] = hsum(acc[a][j]) + (full..len).map(|c| row[c] * x[a][c]).sum::<f32>();
+        }
     }
     sums
 }
