@@ -108,15 +108,13 @@ fn rows_body<const FMA: bool>(p: Product<'_>, rows: std::ops::Range<usize>, dst:
                 let row = &w[(r + j) * k * bytes..(r + j + 1) * k * bytes];
                 widen::<FMA>(kind, &row[start * bytes..(start + len) * bytes], &mut chunk[..len]);
             }
-            // Two activation rows at a time: each weight load serves both.
+            // Three activation rows at a time: each weight load serves all three (the
+            // last one or two rows repeat the last row, computed and not written).
             let mut i = 0;
             while i < m {
-                let xs = |i: usize| &x[i * k + start..i * k + start + len];
-                let (sums, rows_done) = if i + 1 < m {
-                    (dot_rows_for::<FMA>(&wide, len, [xs(i), xs(i + 1)]), 2)
-                } else {
-                    (dot_rows_for::<FMA>(&wide, len, [xs(i), xs(i)]), 1)
-                };
+                let xs = |a: usize| &x[(i + a).min(m - 1) * k + start..(i + a).min(m - 1) * k + start + len];
+                let sums = dot_rows_for::<FMA>(&wide, len, [xs(0), xs(1), xs(2)]);
+                let rows_done = ACTS.min(m - i);
                 for (a, sums) in sums.iter().enumerate().take(rows_done) {
                     for (j, s) in sums.iter().enumerate().take(count) {
                         dst[(i + a) * n + r + j] += s;
@@ -131,6 +129,9 @@ fn rows_body<const FMA: bool>(p: Product<'_>, rows: std::ops::Range<usize>, dst:
 
 /// Weight rows sharing each activation load.
 const ROWS: usize = 4;
+/// Activation rows sharing each weight load (with [`ROWS`]: 12 accumulators, 3 activation
+/// registers and one weight register, AVX2's 16).
+const ACTS: usize = 3;
 
 /// Decode (one activation row) of an F16 matrix: each weight row widened in registers and
 /// multiplied at once, four rows sharing each activation load, 4 KiB fetched ahead of
@@ -180,16 +181,16 @@ unsafe fn hsum(v: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)))
 }
 
-/// `Σ w[j][c] x[a][c]` over `c < len` for each of the [`ROWS`] rows and both activation
-/// rows `a`, in f32.
+/// `Σ w[j][c] x[a][c]` over `c < len` for each of the [`ROWS`] rows and [`ACTS`]
+/// activation rows `a`, in f32.
 #[inline(always)]
-fn dot_rows_for<const FMA: bool>(w: &[[f32; CHUNK]; ROWS], len: usize, x: [&[f32]; 2]) -> [[f32; ROWS]; 2] {
+fn dot_rows_for<const FMA: bool>(w: &[[f32; CHUNK]; ROWS], len: usize, x: [&[f32]; ACTS]) -> [[f32; ROWS]; ACTS] {
     #[cfg(target_arch = "x86_64")]
     if FMA {
         // SAFETY: `FMA` is set only inside `rows_avx2`, which enables AVX2 and FMA.
         return unsafe { dot_rows_avx2(w, len, x) };
     }
-    [dot_rows(w, len, x[0]), dot_rows(w, len, x[1])]
+    x.map(|x| dot_rows(w, len, x))
 }
 
 /// Portable: 8 lanes a row, which the compiler may keep in vector registers.
@@ -212,28 +213,28 @@ fn dot_rows(w: &[[f32; CHUNK]; ROWS], len: usize, x: &[f32]) -> [f32; ROWS] {
     sums
 }
 
-/// AVX2 + FMA: one 8-lane accumulator per weight row and activation row (eight
-/// independent chains hide the FMA latency); each weight load serves two activation
-/// rows, each activation load four weight rows.
+/// AVX2 + FMA: one 8-lane accumulator per weight row and activation row (twelve
+/// independent chains hide the FMA latency); each weight load serves [`ACTS`] activation
+/// rows, each activation load [`ROWS`] weight rows.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn dot_rows_avx2(w: &[[f32; CHUNK]; ROWS], len: usize, x: [&[f32]; 2]) -> [[f32; ROWS]; 2] {
+unsafe fn dot_rows_avx2(w: &[[f32; CHUNK]; ROWS], len: usize, x: [&[f32]; ACTS]) -> [[f32; ROWS]; ACTS] {
     use std::arch::x86_64::*;
-    let mut acc = [[_mm256_setzero_ps(); ROWS]; 2];
+    let mut acc = [[_mm256_setzero_ps(); ROWS]; ACTS];
     let full = len / 8 * 8;
-    let (x0, x1) = (x[0].as_ptr(), x[1].as_ptr());
     for c in (0..full).step_by(8) {
-        // SAFETY: c + 8 <= len, which both activation slices and every chunk hold.
-        let (a0, a1) = (_mm256_loadu_ps(x0.add(c)), _mm256_loadu_ps(x1.add(c)));
+        // SAFETY: c + 8 <= len, which every activation slice and every chunk hold.
+        let a: [__m256; ACTS] = std::array::from_fn(|a| _mm256_loadu_ps(x[a].as_ptr().add(c)));
         for (j, row) in w.iter().enumerate() {
             let wv = _mm256_loadu_ps(row.as_ptr().add(c));
-            acc[0][j] = _mm256_fmadd_ps(wv, a0, acc[0][j]);
-            acc[1][j] = _mm256_fmadd_ps(wv, a1, acc[1][j]);
+            for (acc, a) in acc.iter_mut().zip(&a) {
+                acc[j] = _mm256_fmadd_ps(wv, *a, acc[j]);
+            }
         }
     }
-    let mut sums = [[0f32; ROWS]; 2];
-    for a in 0..2 {
+    let mut sums = [[0f32; ROWS]; ACTS];
+    for a in 0..ACTS {
         for (j, row) in w.iter().enumerate() {
             sums[a][j] = hsum(acc[a][j]) + (full..len).map(|c| row[c] * x[a][c]).sum::<f32>();
         }
