@@ -89,41 +89,49 @@ unsafe fn rows_avx2(p: Product<'_>, rows: std::ops::Range<usize>, dst: &mut [f32
 }
 
 /// The rows' dot products, written once for both entry points (`FMA`: fused multiply-adds
-/// and F16C, only where the caller enabled them). Rows go four at a time, so each
-/// activation value loaded serves four weight rows.
+/// and F16C, only where the caller enabled them). A block of [`UNIT_ROWS`] weight rows is
+/// widened a chunk at a time (16 KB, kept in L1), and every group of [`ACTS`] activation
+/// rows is dotted with all of it, [`ROWS`] weight rows per call: each activation load
+/// serves four weight rows, each weight load three activation rows.
 #[inline(always)]
 fn rows_body<const FMA: bool>(p: Product<'_>, rows: std::ops::Range<usize>, dst: &mut [f32]) {
     let Product { kind, w, n, k, x, m } = p;
     let bytes = kind.bytes();
-    let mut wide = [[0f32; CHUNK]; ROWS];
-    let mut r = rows.start;
-    while r < rows.end {
-        let count = ROWS.min(rows.end - r);
+    let mut wide = [[[0f32; CHUNK]; ROWS]; UNIT_ROWS / ROWS];
+    for block in rows.clone().step_by(UNIT_ROWS) {
+        let block = block..rows.end.min(block + UNIT_ROWS);
         for i in 0..m {
-            dst[i * n + r..i * n + r + count].fill(0.0);
+            dst[i * n + block.start..i * n + block.end].fill(0.0);
         }
         for start in (0..k).step_by(CHUNK) {
             let len = CHUNK.min(k - start);
-            for (j, chunk) in wide.iter_mut().enumerate().take(count) {
-                let row = &w[(r + j) * k * bytes..(r + j + 1) * k * bytes];
+            for (r, chunk) in block.clone().zip(wide.iter_mut().flatten()) {
+                let row = &w[r * k * bytes..(r + 1) * k * bytes];
                 widen::<FMA>(kind, &row[start * bytes..(start + len) * bytes], &mut chunk[..len]);
             }
-            // Three activation rows at a time: each weight load serves all three (the
-            // last one or two rows repeat the last row, computed and not written).
+            // The last one or two activation rows repeat the last row, computed and not
+            // written.
             let mut i = 0;
             while i < m {
                 let xs = |a: usize| &x[(i + a).min(m - 1) * k + start..(i + a).min(m - 1) * k + start + len];
-                let sums = dot_rows_for::<FMA>(&wide, len, [xs(0), xs(1), xs(2)]);
-                let rows_done = ACTS.min(m - i);
-                for (a, sums) in sums.iter().enumerate().take(rows_done) {
-                    for (j, s) in sums.iter().enumerate().take(count) {
-                        dst[(i + a) * n + r + j] += s;
+                let acts = [xs(0), xs(1), xs(2)];
+                let acts_done = ACTS.min(m - i);
+                for (g, group) in wide.iter().enumerate() {
+                    let first = block.start + g * ROWS;
+                    if first >= block.end {
+                        break;
+                    }
+                    let count = ROWS.min(block.end - first);
+                    let sums = dot_rows_for::<FMA>(group, len, acts);
+                    for (a, sums) in sums.iter().enumerate().take(acts_done) {
+                        for (j, s) in sums.iter().enumerate().take(count) {
+                            dst[(i + a) * n + first + j] += s;
+                        }
                     }
                 }
-                i += rows_done;
+                i += acts_done;
             }
         }
-        r += count;
     }
 }
 
