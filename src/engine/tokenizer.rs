@@ -65,7 +65,10 @@ fn pre_tokenizer(pre: Option<&str>) -> Result<Option<PreTokenizerWrapper>, Engin
         None | Some("smollm" | "gpt2" | "default") => return Ok(Some(ByteLevel::new(false, true, true).into())),
         Some("llama-bpe" | "llama3") => LLAMA3_SPLIT,
         Some("qwen2") => QWEN2_SPLIT,
-        Some(_) => return Ok(None),
+        Some(other) => {
+            tracing::warn!(pre = other, "unknown pre-tokenizer: token ids may differ from llama.cpp's");
+            return Ok(None);
+        }
     };
     let split = Split::new(SplitPattern::Regex(split.into()), SplitDelimiterBehavior::Isolated, false)
         .map_err(|e| EngineError::UnsupportedTokenizer(format!("pre-tokenizer: {e}")))?;
