@@ -133,7 +133,8 @@ fn perplexity_is_within_one_percent_of_llama_cpp() {
 }
 
 /// The tiny random-weight files whose logits llama.cpp computed (`scripts/llamacpp_reference.py
-/// write` reads them from [`write_tiny_models_for_the_reference_script`]): one per family,
+/// write` has [`tiny_models_of_every_family_give_llama_cpp_logits`] write them where it
+/// reads them, `$POCKETCHAT_TINY_DIR`): one per family,
 /// all f32 so both engines compute from the same values. gemma3's sliding window (5) is
 /// shorter than the prompt.
 const TINY: &[(&str, usize, u64)] = &[("llama", 2, 31), ("qwen3", 2, 33), ("gemma3", 6, 35)];
@@ -156,27 +157,18 @@ fn write_tiny(dir: &std::path::Path, arch: &'static str, layers: usize, seed: u6
     named
 }
 
-/// Writes the tiny files for the reference script (`--ignored`; into
-/// `$POCKETCHAT_TINY_DIR`, default `/tmp/pocketchat-tiny`).
-#[test]
-#[ignore]
-fn write_tiny_models_for_the_reference_script() {
-    let dir = PathBuf::from(std::env::var("POCKETCHAT_TINY_DIR").unwrap_or_else(|_| "/tmp/pocketchat-tiny".into()));
-    std::fs::create_dir_all(&dir).unwrap();
-    for &(arch, layers, seed) in TINY {
-        println!("{}", write_tiny(&dir, arch, layers, seed).display());
-    }
-}
-
 /// Each family's forward pass equals llama.cpp's on the same tiny file: every position's
-/// logits within 1e-3 of the largest.
+/// logits within 1e-3 of the largest. The files go to a temporary folder, or to
+/// `$POCKETCHAT_TINY_DIR` when the reference script asks for them there.
 #[test]
 fn tiny_models_of_every_family_give_llama_cpp_logits() {
     let reference = reference();
-    let dir = tempfile::tempdir().unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let dir = std::env::var_os("POCKETCHAT_TINY_DIR").map(PathBuf::from).unwrap_or_else(|| temp.path().into());
+    std::fs::create_dir_all(&dir).unwrap();
     for &(arch, layers, seed) in TINY {
         let expected = &reference["tiny"][arch];
-        let path = write_tiny(dir.path(), arch, layers, seed);
+        let path = write_tiny(&dir, arch, layers, seed);
         let sha = pocketchat::catalog::sha256_file(&path).unwrap();
         assert_eq!(sha, expected["sha256"].as_str().unwrap(), "{arch}: the tiny file is not the one llama.cpp read");
         let rows: Vec<Vec<f32>> = serde_json::from_value(expected["logits"].clone()).unwrap();

@@ -23,22 +23,24 @@ fn prefill_then_decode_equals_one_full_forward() {
     for dtype in [GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::F32] {
         let path = write_tiny_gguf(dir.path(), &TinySpec { weight_dtype: dtype, ..Default::default() }, 7);
         for kernel in [Kernels::Candle, Kernels::Fast] {
-            let model = load(&path, kernel);
-            let mut full = model.make_state(64, DType::F32);
-            let all = model.forward_all(&TOKENS, &mut full).unwrap();
-
-            let mut state = model.make_state(64, DType::F32);
-            let mut rows = vec![model.forward_all(&TOKENS[..5], &mut state).unwrap()];
-            for t in &TOKENS[5..] {
-                rows.push(model.forward_all(&[*t], &mut state).unwrap());
-            }
-            let stepped = Tensor::cat(&rows, 0).unwrap();
-            let diff = max_abs_diff(&all, &stepped);
+            let (diff, state) = stepped_vs_full(&load(&path, kernel), 5);
             assert!(diff <= 1e-4, "{dtype:?} {kernel:?}: max abs diff {diff}");
             assert_eq!(state.tokens(), &TOKENS);
             assert_eq!(state.len(), 12);
         }
     }
+}
+
+/// The largest difference between one forward over `TOKENS` and a prefill of the first
+/// `prefill` tokens followed by one decode step per token, and the stepped state.
+fn stepped_vs_full(model: &Model, prefill: usize) -> (f32, pocketchat::engine::State) {
+    let all = model.forward_all(&TOKENS, &mut model.make_state(64, DType::F32)).unwrap();
+    let mut state = model.make_state(64, DType::F32);
+    let mut rows = vec![model.forward_all(&TOKENS[..prefill], &mut state).unwrap()];
+    for t in &TOKENS[prefill..] {
+        rows.push(model.forward_all(&[*t], &mut state).unwrap());
+    }
+    (max_abs_diff(&all, &Tensor::cat(&rows, 0).unwrap()), state)
 }
 
 #[test]
@@ -232,15 +234,7 @@ fn qwen3_and_gemma3_decode_step_by_step_as_one_full_forward() {
     for (arch, layers) in [("qwen3", 2), ("gemma3", 6)] {
         let path = tiny_family(dir.path(), arch, layers, 21);
         for kernel in [Kernels::Candle, Kernels::Fast] {
-            let model = load(&path, kernel);
-            let mut full = model.make_state(64, DType::F32);
-            let all = model.forward_all(&TOKENS, &mut full).unwrap();
-            let mut state = model.make_state(64, DType::F32);
-            let mut rows = vec![model.forward_all(&TOKENS[..3], &mut state).unwrap()];
-            for t in &TOKENS[3..] {
-                rows.push(model.forward_all(&[*t], &mut state).unwrap());
-            }
-            let diff = max_abs_diff(&all, &Tensor::cat(&rows, 0).unwrap());
+            let (diff, _) = stepped_vs_full(&load(&path, kernel), 3);
             assert!(diff <= 1e-4, "{arch} {kernel:?}: max abs diff {diff}");
         }
     }
