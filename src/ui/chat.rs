@@ -11,7 +11,7 @@ use crate::engine::Command;
 
 use super::app::send_command;
 use super::fmt::format_rate;
-use super::markdown::MarkdownBlocks;
+use super::markdown::{MarkdownBlocks, OpenHtml};
 use super::notices::{LoadFailureCard, LoadingCard, NoticeView};
 use super::platform;
 use super::qa;
@@ -137,10 +137,12 @@ pub fn MessageBubble(message: Message, #[props(default)] action: Option<TurnActi
         return rsx! { UserMessage { text: message.text.clone(), editable: action == Some(TurnAction::Edit) } };
     }
     let streaming = !message.finished;
-    let (finished_blocks, open_block) = {
+    let (finished_blocks, open) = {
         let mut b = blocks.borrow_mut();
         b.update(&message.text);
-        (b.finished().to_vec(), b.open().clone())
+        // While the reply streams, its last line is a box of its own (see `OpenHtml`).
+        let open = if streaming { b.open().clone() } else { OpenHtml { live: Rc::from(b.open_whole()), ..Default::default() } };
+        (b.finished().to_vec(), open)
     };
     let text = message.text.clone();
     let meta = match (message.tok_s, message.finished) {
@@ -163,8 +165,11 @@ pub fn MessageBubble(message: Message, #[props(default)] action: Option<TurnActi
                         for (i, html) in finished_blocks.into_iter().enumerate() {
                             MarkdownBlock { key: "{i}", html }
                         }
-                        if !open_block.is_empty() {
-                            MarkdownBlock { key: "{OPEN_BLOCK_KEY}", html: open_block }
+                        if !open.settled.is_empty() {
+                            MarkdownBlock { key: "{OPEN_SETTLED_KEY}", html: open.settled }
+                        }
+                        if !open.live.is_empty() {
+                            MarkdownBlock { key: "{OPEN_LIVE_KEY}", html: open.live }
                         }
                     }
                 }
@@ -263,8 +268,10 @@ fn UserMessage(text: String, editable: bool) -> Element {
     }
 }
 
-/// The key of a reply's open Markdown block (finished blocks are keyed by position).
-const OPEN_BLOCK_KEY: &str = "open";
+/// Keys of a reply's open Markdown block, its settled lines and its live last line
+/// (finished blocks are keyed by position).
+const OPEN_SETTLED_KEY: &str = "open-settled";
+const OPEN_LIVE_KEY: &str = "open-live";
 
 /// Rendered Markdown of one or more blocks; equal `Rc`s compare in O(1), so a finished
 /// block is never rendered again.

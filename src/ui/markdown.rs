@@ -10,7 +10,9 @@
 //! A streaming reply is rendered with [`MarkdownBlocks`]: the text's top-level blocks
 //! that are finished (a later block has begun) are rendered once and kept; only the open
 //! last block is parsed again as tokens arrive, so the cost of a token does not grow with
-//! the reply.
+//! the reply. The open block is itself cut before its last line ([`OpenHtml`]): the web
+//! view repaints the whole box whose content changes, so a token should change only a
+//! box the size of one line.
 
 use std::rc::Rc;
 
@@ -36,11 +38,24 @@ pub struct MarkdownBlocks {
     finished: Vec<Rc<str>>,
     /// Bytes of the text the finished blocks cover.
     finished_len: usize,
-    open: Rc<str>,
+    open: OpenHtml,
     /// The text the blocks were made from (to tell appends from rewrites).
     text: String,
     /// The text defines link references: it is rendered as one block.
     whole: bool,
+}
+
+/// The open block's HTML for a reply that is still streaming, in two parts shown one
+/// after the other: `settled`, its lines before the last, changes once per line; `live`,
+/// the last line (a paragraph's line after its last break, a list's last item), at every
+/// token. Together they look exactly like the block rendered whole: the cut is a line
+/// break (or the start of an item) in both, and the stylesheet drops the margins at the
+/// seam (`.continued`, `.rest`). Without a line to cut at, `settled` holds the blocks
+/// before the last one, if any, and `live` the last block.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct OpenHtml {
+    pub settled: Rc<str>,
+    pub live: Rc<str>,
 }
 
 /// Where the finished blocks of a text end.
@@ -79,7 +94,12 @@ impl MarkdownBlocks {
                 }
             }
         }
-        self.open = Rc::from(to_html(&text[self.finished_len..]));
+        let (settled, live) = to_html_cut_at_last_line(&text[self.finished_len..]);
+        // An unchanged part keeps its `Rc`: a component showing it is not re-rendered.
+        if *self.open.settled != *settled {
+            self.open.settled = Rc::from(settled);
+        }
+        self.open.live = Rc::from(live);
     }
 
     /// HTML of the finished blocks, oldest first.
@@ -87,9 +107,15 @@ impl MarkdownBlocks {
         &self.finished
     }
 
-    /// HTML of the open last block (empty when there is no text after the finished ones).
-    pub fn open(&self) -> &Rc<str> {
+    /// HTML of the open last block, cut before its last line (both parts are empty when
+    /// there is no text after the finished blocks).
+    pub fn open(&self) -> &OpenHtml {
         &self.open
+    }
+
+    /// HTML of the open last block in one piece, for a reply that has ended.
+    pub fn open_whole(&self) -> String {
+        to_html(&self.text[self.finished_len..])
     }
 }
 
@@ -136,6 +162,77 @@ fn top_level_block_starts(markdown: &str) -> (Vec<usize>, bool) {
 
 /// Renders `markdown` to safe HTML.
 pub fn to_html(markdown: &str) -> String {
+    render(safe_events(markdown))
+}
+
+fn render<'a>(events: impl IntoIterator<Item = Event<'a>>) -> String {
+    let mut html_out = String::new();
+    html::push_html(&mut html_out, events.into_iter());
+    html_out
+}
+
+/// [`to_html`] in two parts, cut before the last line of the last block; see [`OpenHtml`].
+fn to_html_cut_at_last_line(markdown: &str) -> (String, String) {
+    let events = safe_events(markdown);
+    // The last top-level block: where it starts, and its tag.
+    let mut depth = 0usize;
+    let mut last_block = None;
+    for (i, event) in events.iter().enumerate() {
+        match event {
+            Event::Start(tag) => {
+                if depth == 0 {
+                    last_block = Some((i, tag.clone()));
+                }
+                depth += 1;
+            }
+            Event::End(_) => depth = depth.saturating_sub(1),
+            _ if depth == 0 => last_block = None,
+            _ => {}
+        }
+    }
+    let Some((start, tag)) = last_block else { return (String::new(), render(events)) };
+    // Inside the block (it ends with the last event): the cut, the last line break of a
+    // paragraph outside any emphasis or link, or the last item of a list.
+    let inside = start + 1..events.len() - 1;
+    let mut depth = 0usize;
+    let mut cut = None;
+    for i in inside.clone() {
+        match (&events[i], &tag) {
+            (Event::Start(Tag::Item), Tag::List(_)) if depth == 0 && i > inside.start => cut = Some(i),
+            (Event::HardBreak, Tag::Paragraph) if depth == 0 && i + 1 < inside.end => cut = Some(i),
+            _ => {}
+        }
+        match &events[i] {
+            Event::Start(_) => depth += 1,
+            Event::End(_) => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    let before = || events[..start].iter().cloned();
+    let Some(cut) = cut else { return (render(before()), render(events[start..].iter().cloned())) };
+    let (open, close, rest) = match tag {
+        Tag::Paragraph => ("<p class=\"continued\">".to_string(), "</p>\n", "<p class=\"rest\">".to_string()),
+        Tag::List(None) => ("<ul class=\"continued\">\n".to_string(), "</ul>\n", "<ul class=\"rest\">\n".to_string()),
+        Tag::List(Some(first)) => {
+            let items_before = events[inside.start..cut].iter().filter(|e| matches!(e, Event::Start(Tag::Item))).count();
+            let next = first.saturating_add(items_before as u64);
+            (format!("<ol class=\"continued\" start=\"{first}\">\n"), "</ol>\n", format!("<ol class=\"rest\" start=\"{next}\">\n"))
+        }
+        _ => unreachable!("cuts are made only in paragraphs and lists"),
+    };
+    // Our own tags, not the model's text (whose raw HTML `safe_events` turned into text).
+    let tag = |html: String| Event::Html(CowStr::from(html));
+    let settled_inside = events[inside.start..cut].iter().cloned();
+    let settled = render(before().chain([tag(open)]).chain(settled_inside).chain([tag(close.to_string())]));
+    // A paragraph's cut is its break, which the seam replaces; a list's is an item.
+    let live_from = if matches!(events[cut], Event::HardBreak) { cut + 1 } else { cut };
+    let live = render([tag(rest)].into_iter().chain(events[live_from..inside.end].iter().cloned()).chain([tag(close.to_string())]));
+    (settled, live)
+}
+
+/// The parser's events for `markdown`, made safe to show: raw HTML becomes text, links
+/// become their text and address, images their alt text, single newlines line breaks.
+fn safe_events(markdown: &str) -> Vec<Event<'_>> {
     let mut out = Vec::new();
     // Link destinations and the text seen inside each open link.
     let mut links: Vec<(LinkType, String, String)> = Vec::new();
@@ -174,9 +271,7 @@ pub fn to_html(markdown: &str) -> String {
             other => out.push(other),
         }
     }
-    let mut html_out = String::with_capacity(markdown.len() * 3 / 2 + 16);
-    html::push_html(&mut html_out, out.into_iter());
-    html_out
+    out
 }
 
 #[cfg(test)]
@@ -228,10 +323,33 @@ mod tests {
         blocks
     }
 
+    /// The finished blocks and the open one, its two parts joined back at the seam into
+    /// the HTML of the block rendered whole (which is also checked against `open_whole`).
     fn joined(blocks: &MarkdownBlocks) -> String {
         let mut html: String = blocks.finished().iter().map(|b| b.to_string()).collect();
-        html.push_str(blocks.open());
+        let open = unsplit(blocks.open());
+        assert_eq!(open, blocks.open_whole());
+        html.push_str(&open);
         html
+    }
+
+    fn unsplit(open: &OpenHtml) -> String {
+        let (settled, live) = (&*open.settled, &*open.live);
+        if let Some(rest) = live.strip_prefix("<p class=\"rest\">") {
+            let head = settled.strip_suffix("</p>\n").expect(settled).replacen("<p class=\"continued\">", "<p>", 1);
+            return format!("{head}<br />\n{rest}");
+        }
+        if let Some(rest) = live.strip_prefix("<ul class=\"rest\">\n") {
+            let head = settled.strip_suffix("</ul>\n").expect(settled).replacen("<ul class=\"continued\">", "<ul>", 1);
+            return format!("{head}{rest}");
+        }
+        if let Some(rest) = live.strip_prefix("<ol class=\"rest\" start=\"") {
+            let rest = &rest[rest.find("\">\n").expect(live) + 3..];
+            let head = settled.strip_suffix("</ol>\n").expect(settled);
+            let head = head.replacen("<ol class=\"continued\" start=\"1\">", "<ol>", 1).replacen("<ol class=\"continued\" ", "<ol ", 1);
+            return format!("{head}{rest}");
+        }
+        format!("{settled}{live}")
     }
 
     const REPLY: &str = "# Tips\n\nSleep **well**:\n\n1. Keep a schedule.\n2. Avoid screens.\n\n3. Loose item.\n\n\
@@ -259,7 +377,29 @@ mod tests {
         }
         let blocks = streamed(REPLY, 3);
         assert!(blocks.finished().len() >= 5, "finished blocks are kept: {}", blocks.finished().len());
-        assert!(blocks.open().contains("Last <em>words</em>"), "{}", blocks.open());
+        assert!(blocks.open().live.contains("Last <em>words</em>"), "{:?}", blocks.open());
+    }
+
+    #[test]
+    fn a_token_changes_only_the_line_it_is_written_on() {
+        let mut blocks = MarkdownBlocks::default();
+        blocks.update("Once upon a time\nthere was a *keeper*\nwho wa");
+        let settled = blocks.open().settled.clone();
+        assert_eq!(&*settled, "<p class=\"continued\">Once upon a time<br />\nthere was a <em>keeper</em></p>\n");
+        assert_eq!(&*blocks.open().live, "<p class=\"rest\">who wa</p>\n");
+        blocks.update("Once upon a time\nthere was a *keeper*\nwho watched");
+        assert!(Rc::ptr_eq(&settled, &blocks.open().settled), "the lines before are not rendered again");
+        assert_eq!(&*blocks.open().live, "<p class=\"rest\">who watched</p>\n");
+
+        blocks.update("Tips:\n\n3. Keep a schedule.\n4. Avoid screens.\n5. Dar");
+        assert_eq!(&*blocks.open().live, "<ol class=\"rest\" start=\"5\">\n<li>Dar</li>\n</ol>\n");
+        assert!(blocks.open().settled.starts_with("<ol class=\"continued\" start=\"3\">"), "{:?}", blocks.open());
+        // Emphasis across the last break: the cut moves to a break outside it.
+        blocks.update("a\nb **c\nd** e");
+        assert_eq!(&*blocks.open().live, "<p class=\"rest\">b <strong>c<br />\nd</strong> e</p>\n");
+        // One line, nothing to cut.
+        blocks.update("a line");
+        assert_eq!((&*blocks.open().settled, &*blocks.open().live), ("", "<p>a line</p>\n"));
     }
 
     #[test]
@@ -272,10 +412,10 @@ mod tests {
         let first = blocks.finished()[0].clone();
         blocks.update("First paragraph.\n\nSecond paragraph,\nlonger still.");
         assert!(Rc::ptr_eq(&first, &blocks.finished()[0]), "not rendered again");
-        assert_eq!(&**blocks.open(), "<p>Second paragraph,<br />\nlonger still.</p>\n");
+        assert_eq!(blocks.open_whole(), "<p>Second paragraph,<br />\nlonger still.</p>\n");
         // A fence left open holds everything after it in the open block.
         blocks.update("First paragraph.\n\nSecond paragraph,\nlonger still.\n\n```\ncode\n\nstill code");
-        assert!(blocks.open().starts_with("<pre><code>code\n\nstill code"), "{}", blocks.open());
+        assert!(blocks.open().live.starts_with("<pre><code>code\n\nstill code"), "{:?}", blocks.open());
     }
 
     #[test]
@@ -285,7 +425,7 @@ mod tests {
         blocks.update("Other.\n\nText");
         assert_eq!(joined(&blocks), to_html("Other.\n\nText"));
         blocks.update("");
-        assert!(blocks.finished().is_empty() && blocks.open().is_empty());
+        assert!(blocks.finished().is_empty() && *blocks.open() == OpenHtml::default());
     }
 
     #[test]
