@@ -141,7 +141,11 @@ pub fn MessageBubble(message: Message, #[props(default)] action: Option<TurnActi
         let mut b = blocks.borrow_mut();
         b.update(&message.text);
         // While the reply streams, its last line is a box of its own (see `OpenHtml`).
-        let open = if streaming { b.open().clone() } else { OpenHtml { live: Rc::from(b.open_whole()), ..Default::default() } };
+        let open = if streaming {
+            b.open().clone()
+        } else {
+            OpenHtml { live: Rc::from(b.open_whole()), ..Default::default() }
+        };
         (b.finished().to_vec(), open)
     };
     let text = message.text.clone();

@@ -214,9 +214,14 @@ fn to_html_cut_at_last_line(markdown: &str) -> (String, String) {
         Tag::Paragraph => ("<p class=\"continued\">".to_string(), "</p>\n", "<p class=\"rest\">".to_string()),
         Tag::List(None) => ("<ul class=\"continued\">\n".to_string(), "</ul>\n", "<ul class=\"rest\">\n".to_string()),
         Tag::List(Some(first)) => {
-            let items_before = events[inside.start..cut].iter().filter(|e| matches!(e, Event::Start(Tag::Item))).count();
+            let items_before =
+                events[inside.start..cut].iter().filter(|e| matches!(e, Event::Start(Tag::Item))).count();
             let next = first.saturating_add(items_before as u64);
-            (format!("<ol class=\"continued\" start=\"{first}\">\n"), "</ol>\n", format!("<ol class=\"rest\" start=\"{next}\">\n"))
+            (
+                format!("<ol class=\"continued\" start=\"{first}\">\n"),
+                "</ol>\n",
+                format!("<ol class=\"rest\" start=\"{next}\">\n"),
+            )
         }
         _ => unreachable!("cuts are made only in paragraphs and lists"),
     };
@@ -226,7 +231,9 @@ fn to_html_cut_at_last_line(markdown: &str) -> (String, String) {
     let settled = render(before().chain([tag(open)]).chain(settled_inside).chain([tag(close.to_string())]));
     // A paragraph's cut is its break, which the seam replaces; a list's is an item.
     let live_from = if matches!(events[cut], Event::HardBreak) { cut + 1 } else { cut };
-    let live = render([tag(rest)].into_iter().chain(events[live_from..inside.end].iter().cloned()).chain([tag(close.to_string())]));
+    let live = render(
+        [tag(rest)].into_iter().chain(events[live_from..inside.end].iter().cloned()).chain([tag(close.to_string())]),
+    );
     (settled, live)
 }
 
@@ -346,7 +353,11 @@ mod tests {
         if let Some(rest) = live.strip_prefix("<ol class=\"rest\" start=\"") {
             let rest = &rest[rest.find("\">\n").expect(live) + 3..];
             let head = settled.strip_suffix("</ol>\n").expect(settled);
-            let head = head.replacen("<ol class=\"continued\" start=\"1\">", "<ol>", 1).replacen("<ol class=\"continued\" ", "<ol ", 1);
+            let head = head.replacen("<ol class=\"continued\" start=\"1\">", "<ol>", 1).replacen(
+                "<ol class=\"continued\" ",
+                "<ol ",
+                1,
+            );
             return format!("{head}{rest}");
         }
         format!("{settled}{live}")
