@@ -449,9 +449,15 @@ fn a_reply_is_rendered_as_markdown_blocks() {
     s.apply(EngineEvent::ReplyStarted { prompt: "q".into() });
     tok(&mut s, "First **para**.\n\n- one\n- two\n\nStill writ");
     let html = render(&s, false);
-    assert_eq!(count(&html, "class=\"mdb\""), 2, "finished blocks, then the open one: {html}");
+    // The finished paragraph; then the open part, cut before the line being written:
+    // the list (its lines are complete) and the live line, each a box of its own.
+    assert_eq!(count(&html, "class=\"mdb\""), 3, "finished blocks, settled lines, the live line: {html}");
     assert!(html.contains("<strong>para</strong>"), "{html}");
-    assert!(html.contains("<p>Still writ</p>"), "{html}");
+    assert!(html.contains("<div class=\"mdb\"><p>Still writ</p>"), "{html}");
+    tok(&mut s, "\nand a second line");
+    let html = render(&s, false);
+    assert!(html.contains("<p class=\"continued\">Still writ</p>"), "{html}");
+    assert!(html.contains("<div class=\"mdb\"><p class=\"rest\">and a second line</p>"), "{html}");
 }
 
 #[test]
