@@ -144,14 +144,7 @@ const TINY_TOKENS: [u32; 12] = [5, 17, 200, 3, 99, 42, 7, 255, 256, 1, 64, 128];
 mod common;
 
 fn write_tiny(dir: &std::path::Path, arch: &'static str, layers: usize, seed: u64) -> PathBuf {
-    let spec = common::TinySpec {
-        n_layers: layers,
-        weight_dtype: candle_core::quantized::GgmlDType::F32,
-        arch,
-        tokenizer_model: if arch == "gemma3" { "llama" } else { "gpt2" },
-        meta_overrides: Vec::new(),
-    };
-    let path = common::write_tiny_gguf(dir, &spec, seed);
+    let path = common::write_tiny_gguf(dir, &common::TinySpec::f32_family(arch, layers), seed);
     let named = dir.join(format!("tiny-{arch}.gguf"));
     std::fs::rename(&path, &named).unwrap();
     named

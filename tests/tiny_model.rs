@@ -213,16 +213,12 @@ fn kv_state_reports_len_capacity_bytes_and_can_truncate_and_shrink() {
 /// one-row attention can flip one activation's 8-bit rounding and move a logit by 0.02.
 /// The global RoPE base differs from the sliding-window layers' 10,000.
 fn tiny_family(dir: &std::path::Path, arch: &'static str, n_layers: usize, seed: u64) -> std::path::PathBuf {
-    let tokenizer_model = if arch == "gemma3" { "llama" } else { "gpt2" };
     let spec = TinySpec {
-        n_layers,
-        arch,
-        tokenizer_model,
-        weight_dtype: GgmlDType::F32,
         meta_overrides: vec![
             ("general.dtype".into(), gguf_file::Value::U32(0)),
             (format!("{arch}.rope.freq_base"), gguf_file::Value::F32(1_000_000.0)),
         ],
+        ..TinySpec::f32_family(arch, n_layers)
     };
     write_tiny_gguf(dir, &spec, seed)
 }

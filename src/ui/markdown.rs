@@ -226,14 +226,13 @@ fn to_html_cut_at_last_line(markdown: &str) -> (String, String) {
         _ => unreachable!("cuts are made only in paragraphs and lists"),
     };
     // Our own tags, not the model's text (whose raw HTML `safe_events` turned into text).
-    let tag = |html: String| Event::Html(CowStr::from(html));
+    let ours = |html: &str| Event::Html(CowStr::from(html.to_string()));
     let settled_inside = events[inside.start..cut].iter().cloned();
-    let settled = render(before().chain([tag(open)]).chain(settled_inside).chain([tag(close.to_string())]));
+    let settled = render(before().chain([ours(&open)]).chain(settled_inside).chain([ours(close)]));
     // A paragraph's cut is its break, which the seam replaces; a list's is an item.
     let live_from = if matches!(events[cut], Event::HardBreak) { cut + 1 } else { cut };
-    let live = render(
-        [tag(rest)].into_iter().chain(events[live_from..inside.end].iter().cloned()).chain([tag(close.to_string())]),
-    );
+    let live =
+        render([ours(&rest)].into_iter().chain(events[live_from..inside.end].iter().cloned()).chain([ours(close)]));
     (settled, live)
 }
 

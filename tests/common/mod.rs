@@ -24,6 +24,20 @@ pub struct TinySpec {
     pub meta_overrides: Vec<(String, Value)>,
 }
 
+impl TinySpec {
+    /// An all-f32 file of `arch` (llama, qwen3, gemma3) with `n_layers` layers and the
+    /// family's tokenizer kind: the files compared across kernels and with llama.cpp.
+    pub fn f32_family(arch: &'static str, n_layers: usize) -> TinySpec {
+        TinySpec {
+            n_layers,
+            weight_dtype: GgmlDType::F32,
+            arch,
+            tokenizer_model: if arch == "gemma3" { "llama" } else { "gpt2" },
+            meta_overrides: Vec::new(),
+        }
+    }
+}
+
 impl Default for TinySpec {
     fn default() -> Self {
         TinySpec {

@@ -113,7 +113,10 @@ fn rows_body<const FMA: bool>(p: Product<'_>, rows: std::ops::Range<usize>, dst:
             // written.
             let mut i = 0;
             while i < m {
-                let xs = |a: usize| &x[(i + a).min(m - 1) * k + start..(i + a).min(m - 1) * k + start + len];
+                let xs = |a: usize| {
+                    let at = (i + a).min(m - 1) * k + start;
+                    &x[at..at + len]
+                };
                 let acts = [xs(0), xs(1), xs(2)];
                 let acts_done = ACTS.min(m - i);
                 for (g, group) in wide.iter().enumerate() {
