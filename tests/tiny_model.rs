@@ -77,6 +77,95 @@ fn session(model: &Model, path: &std::path::Path, budget: usize) -> (Session, Te
     (Session::new(model.make_state(budget, DType::F32), template).unwrap(), tok)
 }
 
+/// Feeds `text` as a draft the way the composer sends it: one call per typed character.
+fn type_ahead(s: &mut Session, model: &Model, tok: &TextTokenizer, text: &str) -> usize {
+    (1..=text.len()).filter(|&n| text.is_char_boundary(n)).map(|n| s.draft(model, tok, &text[..n], 16).unwrap()).sum()
+}
+
+#[test]
+fn a_message_typed_ahead_is_fed_once_and_send_keeps_what_matches() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_tiny_gguf(dir.path(), &TinySpec::default(), 3);
+    let model = load(&path, Kernels::Fast);
+    let message = "tell me about the lighthouse and the storm";
+    // The same two turns with and without typing ahead; the second turn is typed ahead,
+    // then edited (a word taken back and others typed) before it is sent.
+    let mut plain = session(&model, &path, 512).0;
+    let (mut ahead, tok) = session(&model, &path, 512);
+    for (k, s) in [&mut plain, &mut ahead].into_iter().enumerate() {
+        if k == 1 {
+            // The first turn of a new conversation: the system prompt goes ahead too.
+            assert!(type_ahead(s, &model, &tok, "first words") > 0);
+            assert_eq!(s.len(), 0, "a draft is not the conversation");
+        }
+        let p = s.prepare_turn(&model, &tok, "first words", 16).unwrap();
+        assert_eq!(p.drafted_tokens > 0, k == 1);
+        s.finish_reply("ok sure");
+        model.forward(&tok.encode("ok sure").unwrap(), &mut s.state).unwrap();
+    }
+    let before = ahead.len();
+    let fed_ahead = type_ahead(&mut ahead, &model, &tok, "tell me about the sea");
+    assert_eq!(ahead.len(), before);
+    assert!(ahead.state.len() > before);
+    // Each whole word once, the last one not yet (it may still change), so no more than
+    // the tokens up to "the".
+    let upto_the = tok.encode("<|im_end|>\n<|im_start|>user\ntell me about the").unwrap().len();
+    assert!(fed_ahead <= upto_the, "typing fed {fed_ahead} tokens, more than {upto_the}");
+    // Backspace over "the sea", type the rest: only what changed is fed again.
+    type_ahead(&mut ahead, &model, &tok, "tell me about");
+    let refed = type_ahead(&mut ahead, &model, &tok, message) - fed_ahead;
+    assert!(refed < upto_the / 2, "the edit fed {refed} tokens");
+
+    let p_plain = plain.prepare_turn(&model, &tok, message, 16).unwrap();
+    let p_ahead = ahead.prepare_turn(&model, &tok, message, 16).unwrap();
+    assert_eq!(ahead.state.tokens(), plain.state.tokens(), "the cache holds the conversation's tokens only");
+    assert_eq!(p_ahead.fed_tokens, p_plain.fed_tokens);
+    assert!(p_ahead.drafted_tokens > 0 && p_ahead.drafted_tokens < p_ahead.fed_tokens);
+    let diff = max_abs_diff(&p_plain.logits, &p_ahead.logits);
+    assert!(diff <= 1e-4, "logits after a typed-ahead prompt differ by {diff}");
+    assert_eq!(ahead.turn_lengths(), plain.turn_lengths());
+}
+
+#[test]
+fn a_draft_never_outlives_a_change_to_the_conversation_or_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_tiny_gguf(dir.path(), &TinySpec::default(), 4);
+    let model = load(&path, Kernels::Fast);
+    let (mut s, tok) = session(&model, &path, 160);
+    s.prepare_turn(&model, &tok, "hello there", 16).unwrap();
+    s.finish_reply("hi");
+    model.forward(&tok.encode("hi").unwrap(), &mut s.state).unwrap();
+    let conversation = s.state.tokens().to_vec();
+    let drafted = |s: &Session| s.state.len() - s.len();
+
+    type_ahead(&mut s, &model, &tok, "what comes next ");
+    assert!(drafted(&s) > 0);
+    s.discard_draft();
+    assert_eq!(s.state.tokens(), &conversation[..]);
+
+    // A draft that would leave less than the reserve free is not fed at all.
+    let long = "word ".repeat(200);
+    assert_eq!(s.draft(&model, &tok, &long, 16).unwrap(), 0);
+    assert_eq!(drafted(&s), 0);
+
+    // Clearing the composer drops it; an eviction drops it before any turn.
+    type_ahead(&mut s, &model, &tok, "what comes next ");
+    assert_eq!(s.draft(&model, &tok, "  ", 16).unwrap(), 0);
+    assert_eq!(drafted(&s), 0);
+    type_ahead(&mut s, &model, &tok, "what comes next ");
+    s.evict_to(&model, 0).unwrap();
+    assert_eq!(s.state.len(), 0);
+    assert_eq!(drafted(&s), 0);
+
+    // A smaller budget than the draft reaches drops it.
+    s.prepare_turn(&model, &tok, "hello again", 16).unwrap();
+    type_ahead(&mut s, &model, &tok, "one two three four five ");
+    let limit = s.len() + 1;
+    s.set_budget(limit);
+    assert_eq!(drafted(&s), 0);
+    assert_eq!(s.state.max_tokens(), limit);
+}
+
 #[test]
 fn each_turn_feeds_only_its_new_tokens_and_matches_a_full_rerun() {
     let dir = tempfile::tempdir().unwrap();

@@ -10,6 +10,10 @@ use crate::memory::{Policy, RamTier, TierReport};
 pub enum Command {
     /// Append a user message to the conversation and generate a reply.
     Send { text: String },
+    /// The message being typed, sent as it changes: the engine feeds its whole words
+    /// ahead of `Send` while it has nothing else to do, so the reply starts sooner. Never
+    /// part of the conversation or saved; a draft queued behind newer commands is skipped.
+    Draft { text: String },
     /// Stop the reply being generated (the conversation keeps what was said so far).
     Stop,
     /// Start a new conversation (keeps the model loaded). With a chat store the old one
@@ -161,6 +165,8 @@ pub struct Stats {
     /// Tokens fed by the last prefill and how long it took.
     pub prefill_tokens: usize,
     pub prefill_ms: f64,
+    /// Tokens of the last prompt fed ahead, while it was typed (not in `prefill_tokens`).
+    pub drafted_tokens: usize,
     /// Time from Send to the first token of the last reply.
     pub ttft_ms: f64,
     pub decode_tok_s: f64,

@@ -16,7 +16,7 @@
 use super::budget::{self, Plan};
 use super::model::Model;
 use super::state::State;
-use super::template::{ChatTemplate, Message, Role};
+use super::template::{ChatTemplate, Message, Rendered, Role};
 use super::tokenizer::TextTokenizer;
 use super::{Cause, EngineError, Result};
 
@@ -54,6 +54,9 @@ pub struct Prepared {
     pub dropped_tokens: usize,
     /// Set when the prompt itself had to be cut (tokens kept of the user text).
     pub prompt_cut_to: Option<usize>,
+    /// Of `fed_tokens`, those already in the cache from the message's draft (fed while
+    /// it was typed, see [`Session::draft`]): the prefill computed only the rest.
+    pub drafted_tokens: usize,
     /// Logits after the prompt.
     pub logits: candle_core::Tensor,
 }
@@ -76,6 +79,9 @@ pub struct Session {
     cached_text: String,
     pinned_tokens: usize,
     turns: Vec<Anchor>,
+    /// Tokens at the end of the cache fed from the message being typed ([`Session::draft`]);
+    /// not part of the conversation until `prepare_turn` takes those that match.
+    drafted: usize,
     pub trim_mode: TrimMode,
 }
 
@@ -90,6 +96,7 @@ impl Session {
             cached_text: String::new(),
             pinned_tokens: 0,
             turns: Vec::new(),
+            drafted: 0,
             trim_mode: TrimMode::default(),
         })
     }
@@ -98,13 +105,25 @@ impl Session {
         &self.messages
     }
 
+    /// Tokens of the conversation in the cache (without a draft).
+    pub fn len(&self) -> usize {
+        self.state.len() - self.drafted
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Token length of each cached turn, oldest first.
     pub fn turn_lengths(&self) -> Vec<usize> {
-        let ends = self.turns.iter().skip(1).map(|a| a.token).chain(std::iter::once(self.state.len()));
+        let ends = self.turns.iter().skip(1).map(|a| a.token).chain(std::iter::once(self.len()));
         self.turns.iter().zip(ends).map(|(a, end)| end - a.token).collect()
     }
 
+    /// The conversation for saving; a draft must have been dropped first (it is not part
+    /// of the conversation, and the K/V saved beside this are the whole cache's).
     pub(crate) fn snapshot(&self) -> SessionSnapshot {
+        debug_assert_eq!(self.drafted, 0, "a draft is never saved");
         SessionSnapshot {
             tokens: self.state.tokens().to_vec(),
             messages: self.messages.clone(),
@@ -151,6 +170,7 @@ impl Session {
     /// Forgets the conversation; the K/V buffers stay allocated.
     pub fn clear(&mut self) {
         self.state.reset();
+        self.drafted = 0;
         self.messages.clear();
         self.cached_text.clear();
         self.pinned_tokens = 0;
@@ -191,8 +211,14 @@ impl Session {
             cuts += 1;
             match plan {
                 Plan::Fits => {
-                    let logits = self.feed(model, &user_text, rendered, pieces, from_scratch)?;
-                    return Ok(Prepared { fed_tokens: new_tokens, dropped_tokens, prompt_cut_to, logits });
+                    let (logits, drafted_tokens) = self.feed(model, &user_text, rendered, pieces, from_scratch)?;
+                    return Ok(Prepared {
+                        fed_tokens: new_tokens,
+                        dropped_tokens,
+                        prompt_cut_to,
+                        drafted_tokens,
+                        logits,
+                    });
                 }
                 Plan::DropTurns { turns, tokens } => {
                     self.drop_turns(model, turns)?;
@@ -223,11 +249,30 @@ impl Session {
     /// turn (or is the system prompt when starting from scratch). Also says whether the
     /// cache starts from scratch, and returns the whole rendered conversation.
     fn pieces_for(&self, tok: &TextTokenizer, user_text: &str) -> Result<(Pieces, bool, String)> {
+        let (rendered, from_scratch) = self.render_with(user_text)?;
+        let pieces = self.pieces_between(tok, &rendered, from_scratch, rendered.text.len())?;
+        Ok((pieces, from_scratch, rendered.text))
+    }
+
+    /// The conversation rendered with `user_text` as the next message, ready for the
+    /// reply; and whether its tokens start from scratch (the cache holds none of it).
+    fn render_with(&self, user_text: &str) -> Result<(Rendered, bool)> {
         let mut messages = self.messages.clone();
         messages.push(Message::new(Role::User, user_text));
         let rendered = self.template.render_marked(&messages, true)?;
-        let full = &rendered.text;
-        let from_scratch = self.state.is_empty() || !full.starts_with(&self.cached_text);
+        let from_scratch = self.is_empty() || !rendered.text.starts_with(&self.cached_text);
+        Ok((rendered, from_scratch))
+    }
+
+    /// The pieces of `rendered` not yet in the cache, up to byte `end`.
+    fn pieces_between(
+        &self,
+        tok: &TextTokenizer,
+        rendered: &Rendered,
+        from_scratch: bool,
+        end: usize,
+    ) -> Result<Pieces> {
+        let full = &rendered.text[..end];
         let from = if from_scratch { 0 } else { self.cached_text.len() };
         // Cut before every user header from `from` on (the template's, not one typed in
         // a message). The first piece (possibly empty) closes the previous turn, or is the
@@ -244,11 +289,13 @@ impl Session {
         let mut pieces = Vec::with_capacity(cuts.len());
         for (i, &start) in cuts.iter().enumerate() {
             let end = cuts.get(i + 1).copied().unwrap_or(full.len());
-            pieces.push((start, tok.encode_rendered(full, start..end, &rendered.bodies)?));
+            pieces.push((start, tok.encode_rendered(&rendered.text, start..end, &rendered.bodies)?));
         }
-        Ok((pieces, from_scratch, rendered.text))
+        Ok(pieces)
     }
 
+    /// Feeds the new turn's pieces; tokens of a draft that match them are kept, not fed
+    /// again. Returns the logits and how many tokens the draft supplied.
     fn feed(
         &mut self,
         model: &Model,
@@ -256,16 +303,19 @@ impl Session {
         full: String,
         pieces: Pieces,
         from_scratch: bool,
-    ) -> Result<candle_core::Tensor> {
+    ) -> Result<(candle_core::Tensor, usize)> {
         let mut messages = self.messages.clone();
         messages.push(Message::new(Role::User, user_text));
         if from_scratch {
-            self.state.reset();
+            if !self.is_empty() {
+                // The conversation is read again from its text: nothing cached carries over.
+                self.clear_cache();
+            }
             self.turns.clear();
             self.pinned_tokens = pieces.first().map(|(_, ids)| ids.len()).unwrap_or(0);
         }
         let mut ids = Vec::new();
-        let base = self.state.len();
+        let base = self.len();
         let user_indices: Vec<usize> =
             messages.iter().enumerate().filter(|(_, m)| m.role == Role::User).map(|(i, _)| i).collect();
         // Anchors of the turns this feed starts: all pieces after the first.
@@ -278,8 +328,10 @@ impl Session {
             }
             ids.extend(piece);
         }
-        let _span = tracing::info_span!("prefill", tokens = ids.len(), pos = base).entered();
-        let logits = match model.forward(&ids, &mut self.state) {
+        // The last token is always fed: its logits start the reply.
+        let drafted = self.take_draft_prefix(base, &ids[..ids.len().saturating_sub(1)]);
+        let _span = tracing::info_span!("prefill", tokens = ids.len() - drafted, drafted, pos = base).entered();
+        let logits = match model.forward(&ids[drafted..], &mut self.state) {
             Ok(l) => l,
             Err(e) => {
                 // Nothing half-done stays behind: the cache goes back to before this turn.
@@ -293,7 +345,78 @@ impl Session {
             last.reply = Some((self.state.len(), full.len()));
         }
         self.cached_text = full;
-        Ok(logits)
+        Ok((logits, drafted))
+    }
+
+    /// Makes the draft (tokens after `base`) part of the conversation as far as it
+    /// matches `ids`, drops the rest of it, and returns the count kept.
+    fn take_draft_prefix(&mut self, base: usize, ids: &[u32]) -> usize {
+        let draft = &self.state.tokens()[base..];
+        let same = draft.iter().zip(ids).take_while(|(a, b)| a == b).count();
+        self.state.truncate(base + same);
+        self.drafted = 0;
+        same
+    }
+
+    /// Empties the cache (the conversation's text stays).
+    fn clear_cache(&mut self) {
+        self.state.reset();
+        self.drafted = 0;
+    }
+
+    /// Feeds the message being typed ahead of its Send, so that Send prefills only what
+    /// changed since: `typed` up to its last whitespace (a word still being typed may yet
+    /// tokenize differently), after the system prompt and the template's user header
+    /// when the conversation is new. Each call feeds only the tokens that differ from the
+    /// draft already cached. The draft fits the budget with `reserve` tokens to spare or
+    /// is not fed; [`Session::discard_draft`] drops it, and every other change of the
+    /// conversation does so first. Returns the tokens fed by this call.
+    pub fn draft(&mut self, model: &Model, tok: &TextTokenizer, typed: &str, reserve: usize) -> Result<usize> {
+        let typed = typed.trim();
+        if typed.is_empty() {
+            self.discard_draft();
+            return Ok(0);
+        }
+        let (rendered, from_scratch) = self.render_with(typed)?;
+        // A conversation about to be read again from its text (a changed system prompt,
+        // a resumed chat) is read at Send; only an empty cache or a continued one drafts.
+        if from_scratch && !self.is_empty() {
+            return Ok(0);
+        }
+        let Some(body) = rendered.bodies.last() else { return Ok(0) };
+        let whole_words = typed.rfind(char::is_whitespace).map_or("", |at| typed[..at].trim_end());
+        let pieces = self.pieces_between(tok, &rendered, from_scratch, body.start + whole_words.len())?;
+        let ids: Vec<u32> = pieces.into_iter().flat_map(|(_, ids)| ids).collect();
+        let base = self.len();
+        if base + ids.len() + reserve > self.state.max_tokens() {
+            self.discard_draft();
+            return Ok(0);
+        }
+        let kept = self.take_draft_prefix(base, &ids);
+        if kept < ids.len() {
+            let _span = tracing::info_span!("draft", tokens = ids.len() - kept, pos = base + kept).entered();
+            if let Err(e) = model.forward(&ids[kept..], &mut self.state) {
+                self.state.truncate(base);
+                return Err(e);
+            }
+        }
+        self.drafted = self.state.len() - base;
+        Ok(ids.len() - kept)
+    }
+
+    /// Sets the token budget; a draft that does not fit under it is dropped.
+    pub fn set_budget(&mut self, budget: usize) {
+        if self.state.len() > budget {
+            self.discard_draft();
+        }
+        self.state.set_max_tokens(budget);
+    }
+
+    /// Drops the draft from the cache (see [`Session::draft`]).
+    pub fn discard_draft(&mut self) {
+        let len = self.len();
+        self.state.truncate(len);
+        self.drafted = 0;
     }
 
     /// Records a reply token that was just fed to the model, with its text so far.
@@ -304,6 +427,7 @@ impl Session {
 
     /// Drops the `count` oldest turns from the cache, the text and the messages.
     pub fn drop_turns(&mut self, model: &Model, count: usize) -> Result<usize> {
+        self.discard_draft();
         let count = count.min(self.turns.len());
         if count == 0 {
             return Ok(0);
@@ -365,6 +489,7 @@ impl Session {
     /// (one token, not a re-prefill). Returns the logits and the user text the reply
     /// answers; `None` when the last turn is no longer in the cache.
     pub fn rewind_reply(&mut self, model: &Model) -> Result<Option<(candle_core::Tensor, String)>> {
+        self.discard_draft();
         let Some(&Anchor { message, reply: Some((token, text)), .. }) = self.turns.last() else { return Ok(None) };
         let text_ok = text <= self.cached_text.len() && self.cached_text.is_char_boundary(text);
         if token == 0
@@ -387,6 +512,7 @@ impl Session {
     /// can be sent in its place and only that turn is fed. Returns the message taken back;
     /// `None` when the last turn is no longer in the cache.
     pub fn rewind_turn(&mut self) -> Option<String> {
+        self.discard_draft();
         let &Anchor { token, text, message, .. } = self.turns.last()?;
         let user = self.messages.get(message).filter(|m| m.role == Role::User)?.content.clone();
         self.state.truncate(token);
@@ -400,6 +526,7 @@ impl Session {
     /// prompt alone is larger. Returns tokens dropped.
     pub fn evict_to(&mut self, model: &Model, target: usize) -> Result<usize> {
         let _span = tracing::info_span!("evict", target).entered();
+        self.discard_draft();
         let before = self.state.len();
         let count = budget::turns_to_fit(self.pinned_tokens, &self.turn_lengths(), target);
         self.drop_turns(model, count)?;

@@ -294,6 +294,14 @@ fn tokens_label(n: usize) -> String {
     }
 }
 
+/// Whether the composer hands the engine its text as it is typed, so the reply to it
+/// starts sooner ([`Command::Draft`]); `POCKETCHAT_TYPE_AHEAD=0` turns it off, to measure
+/// without it.
+fn type_ahead() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("POCKETCHAT_TYPE_AHEAD").map_or(true, |v| v.trim() != "0"))
+}
+
 /// The input row. Enter sends, Shift+Enter inserts a newline; Stop while generating.
 #[component]
 pub fn Composer(ready: bool, generating: bool, failed: bool) -> Element {
@@ -334,7 +342,13 @@ pub fn Composer(ready: bool, generating: bool, failed: bool) -> Element {
                 disabled: failed,
                 aria_label: "Message",
                 "data-can-send": if can_send { "true" } else { "false" },
-                oninput: move |e: FormEvent| draft.set(e.value()),
+                oninput: move |e: FormEvent| {
+                    let text = e.value();
+                    if type_ahead() {
+                        send_command(Command::Draft { text: text.clone() });
+                    }
+                    draft.set(text);
+                },
                 onkeydown: move |e: KeyboardEvent| {
                     if e.key() == Key::Enter && !e.modifiers().contains(Modifiers::SHIFT) && !e.is_composing() {
                         e.prevent_default();

@@ -7,7 +7,7 @@
 
 use dioxus::prelude::*;
 
-use crate::engine::Command;
+use crate::engine::{Command, Stats};
 use crate::memory::RamTier;
 
 use super::app::send_command;
@@ -166,9 +166,18 @@ fn ContextSection(state: ReadSignal<ChatState>) -> Element {
             Figure {
                 name: "prefill",
                 label: "Last prefill",
-                value: if stats.prefill_tokens > 0 { format!("{} tokens in {}", stats.prefill_tokens, format_ms(stats.prefill_ms)) } else { "—".to_string() },
+                value: prefill_figure(&stats),
             }
         }
+    }
+}
+
+/// "12 tokens in 20 ms", and how many more were read ahead while the message was typed.
+fn prefill_figure(stats: &Stats) -> String {
+    match (stats.prefill_tokens, stats.drafted_tokens) {
+        (0, 0) => "—".to_string(),
+        (fed, 0) => format!("{fed} tokens in {}", format_ms(stats.prefill_ms)),
+        (fed, ahead) => format!("{fed} tokens in {} (+{ahead} read as you typed)", format_ms(stats.prefill_ms)),
     }
 }
 

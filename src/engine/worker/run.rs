@@ -120,7 +120,14 @@ impl Worker {
                     Err(_) => break,
                 },
             };
+            if !matches!(command, Command::Send { .. } | Command::Draft { .. }) {
+                // Whatever else happens to the conversation starts from its own tokens.
+                if let Some(l) = self.loaded.as_mut() {
+                    l.session.discard_draft();
+                }
+            }
             match command {
+                Command::Draft { text } => self.draft(text),
                 Command::Send { text } => {
                     if self.send(&text) {
                         break;
@@ -283,7 +290,7 @@ impl Worker {
         s.compute_threads = pool::global().threads();
         s.available_cores = pool::available_cores();
         if let Some(l) = &self.loaded {
-            s.context_tokens = l.session.state.len();
+            s.context_tokens = l.session.len();
             s.kv_bytes = l.session.state.bytes();
             let facts = l.model.facts(self.config.kv_dtype.dtype());
             s.predicted_footprint_bytes = memory::fit::footprint_at(&facts, s.tier_budget);

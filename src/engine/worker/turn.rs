@@ -49,7 +49,7 @@ impl Worker {
         let budget = self.budget();
         let reserve = reply_reserve(budget, self.config.max_tokens);
         let l = self.loaded.as_mut().expect("checked above");
-        l.session.state.set_max_tokens(budget);
+        l.session.set_budget(budget);
         let prepared = match l.session.prepare_turn(&l.model, &l.tokenizer, text, reserve) {
             Ok(p) => p,
             Err(error) => {
@@ -69,7 +69,33 @@ impl Worker {
                 ),
             });
         }
-        self.reply(prepared.logits, prepared.fed_tokens, started, replaces)
+        self.last_stats.drafted_tokens = prepared.drafted_tokens;
+        self.reply(prepared.logits, prepared.fed_tokens - prepared.drafted_tokens, started, replaces)
+    }
+
+    /// Feeds the message being typed ahead of its Send ([`Session::draft`]). Skipped when
+    /// newer commands wait: a newer draft replaces it, anything else goes first.
+    pub(super) fn draft(&mut self, mut text: String) {
+        while let Ok(command) = self.commands.try_recv() {
+            self.deferred.push_back(command);
+        }
+        while let Some(Command::Draft { .. }) = self.deferred.front() {
+            if let Some(Command::Draft { text: newer }) = self.deferred.pop_front() {
+                text = newer;
+            }
+        }
+        if !self.deferred.is_empty() {
+            return;
+        }
+        let budget = self.budget();
+        let reserve = reply_reserve(budget, self.config.max_tokens);
+        let Some(l) = self.loaded.as_mut() else { return };
+        l.session.set_budget(budget);
+        if let Err(e) = l.session.draft(&l.model, &l.tokenizer, &text, reserve) {
+            // Send feeds the message again and reports what is wrong with it.
+            tracing::debug!("the draft was not fed: {e}");
+            l.session.discard_draft();
+        }
     }
 
     /// Writes the last reply again with the next seed. Only the last prompt token is fed
@@ -87,6 +113,7 @@ impl Worker {
                 self.emit_rewound(replaces, true);
                 self.emit(EngineEvent::ReplyStarted { prompt });
                 self.regenerations += 1;
+                self.last_stats.drafted_tokens = 0;
                 self.reply(logits, 1, started, replaces)
             }
             Ok(None) => match self.reread_without_last_turn() {
