@@ -540,12 +540,20 @@ fn the_window_streams_what_the_engine_writes_and_reports_its_speed() {
         painted_first_ms / cli.ttft_ms
     );
     eprintln!("CPU while streaming     web process {:.2} cores, app {:.2} cores ({wall:.1} s)", web_cores, app_cores);
+    eprintln!(
+        "the prompt              {} tokens fed after Enter, {} while it was typed (POCKETCHAT_TYPE_AHEAD=0: none)",
+        status["prefill_tokens"], status["drafted_tokens"]
+    );
 
     let shown = status["last_reply"].as_str().unwrap_or_default();
     assert_eq!(shown, cli.text, "the window shows every token the engine wrote, in order");
     assert!(timing["tokens"].as_u64().unwrap() > 1, "{status:#}");
     assert!(shown_tok_s > 0.0 && first_ms > 0.0, "{status:#}");
     assert!(painted_tok_s > 0.0 && painted_first_ms >= first_ms - 20.0, "painted after the state had it: {status:#}");
+    if std::env::var("POCKETCHAT_TYPE_AHEAD").as_deref() != Ok("0") {
+        // The prompt was typed into the window word by word: its words were read ahead.
+        assert!(status["drafted_tokens"].as_u64() > Some(0), "nothing was read ahead while typing: {status:#}");
+    }
 }
 
 /// The model screen end to end: in the real window, the user opens *Models*, pastes the

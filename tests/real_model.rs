@@ -67,6 +67,34 @@ fn every_special_token_typed_in_a_message_is_fed_as_text() {
     assert_eq!(fed_specials(&typed), fed_specials("hello"), "typed: {typed:?}");
 }
 
+#[test]
+fn a_prompt_typed_ahead_gives_the_same_logits_bit_for_bit() {
+    // The composer hands the engine its text at every keystroke; Send then feeds only the
+    // rest. Single tokens take the decode kernels, which round differently, so the pieces
+    // are never single tokens: the reply must not depend on how the prompt was typed.
+    let path = default_model();
+    let (content, _) = read_gguf(&path).unwrap();
+    let tok = TextTokenizer::from_gguf(&content).unwrap();
+    let src = content.metadata["tokenizer.chat_template"].to_string().unwrap().clone();
+    let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+    let session = || {
+        let template = ChatTemplate::new(Some(&src), tok.bos_token(), tok.eos_token());
+        pocketchat::engine::Session::new(model.make_state(2048, DType::F32), template).unwrap()
+    };
+    let prompt = "Write a long story about a lighthouse keeper and a storm.";
+    let mut plain = session();
+    let expected = plain.prepare_turn(&model, &tok, prompt, 64).unwrap();
+    let mut ahead = session();
+    for n in 1..=prompt.len() {
+        ahead.draft(&model, &tok, &prompt[..n], 64).unwrap();
+    }
+    let got = ahead.prepare_turn(&model, &tok, prompt, 64).unwrap();
+    assert!(got.drafted_tokens > 20, "{} tokens were read ahead", got.drafted_tokens);
+    assert_eq!(ahead.state.tokens(), plain.state.tokens());
+    let diff = (expected.logits - got.logits).unwrap().abs().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+    assert_eq!(diff, 0.0, "the logits after a typed-ahead prompt differ");
+}
+
 fn greedy(model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
     let mut state = model.make_state(prompt.len() + n + 1, DType::F32);
     let mut next = argmax(&model.forward(prompt, &mut state).unwrap()).unwrap();

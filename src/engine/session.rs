@@ -32,6 +32,12 @@ pub(crate) struct Anchor {
     reply: Option<(usize, usize)>,
 }
 
+/// The fewest tokens fed at once when a prompt comes in pieces (typed ahead, then sent).
+/// One token takes the decode kernels, whose sums round differently from the prefill's;
+/// pieces of two or more give the same cache, bit for bit, as the prompt fed whole, so
+/// typing ahead never changes a reply.
+const MIN_FEED: usize = 2;
+
 /// Text to feed, split at turn anchors: `(byte offset in the rendered text, token ids)`.
 type Pieces = Vec<(usize, Vec<u32>)>;
 
@@ -328,8 +334,7 @@ impl Session {
             }
             ids.extend(piece);
         }
-        // The last token is always fed: its logits start the reply.
-        let drafted = self.take_draft_prefix(base, &ids[..ids.len().saturating_sub(1)]);
+        let drafted = self.keep_draft(base, &ids, true);
         let _span = tracing::info_span!("prefill", tokens = ids.len() - drafted, drafted, pos = base).entered();
         let logits = match model.forward(&ids[drafted..], &mut self.state) {
             Ok(l) => l,
@@ -348,14 +353,17 @@ impl Session {
         Ok((logits, drafted))
     }
 
-    /// Makes the draft (tokens after `base`) part of the conversation as far as it
-    /// matches `ids`, drops the rest of it, and returns the count kept.
-    fn take_draft_prefix(&mut self, base: usize, ids: &[u32]) -> usize {
+    /// Keeps the draft (the tokens after `base`) as far as it matches `ids`, and drops
+    /// the rest of it; returns the count kept. What is left of `ids` to feed is at least
+    /// [`MIN_FEED`] tokens, or none when the draft holds them all and no logits are
+    /// `wanted`.
+    fn keep_draft(&mut self, base: usize, ids: &[u32], wanted: bool) -> usize {
         let draft = &self.state.tokens()[base..];
         let same = draft.iter().zip(ids).take_while(|(a, b)| a == b).count();
-        self.state.truncate(base + same);
+        let keep = if same == ids.len() && !wanted { same } else { same.min(ids.len().saturating_sub(MIN_FEED)) };
+        self.state.truncate(base + keep);
         self.drafted = 0;
-        same
+        keep
     }
 
     /// Empties the cache (the conversation's text stays).
@@ -392,7 +400,7 @@ impl Session {
             self.discard_draft();
             return Ok(0);
         }
-        let kept = self.take_draft_prefix(base, &ids);
+        let kept = self.keep_draft(base, &ids, false);
         if kept < ids.len() {
             let _span = tracing::info_span!("draft", tokens = ids.len() - kept, pos = base + kept).entered();
             if let Err(e) = model.forward(&ids[kept..], &mut self.state) {

@@ -211,6 +211,8 @@ impl QaHook {
             last_reply: None,
             decode_tok_s: 0.0,
             ttft_ms: 0.0,
+            prefill_tokens: 0,
+            drafted_tokens: 0,
             compute_threads: 0,
             chats: vec![],
             active_chat: None,
@@ -299,6 +301,9 @@ pub struct QaStatus {
     /// the engine receiving the prompt), and the compute threads it ran on.
     pub decode_tok_s: f64,
     pub ttft_ms: f64,
+    /// The last prompt's tokens fed after Send, and those fed while it was typed.
+    pub prefill_tokens: usize,
+    pub drafted_tokens: usize,
     pub compute_threads: usize,
     /// The chat list (id and title, most recent first) and the open chat.
     pub chats: Vec<QaChat>,
@@ -340,6 +345,8 @@ impl ChatState {
             last_reply: self.messages().rfind(|m| m.role == Role::Assistant).map(|m| m.text.clone()),
             decode_tok_s: self.stats.as_ref().map_or(0.0, |s| s.decode_tok_s),
             ttft_ms: self.stats.as_ref().map_or(0.0, |s| s.ttft_ms),
+            prefill_tokens: self.stats.as_ref().map_or(0, |s| s.prefill_tokens),
+            drafted_tokens: self.stats.as_ref().map_or(0, |s| s.drafted_tokens),
             compute_threads: self.stats.as_ref().map_or(0, |s| s.compute_threads),
             chats: self
                 .chats
