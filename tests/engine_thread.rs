@@ -245,3 +245,49 @@ fn the_same_conversation_and_seed_give_the_same_reply() {
     assert!(!replies[0].is_empty());
     assert_eq!(replies[0], replies[1]);
 }
+
+/// Sends `text` the way the composer does while it is typed: a draft per character.
+fn type_ahead(handle: &EngineHandle, text: &str) {
+    for n in 1..=text.len() {
+        handle.send(Command::Draft { text: text[..n].into() }).unwrap();
+    }
+}
+
+#[test]
+fn typing_ahead_changes_no_reply_and_no_draft_outlives_another_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut runs = Vec::new();
+    for ahead in [false, true] {
+        let (handle, mut events) = engine(dir.path(), 24);
+        let mut seen = Vec::new();
+        for message in ["tell me a story", "and another one"] {
+            if ahead {
+                type_ahead(&handle, message);
+                // Time to read it ahead: a draft that Send has already overtaken is skipped.
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            send(&handle, message);
+            if ahead {
+                // The next message typed while this reply streams waits for the reply.
+                type_ahead(&handle, "typed while the reply streams");
+            }
+            let r = reply(&mut events);
+            assert_eq!(done_reason(&r), DoneReason::MaxTokens);
+            let drafted = r.iter().rev().find_map(|e| match e {
+                EngineEvent::Stats(s) => Some(s.drafted_tokens),
+                _ => None,
+            });
+            assert_eq!(drafted > Some(0), ahead, "{message:?}: {drafted:?} tokens read ahead");
+            seen.push(reply_text(&r));
+        }
+        // A memory warning finds the conversation's tokens only, draft or not (the
+        // draft typed during the last reply is read ahead meanwhile).
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        handle.send(Command::MemoryWarning { reason: "test".into() }).unwrap();
+        let evicted = until(&mut events, |e| matches!(e, EngineEvent::Evicted { .. }));
+        let Some(EngineEvent::Evicted { before_tokens, .. }) = evicted.last() else { unreachable!() };
+        seen.push(before_tokens.to_string());
+        runs.push(seen);
+    }
+    assert_eq!(runs[0], runs[1], "the same replies and cache with and without typing ahead");
+}
