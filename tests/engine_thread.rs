@@ -12,12 +12,13 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use candle_core::quantized::gguf_file::Value;
 use common::{write_tiny_gguf, TinySpec};
 use pocketchat::engine::sampler::{SamplingOverrides, SamplingParams};
 use pocketchat::engine::{
-    Command, DoneReason, Engine, EngineConfig, EngineError, EngineEvent, EngineEvents, EngineHandle,
+    Command, DoneReason, Engine, EngineConfig, EngineError, EngineEvent, EngineEvents, EngineHandle, TYPING_PAUSE,
 };
 
 /// An engine on a fresh tiny model, ready; replies of at most `max_tokens`.
@@ -257,14 +258,16 @@ fn type_ahead(handle: &EngineHandle, text: &str) {
 fn typing_ahead_changes_no_reply_and_no_draft_outlives_another_command() {
     let dir = tempfile::tempdir().unwrap();
     let mut runs = Vec::new();
+    // The first message is sent while typing goes on, the second after a pause.
+    let messages = [("tell me a story", Duration::from_millis(100)), ("and another one", TYPING_PAUSE * 3)];
     for ahead in [false, true] {
         let (handle, mut events) = engine(dir.path(), 24);
         let mut seen = Vec::new();
-        for message in ["tell me a story", "and another one"] {
+        for (message, wait) in messages {
             if ahead {
                 type_ahead(&handle, message);
                 // Time to read it ahead: a draft that Send has already overtaken is skipped.
-                std::thread::sleep(std::time::Duration::from_millis(100));
+                std::thread::sleep(wait);
             }
             send(&handle, message);
             if ahead {
@@ -273,16 +276,18 @@ fn typing_ahead_changes_no_reply_and_no_draft_outlives_another_command() {
             }
             let r = reply(&mut events);
             assert_eq!(done_reason(&r), DoneReason::MaxTokens);
-            let drafted = r.iter().rev().find_map(|e| match e {
-                EngineEvent::Stats(s) => Some(s.drafted_tokens),
+            let stats = r.iter().rev().find_map(|e| match e {
+                EngineEvent::Stats(s) => Some(s.clone()),
                 _ => None,
             });
-            assert_eq!(drafted > Some(0), ahead, "{message:?}: {drafted:?} tokens read ahead");
+            let (fed, drafted) = stats.map(|s| (s.prefill_tokens, s.drafted_tokens)).unwrap();
+            assert_eq!(drafted > 0, ahead, "{message:?}: {drafted} tokens read ahead");
+            assert_eq!(fed == 0, ahead && wait > TYPING_PAUSE, "{message:?}: {fed} tokens fed at Send");
             seen.push(reply_text(&r));
         }
         // A memory warning finds the conversation's tokens only, draft or not (the
         // draft typed during the last reply is read ahead meanwhile).
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::thread::sleep(TYPING_PAUSE * 2);
         handle.send(Command::MemoryWarning { reason: "test".into() }).unwrap();
         let evicted = until(&mut events, |e| matches!(e, EngineEvent::Evicted { .. }));
         let Some(EngineEvent::Evicted { before_tokens, .. }) = evicted.last() else { unreachable!() };

@@ -11,7 +11,7 @@ use pocketchat::engine::model::{argmax, read_gguf};
 use pocketchat::engine::template::{ChatTemplate, Message, Role};
 use pocketchat::engine::tokenizer::TextTokenizer;
 use pocketchat::engine::{
-    Command, DoneReason, Engine, EngineConfig, EngineError, EngineEvent, EngineEvents, Kernels, Model,
+    Command, DoneReason, DraftExtent, Engine, EngineConfig, EngineError, EngineEvent, EngineEvents, Kernels, Model,
 };
 
 fn tokenizer() -> TextTokenizer {
@@ -84,15 +84,24 @@ fn a_prompt_typed_ahead_gives_the_same_logits_bit_for_bit() {
     let prompt = "Write a long story about a lighthouse keeper and a storm.";
     let mut plain = session();
     let expected = plain.prepare_turn(&model, &tok, prompt, 64).unwrap();
-    let mut ahead = session();
-    for n in 1..=prompt.len() {
-        ahead.draft(&model, &tok, &prompt[..n], 64).unwrap();
+    let max_diff =
+        |a: &Tensor, b: &Tensor| -> f32 { (a - b).unwrap().abs().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap() };
+    // Enter right after the last key, and Enter after a pause (the whole prompt read
+    // ahead with its logits: Send feeds nothing).
+    for pause in [false, true] {
+        let mut ahead = session();
+        for n in 1..=prompt.len() {
+            ahead.draft(&model, &tok, &prompt[..n], DraftExtent::Words, 64).unwrap();
+        }
+        if pause {
+            ahead.draft(&model, &tok, prompt, DraftExtent::Whole, 64).unwrap();
+        }
+        let got = ahead.prepare_turn(&model, &tok, prompt, 64).unwrap();
+        assert!(got.drafted_tokens > 20, "{} tokens were read ahead", got.drafted_tokens);
+        assert_eq!(got.drafted_tokens == got.fed_tokens, pause);
+        assert_eq!(ahead.state.tokens(), plain.state.tokens());
+        assert_eq!(max_diff(&expected.logits, &got.logits), 0.0, "pause {pause}: the logits differ");
     }
-    let got = ahead.prepare_turn(&model, &tok, prompt, 64).unwrap();
-    assert!(got.drafted_tokens > 20, "{} tokens were read ahead", got.drafted_tokens);
-    assert_eq!(ahead.state.tokens(), plain.state.tokens());
-    let diff = (expected.logits - got.logits).unwrap().abs().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
-    assert_eq!(diff, 0.0, "the logits after a typed-ahead prompt differ");
 }
 
 fn greedy(model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {

@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Tensor};
 use common::*;
 use pocketchat::engine::template::ChatTemplate;
 use pocketchat::engine::tokenizer::TextTokenizer;
-use pocketchat::engine::{Kernels, Model, Session, TrimMode};
+use pocketchat::engine::{DraftExtent, Kernels, Model, Session, TrimMode};
 
 const TOKENS: [u32; 12] = [5, 17, 200, 3, 99, 42, 7, 255, 256, 1, 64, 128];
 
@@ -79,7 +79,10 @@ fn session(model: &Model, path: &std::path::Path, budget: usize) -> (Session, Te
 
 /// Feeds `text` as a draft the way the composer sends it: one call per typed character.
 fn type_ahead(s: &mut Session, model: &Model, tok: &TextTokenizer, text: &str) -> usize {
-    (1..=text.len()).filter(|&n| text.is_char_boundary(n)).map(|n| s.draft(model, tok, &text[..n], 16).unwrap()).sum()
+    (1..=text.len())
+        .filter(|&n| text.is_char_boundary(n))
+        .map(|n| s.draft(model, tok, &text[..n], DraftExtent::Words, 16).unwrap())
+        .sum()
 }
 
 #[test]
@@ -124,6 +127,36 @@ fn a_message_typed_ahead_is_fed_once_and_send_keeps_what_matches() {
     let diff = max_abs_diff(&p_plain.logits, &p_ahead.logits);
     assert_eq!(diff, 0.0, "logits after a typed-ahead prompt differ");
     assert_eq!(ahead.turn_lengths(), plain.turn_lengths());
+
+    // Typing paused: the whole message and the reply's header go ahead, with the logits.
+    // Typing on takes the draft back to its whole words; pausing again feeds the end.
+    for s in [&mut plain, &mut ahead] {
+        s.finish_reply("fine");
+        model.forward(&tok.encode("fine").unwrap(), &mut s.state).unwrap();
+    }
+    let before = ahead.len();
+    type_ahead(&mut ahead, &model, &tok, "one more");
+    assert!(ahead.draft(&model, &tok, "one more", DraftExtent::Whole, 16).unwrap() >= 2);
+    assert_eq!(ahead.draft(&model, &tok, "one more", DraftExtent::Whole, 16).unwrap(), 0, "already there");
+    type_ahead(&mut ahead, &model, &tok, "one more question");
+    assert_eq!(ahead.len(), before);
+    ahead.draft(&model, &tok, "one more question", DraftExtent::Whole, 16).unwrap();
+    let p_plain = plain.prepare_turn(&model, &tok, "one more question", 16).unwrap();
+    let p_ahead = ahead.prepare_turn(&model, &tok, "one more question", 16).unwrap();
+    assert_eq!(p_ahead.drafted_tokens, p_ahead.fed_tokens, "nothing left to feed at Send");
+    assert_eq!(ahead.state.tokens(), plain.state.tokens());
+    assert_eq!(max_abs_diff(&p_plain.logits, &p_ahead.logits), 0.0);
+    // A whole draft of other words than those sent: its logits are not used.
+    for s in [&mut plain, &mut ahead] {
+        s.finish_reply("ok");
+        model.forward(&tok.encode("ok").unwrap(), &mut s.state).unwrap();
+    }
+    ahead.draft(&model, &tok, "last one?", DraftExtent::Whole, 16).unwrap();
+    let p_plain = plain.prepare_turn(&model, &tok, "last one!", 16).unwrap();
+    let p_ahead = ahead.prepare_turn(&model, &tok, "last one!", 16).unwrap();
+    assert!(p_ahead.drafted_tokens < p_ahead.fed_tokens);
+    assert_eq!(ahead.state.tokens(), plain.state.tokens());
+    assert_eq!(max_abs_diff(&p_plain.logits, &p_ahead.logits), 0.0);
 }
 
 #[test]
@@ -145,12 +178,12 @@ fn a_draft_never_outlives_a_change_to_the_conversation_or_the_budget() {
 
     // A draft that would leave less than the reserve free is not fed at all.
     let long = "word ".repeat(200);
-    assert_eq!(s.draft(&model, &tok, &long, 16).unwrap(), 0);
+    assert_eq!(s.draft(&model, &tok, &long, DraftExtent::Words, 16).unwrap(), 0);
     assert_eq!(drafted(&s), 0);
 
     // Clearing the composer drops it; an eviction drops it before any turn.
     type_ahead(&mut s, &model, &tok, "what comes next ");
-    assert_eq!(s.draft(&model, &tok, "  ", 16).unwrap(), 0);
+    assert_eq!(s.draft(&model, &tok, "  ", DraftExtent::Words, 16).unwrap(), 0);
     assert_eq!(drafted(&s), 0);
     type_ahead(&mut s, &model, &tok, "what comes next ");
     s.evict_to(&model, 0).unwrap();

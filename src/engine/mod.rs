@@ -26,10 +26,10 @@ pub use error::{Cause, EngineError, Result};
 pub use kernels::Kernels;
 pub use model::{Model, ModelConfig, SUPPORTED_ARCHITECTURES};
 pub use protocol::{Command, DoneReason, EngineEvent, ModelInfo, Stats};
-pub use session::{Session, TrimMode};
+pub use session::{DraftExtent, Session, TrimMode};
 pub use state::State;
 pub use tokenizer::SUPPORTED_PRE_TOKENIZERS;
 pub mod qlinear;
 mod worker;
 
-pub use worker::{Engine, EngineConfig, EngineEvents, EngineHandle, HeadroomProbe, KvDtype, Q8Variant};
+pub use worker::{Engine, EngineConfig, EngineEvents, EngineHandle, HeadroomProbe, KvDtype, Q8Variant, TYPING_PAUSE};

@@ -38,6 +38,24 @@ pub(crate) struct Anchor {
 /// typing ahead never changes a reply.
 const MIN_FEED: usize = 2;
 
+/// How much of a message being typed [`Session::draft`] feeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DraftExtent {
+    /// Its whole words: typing goes on.
+    Words,
+    /// All of it and the reply's header, keeping the logits: typing has paused.
+    Whole,
+}
+
+/// The end of the cache fed from the message being typed.
+#[derive(Default)]
+struct Draft {
+    /// Tokens after the conversation's own.
+    tokens: usize,
+    /// After a [`DraftExtent::Whole`] draft: the logits of its last token.
+    logits: Option<candle_core::Tensor>,
+}
+
 /// Text to feed, split at turn anchors: `(byte offset in the rendered text, token ids)`.
 type Pieces = Vec<(usize, Vec<u32>)>;
 
@@ -85,9 +103,9 @@ pub struct Session {
     cached_text: String,
     pinned_tokens: usize,
     turns: Vec<Anchor>,
-    /// Tokens at the end of the cache fed from the message being typed ([`Session::draft`]);
-    /// not part of the conversation until `prepare_turn` takes those that match.
-    drafted: usize,
+    /// The end of the cache fed from the message being typed ([`Session::draft`]); not
+    /// part of the conversation until `prepare_turn` takes what matches.
+    draft: Draft,
     pub trim_mode: TrimMode,
 }
 
@@ -102,7 +120,7 @@ impl Session {
             cached_text: String::new(),
             pinned_tokens: 0,
             turns: Vec::new(),
-            drafted: 0,
+            draft: Draft::default(),
             trim_mode: TrimMode::default(),
         })
     }
@@ -113,7 +131,7 @@ impl Session {
 
     /// Tokens of the conversation in the cache (without a draft).
     pub fn len(&self) -> usize {
-        self.state.len() - self.drafted
+        self.state.len() - self.draft.tokens
     }
 
     pub fn is_empty(&self) -> bool {
@@ -129,7 +147,7 @@ impl Session {
     /// The conversation for saving; a draft must have been dropped first (it is not part
     /// of the conversation, and the K/V saved beside this are the whole cache's).
     pub(crate) fn snapshot(&self) -> SessionSnapshot {
-        debug_assert_eq!(self.drafted, 0, "a draft is never saved");
+        debug_assert_eq!(self.draft.tokens, 0, "a draft is never saved");
         SessionSnapshot {
             tokens: self.state.tokens().to_vec(),
             messages: self.messages.clone(),
@@ -175,8 +193,7 @@ impl Session {
 
     /// Forgets the conversation; the K/V buffers stay allocated.
     pub fn clear(&mut self) {
-        self.state.reset();
-        self.drafted = 0;
+        self.clear_cache();
         self.messages.clear();
         self.cached_text.clear();
         self.pinned_tokens = 0;
@@ -334,15 +351,20 @@ impl Session {
             }
             ids.extend(piece);
         }
-        let drafted = self.keep_draft(base, &ids, true);
-        let _span = tracing::info_span!("prefill", tokens = ids.len() - drafted, drafted, pos = base).entered();
-        let logits = match model.forward(&ids[drafted..], &mut self.state) {
-            Ok(l) => l,
-            Err(e) => {
-                // Nothing half-done stays behind: the cache goes back to before this turn.
-                self.state.truncate(base);
-                self.turns.retain(|a| a.token < base);
-                return Err(e);
+        let (logits, drafted) = match self.whole_draft_logits(base, &ids) {
+            Some(logits) => (logits, ids.len()),
+            None => {
+                let drafted = self.keep_draft(base, &ids, true);
+                let _span = tracing::info_span!("prefill", tokens = ids.len() - drafted, drafted, pos = base).entered();
+                match model.forward(&ids[drafted..], &mut self.state) {
+                    Ok(logits) => (logits, drafted),
+                    Err(e) => {
+                        // Nothing half-done stays behind: the cache goes back to before this turn.
+                        self.state.truncate(base);
+                        self.turns.retain(|a| a.token < base);
+                        return Err(e);
+                    }
+                }
             }
         };
         self.messages = messages;
@@ -362,24 +384,44 @@ impl Session {
         let same = draft.iter().zip(ids).take_while(|(a, b)| a == b).count();
         let keep = if same == ids.len() && !wanted { same } else { same.min(ids.len().saturating_sub(MIN_FEED)) };
         self.state.truncate(base + keep);
-        self.drafted = 0;
+        self.draft = Draft::default();
         keep
+    }
+
+    /// The logits of a whole-prompt draft that is exactly `ids` (the tokens after
+    /// `base`), which then becomes part of the conversation; `None` otherwise.
+    fn whole_draft_logits(&mut self, base: usize, ids: &[u32]) -> Option<candle_core::Tensor> {
+        let logits = self.draft.logits.take()?;
+        (self.state.tokens()[base..] == *ids).then(|| {
+            self.draft = Draft::default();
+            logits
+        })
     }
 
     /// Empties the cache (the conversation's text stays).
     fn clear_cache(&mut self) {
         self.state.reset();
-        self.drafted = 0;
+        self.draft = Draft::default();
     }
 
     /// Feeds the message being typed ahead of its Send, so that Send prefills only what
-    /// changed since: `typed` up to its last whitespace (a word still being typed may yet
-    /// tokenize differently), after the system prompt and the template's user header
-    /// when the conversation is new. Each call feeds only the tokens that differ from the
-    /// draft already cached. The draft fits the budget with `reserve` tokens to spare or
-    /// is not fed; [`Session::discard_draft`] drops it, and every other change of the
-    /// conversation does so first. Returns the tokens fed by this call.
-    pub fn draft(&mut self, model: &Model, tok: &TextTokenizer, typed: &str, reserve: usize) -> Result<usize> {
+    /// changed since, or nothing: `typed` up to its last whitespace while typing goes on
+    /// ([`DraftExtent::Words`]: a word still being typed may yet tokenize differently),
+    /// or all of it with the reply's header once typing pauses ([`DraftExtent::Whole`]:
+    /// its logits are kept, and a Send of exactly that text feeds nothing). A new
+    /// conversation's system prompt and the template's user header come first. Each call
+    /// feeds only the tokens that differ from the draft already cached. The draft fits
+    /// the budget with `reserve` tokens to spare or is not fed;
+    /// [`Session::discard_draft`] drops it, and every other change of the conversation
+    /// does so first. Returns the tokens fed by this call.
+    pub fn draft(
+        &mut self,
+        model: &Model,
+        tok: &TextTokenizer,
+        typed: &str,
+        extent: DraftExtent,
+        reserve: usize,
+    ) -> Result<usize> {
         let typed = typed.trim();
         if typed.is_empty() {
             self.discard_draft();
@@ -392,23 +434,36 @@ impl Session {
             return Ok(0);
         }
         let Some(body) = rendered.bodies.last() else { return Ok(0) };
-        let whole_words = typed.rfind(char::is_whitespace).map_or("", |at| typed[..at].trim_end());
-        let pieces = self.pieces_between(tok, &rendered, from_scratch, body.start + whole_words.len())?;
+        let end = match extent {
+            DraftExtent::Words => {
+                body.start + typed.rfind(char::is_whitespace).map_or(0, |at| typed[..at].trim_end().len())
+            }
+            DraftExtent::Whole => rendered.text.len(),
+        };
+        let pieces = self.pieces_between(tok, &rendered, from_scratch, end)?;
         let ids: Vec<u32> = pieces.into_iter().flat_map(|(_, ids)| ids).collect();
         let base = self.len();
         if base + ids.len() + reserve > self.state.max_tokens() {
             self.discard_draft();
             return Ok(0);
         }
-        let kept = self.keep_draft(base, &ids, false);
+        let whole = extent == DraftExtent::Whole;
+        if whole && self.draft.logits.is_some() && self.state.tokens()[base..] == ids[..] {
+            return Ok(0);
+        }
+        let kept = self.keep_draft(base, &ids, whole);
+        let mut logits = None;
         if kept < ids.len() {
-            let _span = tracing::info_span!("draft", tokens = ids.len() - kept, pos = base + kept).entered();
-            if let Err(e) = model.forward(&ids[kept..], &mut self.state) {
-                self.state.truncate(base);
-                return Err(e);
+            let _span = tracing::info_span!("draft", tokens = ids.len() - kept, pos = base + kept, whole).entered();
+            match model.forward(&ids[kept..], &mut self.state) {
+                Ok(l) => logits = Some(l),
+                Err(e) => {
+                    self.state.truncate(base);
+                    return Err(e);
+                }
             }
         }
-        self.drafted = self.state.len() - base;
+        self.draft = Draft { tokens: self.state.len() - base, logits: logits.filter(|_| whole) };
         Ok(ids.len() - kept)
     }
 
@@ -424,7 +479,7 @@ impl Session {
     pub fn discard_draft(&mut self) {
         let len = self.len();
         self.state.truncate(len);
-        self.drafted = 0;
+        self.draft = Draft::default();
     }
 
     /// Records a reply token that was just fed to the model, with its text so far.

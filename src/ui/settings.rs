@@ -177,6 +177,7 @@ fn prefill_figure(stats: &Stats) -> String {
     match (stats.prefill_tokens, stats.drafted_tokens) {
         (0, 0) => "—".to_string(),
         (fed, 0) => format!("{fed} tokens in {}", format_ms(stats.prefill_ms)),
+        (0, ahead) => format!("none: all {ahead} tokens were read as you typed"),
         (fed, ahead) => format!("{fed} tokens in {} (+{ahead} read as you typed)", format_ms(stats.prefill_ms)),
     }
 }

@@ -21,6 +21,7 @@ mod handle;
 mod run;
 mod saving;
 mod turn;
+mod typing;
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
@@ -30,6 +31,7 @@ use futures::channel::mpsc as fmpsc;
 
 pub use config::{EngineConfig, HeadroomProbe, KvDtype, Q8Variant};
 pub use handle::{EngineEvents, EngineHandle};
+pub use typing::TYPING_PAUSE;
 
 use super::model::Model;
 use super::persist::{self, ModelIdentity};
@@ -87,4 +89,6 @@ struct Worker {
     active: Option<ChatRecord>,
     /// Replies written again for the same prompt: each gets its own seed.
     regenerations: u64,
+    /// The message being typed, while its whole words are read ahead (see `typing`).
+    typing: Option<String>,
 }

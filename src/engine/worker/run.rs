@@ -48,6 +48,7 @@ impl Worker {
             state_lock: None,
             active: None,
             regenerations: 0,
+            typing: None,
         }
     }
 
@@ -112,14 +113,10 @@ impl Worker {
 
     pub(super) fn run(mut self) {
         self.load();
-        loop {
-            let command = match self.deferred.pop_front() {
-                Some(c) => c,
-                None => match self.commands.recv() {
-                    Ok(c) => c,
-                    Err(_) => break,
-                },
-            };
+        while let Some(command) = self.next_command() {
+            if !matches!(command, Command::Draft { .. }) {
+                self.typing = None;
+            }
             if !matches!(command, Command::Send { .. } | Command::Draft { .. }) {
                 // Whatever else happens to the conversation starts from its own tokens.
                 if let Some(l) = self.loaded.as_mut() {

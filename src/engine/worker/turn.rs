@@ -73,31 +73,6 @@ impl Worker {
         self.reply(prepared.logits, prepared.fed_tokens - prepared.drafted_tokens, started, replaces)
     }
 
-    /// Feeds the message being typed ahead of its Send ([`Session::draft`]). Skipped when
-    /// newer commands wait: a newer draft replaces it, anything else goes first.
-    pub(super) fn draft(&mut self, mut text: String) {
-        while let Ok(command) = self.commands.try_recv() {
-            self.deferred.push_back(command);
-        }
-        while let Some(Command::Draft { .. }) = self.deferred.front() {
-            if let Some(Command::Draft { text: newer }) = self.deferred.pop_front() {
-                text = newer;
-            }
-        }
-        if !self.deferred.is_empty() {
-            return;
-        }
-        let budget = self.budget();
-        let reserve = reply_reserve(budget, self.config.max_tokens);
-        let Some(l) = self.loaded.as_mut() else { return };
-        l.session.set_budget(budget);
-        if let Err(e) = l.session.draft(&l.model, &l.tokenizer, &text, reserve) {
-            // Send feeds the message again and reports what is wrong with it.
-            tracing::debug!("the draft was not fed: {e}");
-            l.session.discard_draft();
-        }
-    }
-
     /// Writes the last reply again with the next seed. Only the last prompt token is fed
     /// again; when the last turn is no longer cached, the chat store's transcript is
     /// re-read instead.
