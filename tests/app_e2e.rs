@@ -135,7 +135,13 @@ impl Screen {
     }
 
     fn type_and_enter(&self, text: &str) {
+        self.type_pause_and_enter(text, Duration::ZERO);
+    }
+
+    /// Types `text`, waits `pause` (someone reading it over) and presses Enter.
+    fn type_pause_and_enter(&self, text: &str, pause: Duration) {
         self.run("xdotool", &["type", "--delay", "15", text]);
+        std::thread::sleep(pause);
         self.run("xdotool", &["key", "Return"]);
     }
 }
@@ -493,7 +499,10 @@ fn the_window_streams_what_the_engine_writes_and_reports_its_speed() {
     let app_pid = run.app().id();
     let (status, window) = run.wait_until_ready();
     run.screen.click((window.0, window.1), &status["rects"]["composer"]);
-    run.screen.type_and_enter(STREAM_PROMPT);
+    // Enter right after the last key, or after POCKETCHAT_E2E_PAUSE_MS (typing paused:
+    // the whole prompt is read ahead).
+    let pause = std::env::var("POCKETCHAT_E2E_PAUSE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    run.screen.type_pause_and_enter(STREAM_PROMPT, Duration::from_millis(pause));
     run.wait_for("the reply to start", Duration::from_secs(60), |s| {
         s["last_reply"].as_str().is_some_and(|r| !r.is_empty())
     });
