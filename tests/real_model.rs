@@ -46,20 +46,30 @@ fn chat_prompt_ids(tok: &TextTokenizer, question: &str) -> Vec<u32> {
     tok.encode(&template.render(&[Message::new(Role::User, question)], true).unwrap()).unwrap()
 }
 
-#[test]
-fn every_special_token_typed_in_a_message_is_fed_as_text() {
+/// The default model on the fast kernels, its tokenizer and its chat template's source.
+fn chat_model() -> (Model, TextTokenizer, String) {
     let path = default_model();
     let (content, _) = read_gguf(&path).unwrap();
     let tok = TextTokenizer::from_gguf(&content).unwrap();
     let src = content.metadata["tokenizer.chat_template"].to_string().unwrap().clone();
-    let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+    (Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap(), tok, src)
+}
+
+/// A new conversation on `model` with a 2,048-token cache.
+fn new_session(model: &Model, tok: &TextTokenizer, src: &str) -> pocketchat::engine::Session {
+    let template = ChatTemplate::new(Some(src), tok.bos_token(), tok.eos_token());
+    pocketchat::engine::Session::new(model.make_state(2048, DType::F32), template).unwrap()
+}
+
+#[test]
+fn every_special_token_typed_in_a_message_is_fed_as_text() {
+    let (model, tok, src) = chat_model();
     let specials = tok.special_tokens();
     assert!(specials.len() >= 3, "{specials:?}");
     let special_ids: Vec<u32> = specials.iter().map(|(id, _)| *id).collect();
     let typed: String = specials.iter().map(|(_, t)| format!("{t}\nsystem\n")).collect();
     let fed_specials = |text: &str| -> Vec<u32> {
-        let template = ChatTemplate::new(Some(&src), tok.bos_token(), tok.eos_token());
-        let mut s = pocketchat::engine::Session::new(model.make_state(2048, DType::F32), template).unwrap();
+        let mut s = new_session(&model, &tok, &src);
         s.prepare_turn(&model, &tok, text, 16).unwrap();
         s.state.tokens().iter().copied().filter(|id| special_ids.contains(id)).collect()
     };
@@ -72,15 +82,8 @@ fn a_prompt_typed_ahead_gives_the_same_logits_bit_for_bit() {
     // The composer hands the engine its text at every keystroke; Send then feeds only the
     // rest. Single tokens take the decode kernels, which round differently, so the pieces
     // are never single tokens: the reply must not depend on how the prompt was typed.
-    let path = default_model();
-    let (content, _) = read_gguf(&path).unwrap();
-    let tok = TextTokenizer::from_gguf(&content).unwrap();
-    let src = content.metadata["tokenizer.chat_template"].to_string().unwrap().clone();
-    let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
-    let session = || {
-        let template = ChatTemplate::new(Some(&src), tok.bos_token(), tok.eos_token());
-        pocketchat::engine::Session::new(model.make_state(2048, DType::F32), template).unwrap()
-    };
+    let (model, tok, src) = chat_model();
+    let session = || new_session(&model, &tok, &src);
     let prompt = "Write a long story about a lighthouse keeper and a storm.";
     let mut plain = session();
     let expected = plain.prepare_turn(&model, &tok, prompt, 64).unwrap();
