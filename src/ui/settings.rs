@@ -486,3 +486,19 @@ fn ThreadsRow(threads: usize, cores: usize) -> Element {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_prefill_says_what_was_read_while_typing() {
+        let figure = |prefill_tokens, drafted_tokens| {
+            prefill_figure(&Stats { prefill_tokens, drafted_tokens, prefill_ms: 21.0, ..Default::default() })
+        };
+        assert_eq!(figure(0, 0), "—");
+        assert!(figure(42, 0).starts_with("42 tokens in "), "{}", figure(42, 0));
+        assert!(figure(8, 34).ends_with("(+34 read as you typed)"), "{}", figure(8, 34));
+        assert_eq!(figure(0, 42), "none: all 42 tokens were read as you typed");
+    }
+}
