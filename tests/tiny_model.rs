@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Tensor};
 use common::*;
 use pocketchat::engine::template::ChatTemplate;
 use pocketchat::engine::tokenizer::TextTokenizer;
-use pocketchat::engine::{DraftExtent, Kernels, Model, Session, TrimMode};
+use pocketchat::engine::{DraftExtent, DraftFed, Kernels, Model, Session, TrimMode, DRAFT_STEP};
 
 const TOKENS: [u32; 12] = [5, 17, 200, 3, 99, 42, 7, 255, 256, 1, 64, 128];
 
@@ -81,7 +81,7 @@ fn session(model: &Model, path: &std::path::Path, budget: usize) -> (Session, Te
 fn type_ahead(s: &mut Session, model: &Model, tok: &TextTokenizer, text: &str) -> usize {
     (1..=text.len())
         .filter(|&n| text.is_char_boundary(n))
-        .map(|n| s.draft(model, tok, &text[..n], DraftExtent::Words, 16).unwrap())
+        .map(|n| s.draft(model, tok, &text[..n], DraftExtent::Words, 16).unwrap().fed)
         .sum()
 }
 
@@ -136,8 +136,8 @@ fn a_message_typed_ahead_is_fed_once_and_send_keeps_what_matches() {
     }
     let before = ahead.len();
     type_ahead(&mut ahead, &model, &tok, "one more");
-    assert!(ahead.draft(&model, &tok, "one more", DraftExtent::Whole, 16).unwrap() >= 2);
-    assert_eq!(ahead.draft(&model, &tok, "one more", DraftExtent::Whole, 16).unwrap(), 0, "already there");
+    assert!(ahead.draft(&model, &tok, "one more", DraftExtent::Whole, 16).unwrap().fed >= 2);
+    assert_eq!(ahead.draft(&model, &tok, "one more", DraftExtent::Whole, 16).unwrap().fed, 0, "already there");
     type_ahead(&mut ahead, &model, &tok, "one more question");
     assert_eq!(ahead.len(), before);
     ahead.draft(&model, &tok, "one more question", DraftExtent::Whole, 16).unwrap();
@@ -160,6 +160,36 @@ fn a_message_typed_ahead_is_fed_once_and_send_keeps_what_matches() {
 }
 
 #[test]
+fn a_pasted_message_is_read_ahead_in_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_tiny_gguf(dir.path(), &TinySpec::default(), 5);
+    let model = load(&path, Kernels::Fast);
+    let pasted: String = (0..12).map(|i| format!("line {i} of the pasted text\n")).collect();
+    // Sent trimmed, as the composer sends it (and as drafts are read).
+    let pasted = pasted.trim();
+    let (mut plain, tok) = session(&model, &path, 512);
+    let expected = plain.prepare_turn(&model, &tok, pasted, 16).unwrap();
+    assert!(expected.prompt_cut_to.is_none() && expected.fed_tokens > 3 * DRAFT_STEP);
+    let mut ahead = session(&model, &path, 512).0;
+    for extent in [DraftExtent::Words, DraftExtent::Whole] {
+        let mut steps = Vec::new();
+        loop {
+            let step = ahead.draft(&model, &tok, pasted, extent, 16).unwrap();
+            assert!(step.fed <= DRAFT_STEP + 1, "{step:?}");
+            steps.push(step);
+            if step.left == 0 {
+                break;
+            }
+        }
+        assert!(extent == DraftExtent::Whole || steps.len() > 2, "{extent:?} in {} steps", steps.len());
+    }
+    let got = ahead.prepare_turn(&model, &tok, pasted, 16).unwrap();
+    assert_eq!(got.drafted_tokens, got.fed_tokens, "all of it was read ahead");
+    assert_eq!(ahead.state.tokens(), plain.state.tokens());
+    assert_eq!(max_abs_diff(&expected.logits, &got.logits), 0.0);
+}
+
+#[test]
 fn a_draft_never_outlives_a_change_to_the_conversation_or_the_budget() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_tiny_gguf(dir.path(), &TinySpec::default(), 4);
@@ -178,12 +208,12 @@ fn a_draft_never_outlives_a_change_to_the_conversation_or_the_budget() {
 
     // A draft that would leave less than the reserve free is not fed at all.
     let long = "word ".repeat(200);
-    assert_eq!(s.draft(&model, &tok, &long, DraftExtent::Words, 16).unwrap(), 0);
+    assert_eq!(s.draft(&model, &tok, &long, DraftExtent::Words, 16).unwrap(), DraftFed::default());
     assert_eq!(drafted(&s), 0);
 
     // Clearing the composer drops it; an eviction drops it before any turn.
     type_ahead(&mut s, &model, &tok, "what comes next ");
-    assert_eq!(s.draft(&model, &tok, "  ", DraftExtent::Words, 16).unwrap(), 0);
+    assert_eq!(s.draft(&model, &tok, "  ", DraftExtent::Words, 16).unwrap(), DraftFed::default());
     assert_eq!(drafted(&s), 0);
     type_ahead(&mut s, &model, &tok, "what comes next ");
     assert!(drafted(&s) > 0);

@@ -26,7 +26,7 @@ pub use error::{Cause, EngineError, Result};
 pub use kernels::Kernels;
 pub use model::{Model, ModelConfig, SUPPORTED_ARCHITECTURES};
 pub use protocol::{Command, DoneReason, EngineEvent, ModelInfo, Stats};
-pub use session::{DraftExtent, Session, TrimMode};
+pub use session::{DraftExtent, DraftFed, Session, TrimMode, DRAFT_STEP};
 pub use state::State;
 pub use tokenizer::SUPPORTED_PRE_TOKENIZERS;
 pub mod qlinear;

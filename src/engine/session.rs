@@ -38,6 +38,18 @@ pub(crate) struct Anchor {
 /// typing ahead never changes a reply.
 const MIN_FEED: usize = 2;
 
+/// The most tokens one [`Session::draft`] call feeds: a long message pasted, or a chat's
+/// history read again, goes in steps, so a command sent meanwhile waits for one step at
+/// most.
+pub const DRAFT_STEP: usize = 64;
+
+/// What one [`Session::draft`] call fed, and what is left for the next.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DraftFed {
+    pub fed: usize,
+    pub left: usize,
+}
+
 /// How much of a message being typed [`Session::draft`] feeds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DraftExtent {
@@ -405,15 +417,16 @@ impl Session {
     }
 
     /// Feeds the message being typed ahead of its Send, so that Send prefills only what
-    /// changed since, or nothing: `typed` up to its last whitespace while typing goes on
-    /// ([`DraftExtent::Words`]: a word still being typed may yet tokenize differently),
-    /// or all of it with the reply's header once typing pauses ([`DraftExtent::Whole`]:
-    /// its logits are kept, and a Send of exactly that text feeds nothing). A new
-    /// conversation's system prompt and the template's user header come first. Each call
-    /// feeds only the tokens that differ from the draft already cached. The draft fits
-    /// the budget with `reserve` tokens to spare or is not fed;
-    /// [`Session::discard_draft`] drops it, and every other change of the conversation
-    /// does so first. Returns the tokens fed by this call.
+    /// changed since, or nothing. `typed` is trimmed, as the composer sends it; fed are
+    /// its words up to the last whitespace while typing goes on ([`DraftExtent::Words`]:
+    /// a word still being typed may yet tokenize differently), or all of it with the
+    /// reply's header once typing pauses ([`DraftExtent::Whole`]: its logits are kept,
+    /// and a Send of exactly that text feeds nothing). A new conversation's system prompt
+    /// and the template's user header come first. Each call feeds only the tokens that
+    /// differ from the draft already cached, at most [`DRAFT_STEP`] of them: call again
+    /// while some are `left`. The draft fits the budget with `reserve` tokens to spare or
+    /// is not fed; [`Session::discard_draft`] drops it, and every other change of the
+    /// conversation does so first.
     pub fn draft(
         &mut self,
         model: &Model,
@@ -421,19 +434,19 @@ impl Session {
         typed: &str,
         extent: DraftExtent,
         reserve: usize,
-    ) -> Result<usize> {
+    ) -> Result<DraftFed> {
         let typed = typed.trim();
         if typed.is_empty() {
             self.discard_draft();
-            return Ok(0);
+            return Ok(DraftFed::default());
         }
         let (rendered, from_scratch) = self.render_with(typed)?;
         // A conversation about to be read again from its text (a changed system prompt,
         // a resumed chat) is read at Send; only an empty cache or a continued one drafts.
         if from_scratch && !self.is_empty() {
-            return Ok(0);
+            return Ok(DraftFed::default());
         }
-        let Some(body) = rendered.bodies.last() else { return Ok(0) };
+        let Some(body) = rendered.bodies.last() else { return Ok(DraftFed::default()) };
         let end = match extent {
             DraftExtent::Words => {
                 body.start + typed.rfind(char::is_whitespace).map_or(0, |at| typed[..at].trim_end().len())
@@ -445,17 +458,22 @@ impl Session {
         let base = self.len();
         if base + ids.len() + reserve > self.state.max_tokens() {
             self.discard_draft();
-            return Ok(0);
+            return Ok(DraftFed::default());
         }
         let whole = extent == DraftExtent::Whole;
         if whole && self.draft.logits.is_some() && self.state.tokens()[base..] == ids[..] {
-            return Ok(0);
+            return Ok(DraftFed::default());
         }
         let kept = self.keep_draft(base, &ids, whole);
+        // One step, never leaving a single token for the next.
+        let mut until = ids.len().min(kept + DRAFT_STEP);
+        if ids.len() - until < MIN_FEED {
+            until = ids.len();
+        }
         let mut logits = None;
-        if kept < ids.len() {
-            let _span = tracing::info_span!("draft", tokens = ids.len() - kept, pos = base + kept, whole).entered();
-            match model.forward(&ids[kept..], &mut self.state) {
+        if kept < until {
+            let _span = tracing::info_span!("draft", tokens = until - kept, pos = base + kept, whole).entered();
+            match model.forward(&ids[kept..until], &mut self.state) {
                 Ok(l) => logits = Some(l),
                 Err(e) => {
                     self.state.truncate(base);
@@ -463,8 +481,9 @@ impl Session {
                 }
             }
         }
-        self.draft = Draft { tokens: self.state.len() - base, logits: logits.filter(|_| whole) };
-        Ok(ids.len() - kept)
+        let done = until == ids.len();
+        self.draft = Draft { tokens: self.state.len() - base, logits: logits.filter(|_| whole && done) };
+        Ok(DraftFed { fed: until - kept, left: ids.len() - until })
     }
 
     /// Sets the token budget; a draft that does not fit under it is dropped.

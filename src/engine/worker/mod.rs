@@ -89,6 +89,6 @@ struct Worker {
     active: Option<ChatRecord>,
     /// Replies written again for the same prompt: each gets its own seed.
     regenerations: u64,
-    /// The message being typed, while its whole words are read ahead (see `typing`).
-    typing: Option<String>,
+    /// The message being typed, while it is read ahead.
+    typing: Option<typing::Typing>,
 }

@@ -1,41 +1,51 @@
 //! Reading the message ahead while it is typed: the composer's drafts are fed while the
 //! engine has nothing else to do, their whole words at once and, when typing pauses, all
 //! of the message with the reply's header ([`Session::draft`](crate::engine::Session::draft)).
+//! A long draft goes in steps, and a command that arrives meanwhile goes first.
 
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
 use super::Worker;
 use crate::engine::budget::reply_reserve;
-use crate::engine::{Command, DraftExtent};
+use crate::engine::{Command, DraftExtent, DraftFed};
 
 /// No new draft for this long means typing has paused: the whole message is fed, so a
 /// Send of it right after has nothing left to prefill.
 pub const TYPING_PAUSE: Duration = Duration::from_millis(300);
 
+/// The message being typed, while it is read ahead.
+pub(super) struct Typing {
+    text: String,
+    extent: DraftExtent,
+    /// Steps of `extent` are left to feed (at once, unless a command comes first); else
+    /// the whole message is fed once typing pauses.
+    unfinished: bool,
+}
+
 impl Worker {
     /// The next command to handle; `None` when the handles are gone. While a message is
-    /// being typed, a pause in its drafts first feeds the whole of it.
+    /// being typed, the rest of its draft is fed first, and a pause feeds all of it.
     pub(super) fn next_command(&mut self) -> Option<Command> {
         if let Some(command) = self.deferred.pop_front() {
             return Some(command);
         }
         loop {
-            let Some(typed) = self.typing.as_ref() else { return self.commands.recv().ok() };
-            match self.commands.recv_timeout(TYPING_PAUSE) {
+            let Some(typing) = &self.typing else { return self.commands.recv().ok() };
+            let wait = if typing.unfinished { Duration::ZERO } else { TYPING_PAUSE };
+            match self.commands.recv_timeout(wait) {
                 Ok(command) => return Some(command),
                 Err(RecvTimeoutError::Disconnected) => return None,
                 Err(RecvTimeoutError::Timeout) => {
-                    let typed = typed.clone();
-                    self.typing = None;
-                    self.feed_draft(&typed, DraftExtent::Whole);
+                    let Some(Typing { text, extent, unfinished }) = self.typing.take() else { continue };
+                    self.read_ahead(text, if unfinished { extent } else { DraftExtent::Whole });
                 }
             }
         }
     }
 
-    /// Feeds the message being typed ahead of its Send. Skipped when newer commands
-    /// wait: a newer draft replaces it, anything else goes first.
+    /// A draft from the composer. Skipped when newer commands wait: a newer draft
+    /// replaces it, anything else goes first.
     pub(super) fn draft(&mut self, mut text: String) {
         while let Ok(command) = self.commands.try_recv() {
             self.deferred.push_back(command);
@@ -45,24 +55,35 @@ impl Worker {
                 text = newer;
             }
         }
-        if self.deferred.is_empty() && self.feed_draft(&text, DraftExtent::Words) {
-            self.typing = Some(text);
+        if self.deferred.is_empty() {
+            self.read_ahead(text, DraftExtent::Words);
         }
     }
 
-    /// Feeds `typed` as far as `extent` says; returns whether there is a draft now.
-    fn feed_draft(&mut self, typed: &str, extent: DraftExtent) -> bool {
+    /// Feeds one step of `text`'s draft as far as `extent` says, and notes what is left.
+    fn read_ahead(&mut self, text: String, extent: DraftExtent) {
+        self.typing = match self.feed_draft(&text, extent) {
+            Some(DraftFed { left, .. }) if left > 0 => Some(Typing { text, extent, unfinished: true }),
+            Some(_) if extent == DraftExtent::Words && !text.trim().is_empty() => {
+                Some(Typing { text, extent, unfinished: false })
+            }
+            _ => None,
+        };
+    }
+
+    /// One step of the draft; `None` when there is none (no model, or it failed).
+    fn feed_draft(&mut self, typed: &str, extent: DraftExtent) -> Option<DraftFed> {
         let budget = self.budget();
         let reserve = reply_reserve(budget, self.config.max_tokens);
-        let Some(l) = self.loaded.as_mut() else { return false };
+        let l = self.loaded.as_mut()?;
         l.session.set_budget(budget);
         match l.session.draft(&l.model, &l.tokenizer, typed, extent, reserve) {
-            Ok(_) => !typed.trim().is_empty(),
+            Ok(fed) => Some(fed),
             Err(e) => {
                 // Send feeds the message again and reports what is wrong with it.
                 tracing::debug!("the draft was not fed: {e}");
                 l.session.discard_draft();
-                false
+                None
             }
         }
     }
