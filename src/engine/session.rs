@@ -441,8 +441,9 @@ impl Session {
             return Ok(DraftFed::default());
         }
         let (rendered, from_scratch) = self.render_with(typed)?;
-        // A conversation about to be read again from its text (a changed system prompt,
-        // a resumed chat) is read at Send; only an empty cache or a continued one drafts.
+        // A cache the new render does not continue (a template that renders earlier turns
+        // differently once another follows) is read again at Send. An empty cache (a new
+        // chat, or a history to read again) or a continued one drafts.
         if from_scratch && !self.is_empty() {
             return Ok(DraftFed::default());
         }
