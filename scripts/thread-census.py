@@ -71,11 +71,10 @@ def report(path):
     app = [sum(v[0] for k, v in s['threads'].items() if k.startswith('pocketchat/')) for s in samples]
     busy = [i for i in range(len(samples) - 1)
             if (app[i + 1] - app[i]) / ticks / (samples[i + 1]['t'] - samples[i]['t']) > 0.9]
-    runs, run = [], []
+    longest, run = [], []
     for i in busy:
         run = run + [i] if run and i == run[-1] + 1 else [i]
-        runs.append(run)
-    longest = max(runs, key=len, default=[])
+        longest = max(longest, run, key=len)
     if len(longest) < 3:
         sys.exit('no stretch where the app used more than 0.9 of a core: did a reply stream?')
     first, last = samples[longest[0] + 1], samples[longest[-1]]

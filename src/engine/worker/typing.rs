@@ -17,10 +17,9 @@ pub const TYPING_PAUSE: Duration = Duration::from_millis(300);
 /// The message being typed, while it is read ahead.
 pub(super) struct Typing {
     text: String,
-    extent: DraftExtent,
-    /// Steps of `extent` are left to feed (at once, unless a command comes first); else
-    /// the whole message is fed once typing pauses.
-    unfinished: bool,
+    /// Steps of this extent are left to feed (at once, unless a command comes first);
+    /// `None`: its words are fed, and the whole message goes once typing pauses.
+    stepping: Option<DraftExtent>,
 }
 
 impl Worker {
@@ -32,13 +31,13 @@ impl Worker {
         }
         loop {
             let Some(typing) = &self.typing else { return self.commands.recv().ok() };
-            let wait = if typing.unfinished { Duration::ZERO } else { TYPING_PAUSE };
+            let wait = if typing.stepping.is_some() { Duration::ZERO } else { TYPING_PAUSE };
             match self.commands.recv_timeout(wait) {
                 Ok(command) => return Some(command),
                 Err(RecvTimeoutError::Disconnected) => return None,
                 Err(RecvTimeoutError::Timeout) => {
-                    let Some(Typing { text, extent, unfinished }) = self.typing.take() else { continue };
-                    self.read_ahead(text, if unfinished { extent } else { DraftExtent::Whole });
+                    let Some(Typing { text, stepping }) = self.typing.take() else { continue };
+                    self.read_ahead(text, stepping.unwrap_or(DraftExtent::Whole));
                 }
             }
         }
@@ -63,10 +62,8 @@ impl Worker {
     /// Feeds one step of `text`'s draft as far as `extent` says, and notes what is left.
     fn read_ahead(&mut self, text: String, extent: DraftExtent) {
         self.typing = match self.feed_draft(&text, extent) {
-            Some(DraftFed { left, .. }) if left > 0 => Some(Typing { text, extent, unfinished: true }),
-            Some(_) if extent == DraftExtent::Words && !text.trim().is_empty() => {
-                Some(Typing { text, extent, unfinished: false })
-            }
+            Some(DraftFed { left, .. }) if left > 0 => Some(Typing { text, stepping: Some(extent) }),
+            Some(_) if extent == DraftExtent::Words && !text.trim().is_empty() => Some(Typing { text, stepping: None }),
             _ => None,
         };
     }
