@@ -17,18 +17,26 @@
 //!   the caller waits for stragglers the same way. Nobody spins forever.
 //! - **Never more threads than cores.** [`Pool::set_threads`] caps the count at
 //!   [`available_cores`]; on Apple devices that is the performance cores only.
-//! - **Back off when the cores are shared.** A worker descheduled in the middle of a chunk
-//!   still makes the caller wait for it, a whole time slice. When such waits take more
-//!   than [`MAX_STALL_SHARE`] of the time, the pool runs on one worker fewer for
-//!   [`BACKOFF`], then tries the full count again ([`Contention`]). With one of two
-//!   cores kept busy, two threads decoded slower than one before this; now they do not.
+//! - **Take over what a descheduled worker holds** ([`Pool::run_detached`], the decode
+//!   matmuls). A worker descheduled in the middle of a chunk of a [`Pool::run`] job makes
+//!   the caller wait for it, a whole burst of whatever runs in its place, and the two
+//!   threads then advance in lockstep: with the window's short bursts on two cores, two
+//!   threads decoded no faster than one. A detached job owns what it reads (an `Arc`),
+//!   so nobody has to wait for a worker to leave it: when the caller runs out of chunks
+//!   and a worker's chunk is late, the caller computes that chunk again itself, and
+//!   whichever of the two finishes first publishes it.
+//! - **Back off when the cores are shared.** For [`Pool::run`] jobs (borrowed data, so
+//!   the caller must wait): when such waits take more than [`MAX_STALL_SHARE`] of the
+//!   time, those jobs run on one worker fewer for [`BACKOFF`], then try the full count
+//!   again ([`Contention`]). With one of two cores kept busy, two threads decoded slower
+//!   than one before this; now they do not.
 //!
 //! The thread count can change at any time (the app's settings panel does so); workers
 //! beyond the count stay parked.
 
 use std::cell::{Cell, UnsafeCell};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -131,6 +139,8 @@ struct Job {
     items: usize,
     chunk: usize,
     caller: Option<Thread>,
+    /// Set for [`Pool::run_detached`]: workers take a share of it and leave at once.
+    detached: Option<Arc<Detached>>,
 }
 
 struct Shared {
@@ -167,7 +177,14 @@ impl Pool {
         let shared = Arc::new(Shared {
             state: AtomicU64::new(0),
             cursor: AtomicUsize::new(0),
-            job: UnsafeCell::new(Job { run: noop, data: std::ptr::null(), items: 0, chunk: 1, caller: None }),
+            job: UnsafeCell::new(Job {
+                run: noop,
+                data: std::ptr::null(),
+                items: 0,
+                chunk: 1,
+                caller: None,
+                detached: None,
+            }),
             enabled: AtomicUsize::new(0),
             joinable: AtomicUsize::new(0),
             sleeping: (0..max_workers).map(|_| AtomicBool::new(false)).collect(),
@@ -226,29 +243,19 @@ impl Pool {
             drop(callers);
             return f(0..items);
         }
-        let shared = &*self.shared;
         let chunk = items.div_ceil((joinable + 1) * CHUNKS_PER_THREAD).max(1);
+        let job = Job {
+            run: trampoline::<F>,
+            data: (&f as *const F).cast(),
+            items,
+            chunk,
+            caller: Some(std::thread::current()),
+            detached: None,
+        };
         // SAFETY: the previous job is closed and its workers have left (the guard of the
-        // previous call waited for that), so nobody reads `job` now.
-        unsafe {
-            *shared.job.get() = Job {
-                run: trampoline::<F>,
-                data: (&f as *const F).cast(),
-                items,
-                chunk,
-                caller: Some(std::thread::current()),
-            };
-        }
-        shared.cursor.store(0, Ordering::Relaxed);
-        shared.joinable.store(joinable, Ordering::Relaxed);
-        let next_gen = (shared.state.load(Ordering::Relaxed) & GEN).wrapping_add(GEN_ONE) & GEN;
-        // Open the job (Release: the job and the cursor are visible to whoever joins).
-        shared.state.store(next_gen | OPEN, Ordering::SeqCst);
-        for (tid, handle) in callers.workers.iter().enumerate().take(joinable) {
-            if shared.sleeping[tid].load(Ordering::SeqCst) {
-                handle.unpark();
-            }
-        }
+        // previous call waited for that).
+        unsafe { self.open(&callers, job, joinable) };
+        let shared = &*self.shared;
         // Closes the job and waits for joined workers, also when `f` panics here.
         let close = CloseOnDrop { shared, armed: true };
         IN_JOB.with(|c| c.set(true));
@@ -265,6 +272,214 @@ impl Pool {
         drop(callers);
         if let Some(payload) = shared.panic.lock().unwrap_or_else(|e| e.into_inner()).take() {
             std::panic::resume_unwind(payload);
+        }
+    }
+
+    /// Publishes `job` and opens it to `joinable` workers, waking those that sleep.
+    ///
+    /// # Safety
+    /// The caller holds the pool's lock (`callers`) and the previous job is closed with
+    /// no worker joined, so nobody reads `job` now.
+    unsafe fn open(&self, callers: &Callers, job: Job, joinable: usize) {
+        let shared = &*self.shared;
+        *shared.job.get() = job;
+        shared.cursor.store(0, Ordering::Relaxed);
+        shared.joinable.store(joinable, Ordering::Relaxed);
+        let next_gen = (shared.state.load(Ordering::Relaxed) & GEN).wrapping_add(GEN_ONE) & GEN;
+        // Open the job (Release: the job and the cursor are visible to whoever joins).
+        shared.state.store(next_gen | OPEN, Ordering::SeqCst);
+        for (tid, handle) in callers.workers.iter().enumerate().take(joinable) {
+            if shared.sleeping[tid].load(Ordering::SeqCst) {
+                handle.unpark();
+            }
+        }
+    }
+
+    /// Runs `job` into `out` (`job.outputs()` values) on this thread and whichever
+    /// workers join, without ever waiting for a worker that is not running: a chunk a
+    /// worker holds too long is computed again here (see the module docs).
+    pub(crate) fn run_detached(&self, job: impl Detachable + 'static, out: &mut [f32]) {
+        let items = job.items();
+        assert_eq!(out.len(), job.outputs(), "the output buffer must hold the job's outputs");
+        if items == 0 {
+            return;
+        }
+        if IN_JOB.with(Cell::get) {
+            return job.compute(0..items, out);
+        }
+        let callers = self.callers.lock().unwrap_or_else(|e| e.into_inner());
+        // Nobody waits on a late worker here, so the back-off does not apply.
+        let workers = self.shared.enabled.load(Ordering::Relaxed).min(callers.workers.len());
+        if workers == 0 || items == 1 {
+            drop(callers);
+            return job.compute(0..items, out);
+        }
+        let chunk = items.div_ceil((workers + 1) * CHUNKS_PER_THREAD).max(1);
+        let detached = Arc::new(Detached::new(Box::new(job), chunk));
+        let job = Job {
+            run: noop,
+            data: std::ptr::null(),
+            items: 0,
+            chunk: 1,
+            caller: Some(std::thread::current()),
+            detached: Some(detached.clone()),
+        };
+        // SAFETY: as in `run`.
+        unsafe { self.open(&callers, job, workers) };
+        let close = CloseOnDrop { shared: &self.shared, armed: true };
+        IN_JOB.with(|c| c.set(true));
+        let chunk_time = detached.work_as_caller();
+        // Joined workers only take their share of `detached` and leave: a short wait.
+        close.finish();
+        detached.finish_as_caller(chunk_time + TAKE_OVER_SLACK);
+        detached.copy_out(out);
+    }
+}
+
+/// A job for [`Pool::run_detached`]: pure, writing `outputs` values, so that an item range
+/// computed twice (by a late worker and by the caller) gives the same values.
+pub(crate) trait Detachable: Send + Sync {
+    /// Items the job is cut into.
+    fn items(&self) -> usize;
+    /// Values the job writes, all items together.
+    fn outputs(&self) -> usize;
+    /// Where the values of `items` go among the job's outputs (contiguous, in item order).
+    fn output_range(&self, items: Range<usize>) -> Range<usize>;
+    /// Computes `items` into `out` (`output_range(items).len()` values).
+    fn compute(&self, items: Range<usize>, out: &mut [f32]);
+}
+
+/// How long past its own chunk time the caller waits for a worker's chunk before it
+/// computes that chunk itself.
+const TAKE_OVER_SLACK: Duration = Duration::from_micros(2);
+
+// Who holds a chunk of a detached job.
+/// Nobody started it (its index may have been taken from the cursor).
+const FREE: u8 = 0;
+/// A worker computes it into its own buffer.
+const WORKER: u8 = 1;
+/// That worker finished first and copies it into the job's outputs.
+const PUBLISHING: u8 = 2;
+/// In the job's outputs.
+const DONE: u8 = 3;
+/// The caller computes it straight into the job's outputs (or has).
+const CALLER: u8 = 4;
+
+/// A detached job's shared state: the job, its chunks' holders and its outputs.
+struct Detached {
+    job: Box<dyn Detachable>,
+    chunk: usize,
+    cursor: AtomicUsize,
+    holders: Box<[AtomicU8]>,
+    out: Box<[UnsafeCell<f32>]>,
+}
+
+// SAFETY: a chunk's part of `out` is written only by the thread that moved its holder to
+// CALLER or PUBLISHING, and read only after DONE (Release/Acquire) or by the caller.
+unsafe impl Sync for Detached {}
+
+impl Detached {
+    fn new(job: Box<dyn Detachable>, chunk: usize) -> Detached {
+        let chunks = job.items().div_ceil(chunk);
+        Detached {
+            chunk,
+            cursor: AtomicUsize::new(0),
+            holders: (0..chunks).map(|_| AtomicU8::new(FREE)).collect(),
+            out: (0..job.outputs()).map(|_| UnsafeCell::new(0.0)).collect(),
+            job,
+        }
+    }
+
+    fn items_of(&self, c: usize) -> Range<usize> {
+        c * self.chunk..self.job.items().min((c + 1) * self.chunk)
+    }
+
+    /// # Safety
+    /// This thread holds chunk `c` (CALLER, or PUBLISHING after winning it).
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn out_of(&self, c: usize) -> &mut [f32] {
+        let r = self.job.output_range(self.items_of(c));
+        assert!(r.end <= self.out.len());
+        std::slice::from_raw_parts_mut(UnsafeCell::raw_get(self.out.as_ptr().add(r.start)), r.len())
+    }
+
+    /// The caller computes chunks from the cursor; returns its mean time per chunk.
+    fn work_as_caller(&self) -> Duration {
+        let started = Instant::now();
+        let mut taken = 0u32;
+        loop {
+            let c = self.cursor.fetch_add(1, Ordering::Relaxed);
+            if c >= self.holders.len() {
+                return started.elapsed() / taken.max(1);
+            }
+            if self.holders[c].compare_exchange(FREE, CALLER, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                // SAFETY: held as CALLER from now on.
+                self.job.compute(self.items_of(c), unsafe { self.out_of(c) });
+                taken += 1;
+            }
+        }
+    }
+
+    /// A worker computes chunks from the cursor into `scratch` and publishes those nobody
+    /// took over meanwhile.
+    fn work_as_worker(&self, scratch: &mut Vec<f32>) {
+        loop {
+            let c = self.cursor.fetch_add(1, Ordering::Relaxed);
+            if c >= self.holders.len() {
+                return;
+            }
+            if self.holders[c].compare_exchange(FREE, WORKER, Ordering::Acquire, Ordering::Relaxed).is_err() {
+                continue;
+            }
+            let items = self.items_of(c);
+            scratch.clear();
+            scratch.resize(self.job.output_range(items.clone()).len(), 0.0);
+            self.job.compute(items, scratch);
+            if self.holders[c].compare_exchange(WORKER, PUBLISHING, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                // SAFETY: won as PUBLISHING; the caller reads it after DONE.
+                unsafe { self.out_of(c) }.copy_from_slice(scratch);
+                self.holders[c].store(DONE, Ordering::Release);
+            }
+        }
+    }
+
+    /// The caller, out of chunks, waits for the workers' ones; a chunk still held by a
+    /// worker after `patience` (it was most likely descheduled) it computes itself.
+    /// Returns the chunks taken over.
+    fn finish_as_caller(&self, patience: Duration) -> usize {
+        let deadline = Instant::now() + patience;
+        let mut late = false;
+        let mut taken_over = 0;
+        for (c, holder) in self.holders.iter().enumerate() {
+            let mut spins = 0u32;
+            loop {
+                let take_from = match holder.load(Ordering::Acquire) {
+                    DONE | CALLER => break,
+                    FREE => FREE,
+                    WORKER if late => WORKER,
+                    _ => {
+                        std::hint::spin_loop();
+                        spins = spins.wrapping_add(1);
+                        late |= spins.is_multiple_of(32) && Instant::now() >= deadline;
+                        continue;
+                    }
+                };
+                if holder.compare_exchange(take_from, CALLER, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                    // SAFETY: held as CALLER from now on.
+                    self.job.compute(self.items_of(c), unsafe { self.out_of(c) });
+                    taken_over += 1;
+                    break;
+                }
+            }
+        }
+        taken_over
+    }
+
+    /// Copies the outputs, every chunk DONE or computed by the caller.
+    fn copy_out(&self, out: &mut [f32]) {
+        for (o, v) in out.iter_mut().zip(self.out.iter()) {
+            // SAFETY: no thread writes `out` once every chunk is DONE or CALLER.
+            *o = unsafe { *v.get() };
         }
     }
 }
@@ -399,6 +614,7 @@ fn take_chunks(shared: &Shared) -> usize {
 fn worker(shared: Arc<Shared>, tid: usize) {
     IN_JOB.with(|c| c.set(true));
     let mut seen_gen = 0u64;
+    let mut scratch = Vec::new();
     loop {
         let Some(state) = wait_for_job(&shared, tid, seen_gen) else { return };
         // Join: only while the job we saw is still open (the generation guards against
@@ -408,17 +624,35 @@ fn worker(shared: Arc<Shared>, tid: usize) {
         }
         seen_gen = state & GEN;
         // SAFETY: joined, so the job stays as it is until we leave.
-        let caller = unsafe { (*shared.job.get()).caller.clone() };
+        let (caller, detached) = unsafe {
+            let job = &*shared.job.get();
+            (job.caller.clone(), job.detached.clone())
+        };
+        if let Some(detached) = detached {
+            // Our share of the job keeps it alive: leave at once, then work.
+            leave(&shared, caller);
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| detached.work_as_worker(&mut scratch))).is_err()
+            {
+                // The caller computes the chunk we held again and meets the panic itself.
+                tracing::error!("a compute thread panicked in a detached job");
+            }
+            continue;
+        }
         if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             take_chunks(&shared);
         })) {
             shared.panic.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(payload);
         }
-        let before = shared.state.fetch_sub(1, Ordering::AcqRel);
-        if before & OPEN == 0 && before & JOINED == 1 {
-            if let Some(caller) = caller {
-                caller.unpark();
-            }
+        leave(&shared, caller);
+    }
+}
+
+/// A worker leaves the job it joined; the last one out of a closed job wakes its caller.
+fn leave(shared: &Shared, caller: Option<Thread>) {
+    let before = shared.state.fetch_sub(1, Ordering::AcqRel);
+    if before & OPEN == 0 && before & JOINED == 1 {
+        if let Some(caller) = caller {
+            caller.unpark();
         }
     }
 }
@@ -553,6 +787,114 @@ mod tests {
         assert!(backed_off);
         assert_eq!(c.workers(1, ms(400)), 0);
         assert_eq!(c.workers(1, ms(300) + BACKOFF), 1, "then the full count is tried again");
+    }
+
+    /// A test double for a decode matmul: item `i` writes `2 i` and `i + 1`.
+    struct Doubles {
+        items: usize,
+    }
+
+    impl Detachable for Doubles {
+        fn items(&self) -> usize {
+            self.items
+        }
+        fn outputs(&self) -> usize {
+            2 * self.items
+        }
+        fn output_range(&self, items: Range<usize>) -> Range<usize> {
+            2 * items.start..2 * items.end
+        }
+        fn compute(&self, items: Range<usize>, out: &mut [f32]) {
+            for (i, o) in items.zip(out.chunks_exact_mut(2)) {
+                o.copy_from_slice(&[2.0 * i as f32, i as f32 + 1.0]);
+            }
+        }
+    }
+
+    fn doubles(items: usize) -> Vec<f32> {
+        (0..items).flat_map(|i| [2.0 * i as f32, i as f32 + 1.0]).collect()
+    }
+
+    #[test]
+    fn detached_jobs_write_every_output_at_any_thread_count() {
+        let pool = Pool::new(4);
+        for threads in [1, 2, 3, 4] {
+            pool.set_threads(threads);
+            for items in [1, 2, 7, 64, 1000] {
+                for _ in 0..20 {
+                    let mut out = vec![f32::NAN; 2 * items];
+                    pool.run_detached(Doubles { items }, &mut out);
+                    assert_eq!(out, doubles(items), "{threads} threads, {items} items");
+                }
+            }
+        }
+    }
+
+    /// [`Doubles`] whose chunks block on the worker threads until the test releases them:
+    /// a test double for a worker descheduled in the middle of a chunk.
+    struct StuckOnWorkers {
+        caller: std::thread::ThreadId,
+        release: Arc<(Mutex<bool>, std::sync::Condvar)>,
+        worker_started: Arc<AtomicBool>,
+        worker_finished: Arc<AtomicBool>,
+    }
+
+    impl Detachable for StuckOnWorkers {
+        fn items(&self) -> usize {
+            64
+        }
+        fn outputs(&self) -> usize {
+            128
+        }
+        fn output_range(&self, items: Range<usize>) -> Range<usize> {
+            2 * items.start..2 * items.end
+        }
+        fn compute(&self, items: Range<usize>, out: &mut [f32]) {
+            let wait_for = |flag: &AtomicBool| {
+                let t0 = Instant::now();
+                while !flag.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(10) {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            };
+            if std::thread::current().id() == self.caller {
+                // Not before a worker holds a chunk.
+                wait_for(&self.worker_started);
+            } else {
+                self.worker_started.store(true, Ordering::SeqCst);
+                let (lock, cvar) = &*self.release;
+                let released = lock.lock().unwrap();
+                let _ = cvar.wait_timeout_while(released, Duration::from_secs(10), |r| !*r).unwrap();
+                self.worker_finished.store(true, Ordering::SeqCst);
+            }
+            Doubles { items: 64 }.compute(items, out);
+        }
+    }
+
+    #[test]
+    fn a_detached_job_does_not_wait_for_a_stuck_worker() {
+        let pool = Pool::new(2);
+        let release = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let worker_finished = Arc::new(AtomicBool::new(false));
+        let job = StuckOnWorkers {
+            caller: std::thread::current().id(),
+            release: release.clone(),
+            worker_started: Arc::new(AtomicBool::new(false)),
+            worker_finished: worker_finished.clone(),
+        };
+        let mut out = vec![f32::NAN; 128];
+        pool.run_detached(job, &mut out);
+        // The caller computed the stuck worker's chunk itself and returned.
+        assert!(!worker_finished.load(Ordering::SeqCst), "the caller waited for the stuck worker");
+        assert_eq!(out, doubles(64));
+        // Released, the worker drops its stale chunk and serves the next jobs.
+        *release.0.lock().unwrap() = true;
+        release.1.notify_all();
+        for _ in 0..100 {
+            let mut out = vec![f32::NAN; 2 * 300];
+            pool.run_detached(Doubles { items: 300 }, &mut out);
+            assert_eq!(out, doubles(300));
+            assert!(counts(&pool, 300).iter().all(|&c| c == 1));
+        }
     }
 
     #[test]

@@ -360,11 +360,25 @@ fn matmul_many(layers: &[&QLinear], isa: Isa, x: &[f32], m: usize, dsts: &mut [V
         return Ok(());
     }
     let nb = k / QK;
+    let total_rows: usize = layers.iter().map(|l| l.out_features).sum();
+    if m == 1 && k * total_rows >= pool::PAR_MIN_MACS {
+        // Decode: a detached job, so a descheduled worker's rows are computed again
+        // instead of waited for (see `pool`).
+        let job = DecodeRows::new(layers, isa, x)?;
+        let mut flat = vec![0f32; total_rows];
+        pool::global().run_detached(job, &mut flat);
+        let mut rest = &flat[..];
+        for dst in dsts.iter_mut() {
+            let (head, tail) = rest.split_at(dst.len());
+            dst.copy_from_slice(head);
+            rest = tail;
+        }
+        return Ok(());
+    }
     let mut datas = Vec::with_capacity(layers.len());
     // unit_start[j]: first parallel work unit of layer j (units of UNIT_ROWS weight rows)
     let mut unit_start = Vec::with_capacity(layers.len() + 1);
     let mut total_units = 0;
-    let mut total_rows = 0;
     for (l, dst) in layers.iter().zip(dsts.iter()) {
         assert_eq!(l.in_features, k);
         assert_eq!(dst.len(), m * l.out_features);
@@ -373,7 +387,6 @@ fn matmul_many(layers: &[&QLinear], isa: Isa, x: &[f32], m: usize, dsts: &mut [V
         datas.push(data);
         unit_start.push(total_units);
         total_units += l.out_features.div_ceil(UNIT_ROWS);
-        total_rows += l.out_features;
     }
     unit_start.push(total_units);
     let weights: Vec<SendPtr<u8>> = datas.iter().map(|d| SendPtr(d.as_ptr() as *mut u8)).collect();
@@ -408,6 +421,112 @@ fn matmul_many(layers: &[&QLinear], isa: Isa, x: &[f32], m: usize, dsts: &mut [V
         pool::for_each_chunk(total_units, m * k * total_rows, run);
     });
     Ok(())
+}
+
+/// One decode step's product of an activation row with several layers' weights, owning
+/// what it reads (the weights by `Arc`, the quantized row in its own buffers) so that the
+/// pool may run it detached: its outputs are the layers' outputs one after the other.
+struct DecodeRows {
+    isa: Isa,
+    nb: usize,
+    qs: Vec<i8>,
+    ds: Vec<[f32; 2]>,
+    layers: Vec<DecodeLayer>,
+    /// First work unit (of `UNIT_ROWS` rows) of each layer, then the total.
+    unit_start: Vec<usize>,
+    rows: usize,
+}
+
+struct DecodeLayer {
+    /// Keeps `data` alive.
+    _w: Arc<QTensor>,
+    data: SendPtr<u8>,
+    kind: Kind,
+    n: usize,
+    /// Where this layer's outputs start among the job's.
+    out_start: usize,
+}
+
+impl DecodeRows {
+    fn new(layers: &[&QLinear], isa: Isa, x: &[f32]) -> Result<DecodeRows> {
+        let k = x.len();
+        let nb = k / QK;
+        let (mut qs, mut ds) = (vec![0i8; k], vec![[0f32; 2]; nb]);
+        isa.quantize_row(x, &mut qs, &mut ds, layers.iter().any(|l| l.kind().with_sum()));
+        let mut unit_start = Vec::with_capacity(layers.len() + 1);
+        let (mut units, mut rows) = (0, 0);
+        let mut owned = Vec::with_capacity(layers.len());
+        for l in layers {
+            assert_eq!(l.in_features, k);
+            let data = l.w.data()?;
+            debug_assert_eq!(data.len(), l.out_features * nb * l.kind().block_bytes());
+            owned.push(DecodeLayer {
+                // CPU storage: `data` borrows the tensor's own bytes, alive as long as `_w`.
+                data: SendPtr(data.as_ptr() as *mut u8),
+                _w: l.w.clone(),
+                kind: l.kind(),
+                n: l.out_features,
+                out_start: rows,
+            });
+            unit_start.push(units);
+            units += l.out_features.div_ceil(UNIT_ROWS);
+            rows += l.out_features;
+        }
+        unit_start.push(units);
+        Ok(DecodeRows { isa, nb, qs, ds, layers: owned, unit_start, rows })
+    }
+
+    /// The layer of work unit `u` (`layers.len()` for the end).
+    fn layer_of(&self, u: usize) -> usize {
+        self.unit_start.partition_point(|&s| s <= u) - 1
+    }
+
+    /// Where unit `u`'s outputs start (the total for the end).
+    fn out_of(&self, u: usize) -> usize {
+        let j = self.layer_of(u);
+        match self.layers.get(j) {
+            Some(l) => l.out_start + ((u - self.unit_start[j]) * UNIT_ROWS).min(l.n),
+            None => self.rows,
+        }
+    }
+}
+
+impl pool::Detachable for DecodeRows {
+    fn items(&self) -> usize {
+        *self.unit_start.last().expect("the total")
+    }
+
+    fn outputs(&self) -> usize {
+        self.rows
+    }
+
+    fn output_range(&self, units: std::ops::Range<usize>) -> std::ops::Range<usize> {
+        self.out_of(units.start)..self.out_of(units.end)
+    }
+
+    fn compute(&self, units: std::ops::Range<usize>, out: &mut [f32]) {
+        let base = self.out_of(units.start);
+        assert_eq!(out.len(), self.out_of(units.end) - base);
+        let acts = Acts { qs: &self.qs, ds: &self.ds, m: 1, nb: self.nb };
+        let mut u = units.start;
+        while u < units.end {
+            let j = self.layer_of(u);
+            let l = &self.layers[j];
+            let end = units.end.min(self.unit_start[j + 1]);
+            let rows = (u - self.unit_start[j]) * UNIT_ROWS..l.n.min((end - self.unit_start[j]) * UNIT_ROWS);
+            let row_bytes = self.nb * l.kind.block_bytes();
+            // SAFETY: layer j's weight holds n rows of nb blocks of its kind (checked at
+            // construction) and `_w` keeps it alive; `rows` lie within them; the outputs of
+            // `rows` are `out[l.out_start + rows.start - base ..][..rows.len()]`, inside
+            // `out` (asserted above); `isa` came from `Isa::detect` (or is scalar).
+            unsafe {
+                let w = l.data.get().add(rows.start * row_bytes);
+                let dst = out.as_mut_ptr().add(l.out_start + rows.start - base);
+                self.isa.rows(l.kind, w, self.nb, 0..rows.len(), &acts, dst, rows.len());
+            }
+            u = end;
+        }
+    }
 }
 
 /// Quantizes `x`'s rows into `qs`/`ds`, across the pool when there are many.
