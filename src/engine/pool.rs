@@ -315,7 +315,7 @@ impl Pool {
             return job.compute(0..items, out);
         }
         let chunk = items.div_ceil((workers + 1) * CHUNKS_PER_THREAD).max(1);
-        let detached = Arc::new(Detached::new(Box::new(job), chunk));
+        let detached = Arc::new(Detached::new(Box::new(job), chunk, out));
         let job = Job {
             run: noop,
             data: std::ptr::null(),
@@ -327,12 +327,12 @@ impl Pool {
         // SAFETY: as in `run`.
         unsafe { self.open(&callers, job, workers) };
         let close = CloseOnDrop { shared: &self.shared, armed: true };
+        let _sealed = SealOnUnwind(&detached);
         IN_JOB.with(|c| c.set(true));
-        let chunk_time = detached.work_as_caller();
+        let (mine, chunk_time) = detached.work_as_caller();
         // Joined workers only take their share of `detached` and leave: a short wait.
         close.finish();
-        detached.finish_as_caller(chunk_time + TAKE_OVER_SLACK);
-        detached.copy_out(out);
+        detached.finish_as_caller(&mine, chunk_time + TAKE_OVER_SLACK);
     }
 }
 
@@ -353,40 +353,60 @@ pub(crate) trait Detachable: Send + Sync {
 /// computes that chunk itself.
 const TAKE_OVER_SLACK: Duration = Duration::from_micros(2);
 
-// Who holds a chunk of a detached job.
-/// Nobody started it (its index may have been taken from the cursor).
-const FREE: u8 = 0;
-/// A worker computes it into its own buffer.
-const WORKER: u8 = 1;
-/// That worker finished first and copies it into the job's outputs.
-const PUBLISHING: u8 = 2;
-/// In the job's outputs.
-const DONE: u8 = 3;
-/// The caller computes it straight into the job's outputs (or has).
-const CALLER: u8 = 4;
+/// If the caller unwinds out of a detached job, `out` goes with it: no worker may publish
+/// into it afterwards.
+struct SealOnUnwind<'a>(&'a Detached);
 
-/// A detached job's shared state: the job, its chunks' holders and its outputs.
+impl Drop for SealOnUnwind<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for chunk in self.0.chunks.iter() {
+            loop {
+                match chunk.compare_exchange(OPEN_CHUNK, TAKEN_OVER, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) | Err(DONE) | Err(TAKEN_OVER) => break,
+                    // a worker copies its chunk in: a moment
+                    Err(_) => std::hint::spin_loop(),
+                }
+            }
+        }
+    }
+}
+
+// Where a chunk of a detached job stands. The caller keeps track of its own chunks.
+/// Not published: nobody took it, or a worker computes it into its own buffer.
+const OPEN_CHUNK: u8 = 0;
+/// A worker finished it first and copies it into the outputs.
+const PUBLISHING: u8 = 1;
+/// In the outputs.
+const DONE: u8 = 2;
+/// Taken over by the caller, which computes it straight into the outputs.
+const TAKEN_OVER: u8 = 3;
+
+/// A detached job's shared state: the job, where its chunks stand and its outputs.
 struct Detached {
     job: Box<dyn Detachable>,
     chunk: usize,
     cursor: AtomicUsize,
-    holders: Box<[AtomicU8]>,
-    out: Box<[UnsafeCell<f32>]>,
+    chunks: Box<[AtomicU8]>,
+    /// The caller's output buffer. Written only by whoever moved a chunk to PUBLISHING or
+    /// TAKEN_OVER (or the caller, for chunks it took from the cursor), and never once the
+    /// caller has returned: by then every chunk is DONE or the caller's.
+    out: SendPtr<f32>,
+    out_len: usize,
 }
 
-// SAFETY: a chunk's part of `out` is written only by the thread that moved its holder to
-// CALLER or PUBLISHING, and read only after DONE (Release/Acquire) or by the caller.
-unsafe impl Sync for Detached {}
-
 impl Detached {
-    fn new(job: Box<dyn Detachable>, chunk: usize) -> Detached {
+    fn new(job: Box<dyn Detachable>, chunk: usize, out: &mut [f32]) -> Detached {
         let chunks = job.items().div_ceil(chunk);
         Detached {
+            job,
             chunk,
             cursor: AtomicUsize::new(0),
-            holders: (0..chunks).map(|_| AtomicU8::new(FREE)).collect(),
-            out: (0..job.outputs()).map(|_| UnsafeCell::new(0.0)).collect(),
-            job,
+            chunks: (0..chunks).map(|_| AtomicU8::new(OPEN_CHUNK)).collect(),
+            out: SendPtr(out.as_mut_ptr()),
+            out_len: out.len(),
         }
     }
 
@@ -395,91 +415,79 @@ impl Detached {
     }
 
     /// # Safety
-    /// This thread holds chunk `c` (CALLER, or PUBLISHING after winning it).
+    /// This thread holds chunk `c`, and the caller is still in `run_detached`.
     #[allow(clippy::mut_from_ref)]
     unsafe fn out_of(&self, c: usize) -> &mut [f32] {
         let r = self.job.output_range(self.items_of(c));
-        assert!(r.end <= self.out.len());
-        std::slice::from_raw_parts_mut(UnsafeCell::raw_get(self.out.as_ptr().add(r.start)), r.len())
+        assert!(r.start <= r.end && r.end <= self.out_len);
+        std::slice::from_raw_parts_mut(self.out.get().add(r.start), r.len())
     }
 
-    /// The caller computes chunks from the cursor; returns its mean time per chunk.
-    fn work_as_caller(&self) -> Duration {
+    /// The caller computes chunks from the cursor straight into the outputs; returns which
+    /// chunks it took and its mean time per chunk.
+    fn work_as_caller(&self) -> (Vec<bool>, Duration) {
         let started = Instant::now();
+        let mut mine = vec![false; self.chunks.len()];
         let mut taken = 0u32;
         loop {
             let c = self.cursor.fetch_add(1, Ordering::Relaxed);
-            if c >= self.holders.len() {
-                return started.elapsed() / taken.max(1);
+            if c >= self.chunks.len() {
+                return (mine, started.elapsed() / taken.max(1));
             }
-            if self.holders[c].compare_exchange(FREE, CALLER, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                // SAFETY: held as CALLER from now on.
-                self.job.compute(self.items_of(c), unsafe { self.out_of(c) });
-                taken += 1;
-            }
+            // SAFETY: a cursor index is handed out once; only the caller takes chunks over.
+            self.job.compute(self.items_of(c), unsafe { self.out_of(c) });
+            mine[c] = true;
+            taken += 1;
         }
     }
 
-    /// A worker computes chunks from the cursor into `scratch` and publishes those nobody
-    /// took over meanwhile.
+    /// A worker computes chunks from the cursor into `scratch` and publishes those the
+    /// caller did not take over meanwhile.
     fn work_as_worker(&self, scratch: &mut Vec<f32>) {
         loop {
             let c = self.cursor.fetch_add(1, Ordering::Relaxed);
-            if c >= self.holders.len() {
+            if c >= self.chunks.len() {
                 return;
-            }
-            if self.holders[c].compare_exchange(FREE, WORKER, Ordering::Acquire, Ordering::Relaxed).is_err() {
-                continue;
             }
             let items = self.items_of(c);
             scratch.clear();
             scratch.resize(self.job.output_range(items.clone()).len(), 0.0);
             self.job.compute(items, scratch);
-            if self.holders[c].compare_exchange(WORKER, PUBLISHING, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                // SAFETY: won as PUBLISHING; the caller reads it after DONE.
+            let won = self.chunks[c].compare_exchange(OPEN_CHUNK, PUBLISHING, Ordering::Acquire, Ordering::Relaxed);
+            if won.is_ok() {
+                // SAFETY: held as PUBLISHING, so the caller is still waiting for it.
                 unsafe { self.out_of(c) }.copy_from_slice(scratch);
-                self.holders[c].store(DONE, Ordering::Release);
+                self.chunks[c].store(DONE, Ordering::Release);
             }
         }
     }
 
-    /// The caller, out of chunks, waits for the workers' ones; a chunk still held by a
-    /// worker after `patience` (it was most likely descheduled) it computes itself.
-    /// Returns the chunks taken over.
-    fn finish_as_caller(&self, patience: Duration) -> usize {
+    /// The caller, out of chunks, waits for the workers' ones; those not published after
+    /// `patience` (their worker most likely descheduled) it computes itself.
+    fn finish_as_caller(&self, mine: &[bool], patience: Duration) {
         let deadline = Instant::now() + patience;
         let mut late = false;
-        let mut taken_over = 0;
-        for (c, holder) in self.holders.iter().enumerate() {
-            let mut spins = 0u32;
+        let mut spins = 0u32;
+        for (c, chunk) in self.chunks.iter().enumerate().filter(|(c, _)| !mine[*c]) {
             loop {
-                let take_from = match holder.load(Ordering::Acquire) {
-                    DONE | CALLER => break,
-                    FREE => FREE,
-                    WORKER if late => WORKER,
+                match chunk.load(Ordering::Acquire) {
+                    DONE => break,
+                    OPEN_CHUNK if late => {
+                        let taken =
+                            chunk.compare_exchange(OPEN_CHUNK, TAKEN_OVER, Ordering::Acquire, Ordering::Relaxed);
+                        if taken.is_ok() {
+                            // SAFETY: held as TAKEN_OVER; the worker will not publish it.
+                            self.job.compute(self.items_of(c), unsafe { self.out_of(c) });
+                            break;
+                        }
+                    }
                     _ => {
                         std::hint::spin_loop();
                         spins = spins.wrapping_add(1);
                         late |= spins.is_multiple_of(32) && Instant::now() >= deadline;
-                        continue;
                     }
-                };
-                if holder.compare_exchange(take_from, CALLER, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                    // SAFETY: held as CALLER from now on.
-                    self.job.compute(self.items_of(c), unsafe { self.out_of(c) });
-                    taken_over += 1;
-                    break;
                 }
             }
-        }
-        taken_over
-    }
-
-    /// Copies the outputs, every chunk DONE or computed by the caller.
-    fn copy_out(&self, out: &mut [f32]) {
-        for (o, v) in out.iter_mut().zip(self.out.iter()) {
-            // SAFETY: no thread writes `out` once every chunk is DONE or CALLER.
-            *o = unsafe { *v.get() };
         }
     }
 }
@@ -894,6 +902,36 @@ mod tests {
             pool.run_detached(Doubles { items: 300 }, &mut out);
             assert_eq!(out, doubles(300));
             assert!(counts(&pool, 300).iter().all(|&c| c == 1));
+        }
+    }
+
+    #[test]
+    fn a_panic_in_a_detached_job_reaches_the_caller_and_the_pool_goes_on() {
+        struct PanicsAt40;
+        impl Detachable for PanicsAt40 {
+            fn items(&self) -> usize {
+                64
+            }
+            fn outputs(&self) -> usize {
+                128
+            }
+            fn output_range(&self, items: Range<usize>) -> Range<usize> {
+                2 * items.start..2 * items.end
+            }
+            fn compute(&self, items: Range<usize>, out: &mut [f32]) {
+                assert!(!items.contains(&40), "item 40");
+                Doubles { items: 64 }.compute(items, out);
+            }
+        }
+        let pool = Pool::new(2);
+        for _ in 0..20 {
+            let mut out = vec![0.0; 128];
+            let caught =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.run_detached(PanicsAt40, &mut out)));
+            assert!(caught.is_err());
+            let mut out = vec![f32::NAN; 2 * 500];
+            pool.run_detached(Doubles { items: 500 }, &mut out);
+            assert_eq!(out, doubles(500));
         }
     }
 

@@ -365,6 +365,10 @@ fn matmul_many(layers: &[&QLinear], isa: Isa, x: &[f32], m: usize, dsts: &mut [V
         // Decode: a detached job, so a descheduled worker's rows are computed again
         // instead of waited for (see `pool`).
         let job = DecodeRows::new(layers, isa, x)?;
+        if let [dst] = dsts {
+            pool::global().run_detached(job, dst);
+            return Ok(());
+        }
         let mut flat = vec![0f32; total_rows];
         pool::global().run_detached(job, &mut flat);
         let mut rest = &flat[..];
