@@ -332,6 +332,9 @@ impl Pool {
         let (mine, chunk_time) = detached.work_as_caller();
         // Joined workers only take their share of `detached` and leave: a short wait.
         close.finish();
+        // SAFETY: closed and nobody joined, under the lock. The job (and the weights it
+        // holds) lives on only in the shares of workers still at it.
+        unsafe { (*self.shared.job.get()).detached = None };
         detached.finish_as_caller(&mine, chunk_time + TAKE_OVER_SLACK);
     }
 }

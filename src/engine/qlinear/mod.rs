@@ -8,7 +8,8 @@
 //! ```text
 //! x (m x k, f32) --quantize each row once--> Q8_1 / Q8_0 rows  (ggml's rounding, bit-exact)
 //!                                               |
-//! W (n x k, Q4_1 / Q8_0) -- rows split across the engine's pool (`engine::pool`, large matmuls only)
+//! W (n x k, Q4_1 / Q8_0) -- rows split across the engine's pool (`engine::pool`, large matmuls
+//!                            only; decode as a detached job, `DecodeRows`)
 //!                                               v
 //!        decode (m = 1): 4 weight rows share every activation load, each weight byte is
 //!                        read once;
@@ -486,7 +487,7 @@ impl DecodeRows {
     }
 
     /// Where unit `u`'s outputs start (the total for the end).
-    fn out_of(&self, u: usize) -> usize {
+    fn first_output(&self, u: usize) -> usize {
         let j = self.layer_of(u);
         match self.layers.get(j) {
             Some(l) => l.out_start + ((u - self.unit_start[j]) * UNIT_ROWS).min(l.n),
@@ -505,12 +506,12 @@ impl pool::Detachable for DecodeRows {
     }
 
     fn output_range(&self, units: std::ops::Range<usize>) -> std::ops::Range<usize> {
-        self.out_of(units.start)..self.out_of(units.end)
+        self.first_output(units.start)..self.first_output(units.end)
     }
 
     fn compute(&self, units: std::ops::Range<usize>, out: &mut [f32]) {
-        let base = self.out_of(units.start);
-        assert_eq!(out.len(), self.out_of(units.end) - base);
+        let base = self.first_output(units.start);
+        assert_eq!(out.len(), self.first_output(units.end) - base);
         let acts = Acts { qs: &self.qs, ds: &self.ds, m: 1, nb: self.nb };
         let mut u = units.start;
         while u < units.end {

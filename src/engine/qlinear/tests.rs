@@ -383,3 +383,41 @@ fn forward_many_equals_separate_forwards() {
     }
     assert!(QLinear::forward_many(&[], &tensor(vec![0.0; k], &[1, k])).unwrap().is_empty());
 }
+
+#[test]
+fn a_decode_job_gives_the_same_outputs_whatever_ranges_compute_them() {
+    use crate::engine::pool::Detachable;
+    let mut rng = Rng(0x5eed_000b);
+    let k = 576;
+    let layers = [
+        QLinear::new(random_weight(&mut rng, 200, k, GgmlDType::Q8_0), Kernels::Fast).unwrap(),
+        QLinear::new(random_weight(&mut rng, 37, k, GgmlDType::Q4_1), Kernels::Fast).unwrap(),
+        QLinear::new(random_weight(&mut rng, 576, k, GgmlDType::Q4_1), Kernels::Fast).unwrap(),
+    ];
+    let refs: Vec<&QLinear> = layers.iter().collect();
+    let x = random_acts(&mut rng, 1, k);
+    for isa in Isa::all_supported() {
+        let job = DecodeRows::new(&refs, isa, &x).unwrap();
+        assert_eq!(job.outputs(), 200 + 37 + 576);
+        let mut whole = vec![f32::NAN; job.outputs()];
+        job.compute(0..job.items(), &mut whole);
+        // each layer's outputs, in order
+        let mut at = 0;
+        for l in &layers {
+            let alone = forward_with(l, isa, &tensor(x.clone(), &[1, k]));
+            let alone: Vec<f32> = alone.flatten_all().unwrap().to_vec1().unwrap();
+            assert_eq!(whole[at..at + l.out_features()], alone[..], "{isa:?}");
+            at += l.out_features();
+        }
+        // in pieces that cross the layers' boundaries anywhere
+        for step in [1, 3, 7, 13] {
+            let mut pieces = vec![f32::NAN; job.outputs()];
+            for start in (0..job.items()).step_by(step) {
+                let units = start..job.items().min(start + step);
+                let out = job.output_range(units.clone());
+                job.compute(units, &mut pieces[out]);
+            }
+            assert_eq!(pieces, whole, "{isa:?}, {step} units at a time");
+        }
+    }
+}
