@@ -800,12 +800,18 @@ mod tests {
         assert_eq!(c.workers(1, ms(300) + BACKOFF), 1, "then the full count is tried again");
     }
 
-    /// A test double for a decode matmul: item `i` writes `2 i` and `i + 1`.
-    struct Doubles {
+    /// A test double for a decode matmul: item `i` writes `2 i` and `i + 1`, after
+    /// `before` has seen the range.
+    struct Doubles<F = fn(&Range<usize>)> {
         items: usize,
+        before: F,
     }
 
-    impl Detachable for Doubles {
+    fn plain(items: usize) -> Doubles {
+        Doubles { items, before: |_| {} }
+    }
+
+    impl<F: Fn(&Range<usize>) + Send + Sync> Detachable for Doubles<F> {
         fn items(&self) -> usize {
             self.items
         }
@@ -816,6 +822,7 @@ mod tests {
             2 * items.start..2 * items.end
         }
         fn compute(&self, items: Range<usize>, out: &mut [f32]) {
+            (self.before)(&items);
             for (i, o) in items.zip(out.chunks_exact_mut(2)) {
                 o.copy_from_slice(&[2.0 * i as f32, i as f32 + 1.0]);
             }
@@ -834,67 +841,43 @@ mod tests {
             for items in [1, 2, 7, 64, 1000] {
                 for _ in 0..20 {
                     let mut out = vec![f32::NAN; 2 * items];
-                    pool.run_detached(Doubles { items }, &mut out);
+                    pool.run_detached(plain(items), &mut out);
                     assert_eq!(out, doubles(items), "{threads} threads, {items} items");
                 }
             }
         }
     }
 
-    /// [`Doubles`] whose chunks block on the worker threads until the test releases them:
-    /// a test double for a worker descheduled in the middle of a chunk.
-    struct StuckOnWorkers {
-        caller: std::thread::ThreadId,
-        release: Arc<(Mutex<bool>, std::sync::Condvar)>,
-        worker_started: Arc<AtomicBool>,
-        worker_finished: Arc<AtomicBool>,
-    }
-
-    impl Detachable for StuckOnWorkers {
-        fn items(&self) -> usize {
-            64
-        }
-        fn outputs(&self) -> usize {
-            128
-        }
-        fn output_range(&self, items: Range<usize>) -> Range<usize> {
-            2 * items.start..2 * items.end
-        }
-        fn compute(&self, items: Range<usize>, out: &mut [f32]) {
-            let wait_for = |flag: &AtomicBool| {
-                let t0 = Instant::now();
-                while !flag.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(10) {
-                    std::thread::sleep(Duration::from_micros(100));
-                }
-            };
-            if std::thread::current().id() == self.caller {
-                // Not before a worker holds a chunk.
-                wait_for(&self.worker_started);
-            } else {
-                self.worker_started.store(true, Ordering::SeqCst);
-                let (lock, cvar) = &*self.release;
-                let released = lock.lock().unwrap();
-                let _ = cvar.wait_timeout_while(released, Duration::from_secs(10), |r| !*r).unwrap();
-                self.worker_finished.store(true, Ordering::SeqCst);
-            }
-            Doubles { items: 64 }.compute(items, out);
-        }
-    }
-
     #[test]
     fn a_detached_job_does_not_wait_for_a_stuck_worker() {
         let pool = Pool::new(2);
+        let caller = std::thread::current().id();
         let release = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let worker_started = Arc::new(AtomicBool::new(false));
         let worker_finished = Arc::new(AtomicBool::new(false));
-        let job = StuckOnWorkers {
-            caller: std::thread::current().id(),
-            release: release.clone(),
-            worker_started: Arc::new(AtomicBool::new(false)),
-            worker_finished: worker_finished.clone(),
+        // A test double for a worker descheduled in the middle of a chunk: on the worker,
+        // a chunk blocks until the test releases it; the caller starts once it does.
+        let stuck_on_workers = {
+            let (release, started, finished) = (release.clone(), worker_started.clone(), worker_finished.clone());
+            move |_: &Range<usize>| {
+                if std::thread::current().id() == caller {
+                    let t0 = Instant::now();
+                    while !started.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(10) {
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                } else {
+                    started.store(true, Ordering::SeqCst);
+                    let (lock, cvar) = &*release;
+                    let released = lock.lock().unwrap();
+                    let _ = cvar.wait_timeout_while(released, Duration::from_secs(10), |r| !*r).unwrap();
+                    finished.store(true, Ordering::SeqCst);
+                }
+            }
         };
         let mut out = vec![f32::NAN; 128];
-        pool.run_detached(job, &mut out);
+        pool.run_detached(Doubles { items: 64, before: stuck_on_workers }, &mut out);
         // The caller computed the stuck worker's chunk itself and returned.
+        assert!(worker_started.load(Ordering::SeqCst));
         assert!(!worker_finished.load(Ordering::SeqCst), "the caller waited for the stuck worker");
         assert_eq!(out, doubles(64));
         // Released, the worker drops its stale chunk and serves the next jobs.
@@ -902,7 +885,7 @@ mod tests {
         release.1.notify_all();
         for _ in 0..100 {
             let mut out = vec![f32::NAN; 2 * 300];
-            pool.run_detached(Doubles { items: 300 }, &mut out);
+            pool.run_detached(plain(300), &mut out);
             assert_eq!(out, doubles(300));
             assert!(counts(&pool, 300).iter().all(|&c| c == 1));
         }
@@ -910,30 +893,16 @@ mod tests {
 
     #[test]
     fn a_panic_in_a_detached_job_reaches_the_caller_and_the_pool_goes_on() {
-        struct PanicsAt40;
-        impl Detachable for PanicsAt40 {
-            fn items(&self) -> usize {
-                64
-            }
-            fn outputs(&self) -> usize {
-                128
-            }
-            fn output_range(&self, items: Range<usize>) -> Range<usize> {
-                2 * items.start..2 * items.end
-            }
-            fn compute(&self, items: Range<usize>, out: &mut [f32]) {
-                assert!(!items.contains(&40), "item 40");
-                Doubles { items: 64 }.compute(items, out);
-            }
-        }
         let pool = Pool::new(2);
+        let panics_at_40 = |items: &Range<usize>| assert!(!items.contains(&40), "item 40");
         for _ in 0..20 {
             let mut out = vec![0.0; 128];
-            let caught =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.run_detached(PanicsAt40, &mut out)));
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                pool.run_detached(Doubles { items: 64, before: panics_at_40 }, &mut out)
+            }));
             assert!(caught.is_err());
             let mut out = vec![f32::NAN; 2 * 500];
-            pool.run_detached(Doubles { items: 500 }, &mut out);
+            pool.run_detached(plain(500), &mut out);
             assert_eq!(out, doubles(500));
         }
     }
