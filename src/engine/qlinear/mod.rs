@@ -380,20 +380,15 @@ fn matmul_many(layers: &[&QLinear], isa: Isa, x: &[f32], m: usize, dsts: &mut [V
         }
         return Ok(());
     }
+    let units = LayerUnits::new(layers);
     let mut datas = Vec::with_capacity(layers.len());
-    // unit_start[j]: first parallel work unit of layer j (units of UNIT_ROWS weight rows)
-    let mut unit_start = Vec::with_capacity(layers.len() + 1);
-    let mut total_units = 0;
     for (l, dst) in layers.iter().zip(dsts.iter()) {
         assert_eq!(l.in_features, k);
         assert_eq!(dst.len(), m * l.out_features);
         let data = l.w.data()?;
         debug_assert_eq!(data.len(), l.out_features * nb * l.kind().block_bytes());
         datas.push(data);
-        unit_start.push(total_units);
-        total_units += l.out_features.div_ceil(UNIT_ROWS);
     }
-    unit_start.push(total_units);
     let weights: Vec<SendPtr<u8>> = datas.iter().map(|d| SendPtr(d.as_ptr() as *mut u8)).collect();
     let dst_ptrs: Vec<SendPtr<f32>> = dsts.iter_mut().map(|d| SendPtr(d.as_mut_ptr())).collect();
     let with_sum = layers.iter().any(|l| l.kind().with_sum());
@@ -401,31 +396,86 @@ fn matmul_many(layers: &[&QLinear], isa: Isa, x: &[f32], m: usize, dsts: &mut [V
     with_scratch(m * k, m * nb, |qs, ds| {
         quantize_rows(isa, with_sum, x, k, qs, ds);
         let acts = Acts { qs: &*qs, ds: &*ds, m, nb };
-        let run = |units: std::ops::Range<usize>| {
-            let mut u = units.start;
-            let mut j = unit_start.partition_point(|&s| s <= u) - 1;
-            while u < units.end {
-                while unit_start[j + 1] <= u {
-                    j += 1;
-                }
-                let layer_end = units.end.min(unit_start[j + 1]);
+        let run = |range: std::ops::Range<usize>| {
+            for (j, rows) in units.rows_of(range) {
                 // decode streams each weight row once, so a whole range goes in one call;
                 // prefill walks all activation rows per unit, so the unit's weights must
                 // stay in L1 across them: one call per unit
-                let end = if m == 1 { layer_end } else { u + 1 };
+                let step = if m == 1 { rows.len() } else { UNIT_ROWS };
                 let n = layers[j].out_features;
-                let rows = (u - unit_start[j]) * UNIT_ROWS..n.min((end - unit_start[j]) * UNIT_ROWS);
-                // SAFETY: layer j's weight holds n * nb blocks of its kind (checked at
-                // construction) and `datas` keeps it borrowed; `acts` holds m rows of nb blocks;
-                // each unit writes only dst_j[i * n + r] for its own rows r; `isa` came from
-                // `Isa::detect` (or is scalar).
-                unsafe { isa.rows(layers[j].kind(), weights[j].get(), nb, rows, &acts, dst_ptrs[j].get(), n) }
-                u = end;
+                for r in rows.clone().step_by(step.max(1)) {
+                    // SAFETY: layer j's weight holds n * nb blocks of its kind (checked at
+                    // construction) and `datas` keeps it borrowed; `acts` holds m rows of nb
+                    // blocks; each unit writes only dst_j[i * n + r] for its own rows r;
+                    // `isa` came from `Isa::detect` (or is scalar).
+                    unsafe {
+                        isa.rows(
+                            layers[j].kind(),
+                            weights[j].get(),
+                            nb,
+                            r..rows.end.min(r + step),
+                            &acts,
+                            dst_ptrs[j].get(),
+                            n,
+                        )
+                    }
+                }
             }
         };
-        pool::for_each_chunk(total_units, m * k * total_rows, run);
+        pool::for_each_chunk(units.total(), m * k * total_rows, run);
     });
     Ok(())
+}
+
+/// Several layers' weight rows cut into parallel work units of `UNIT_ROWS` rows, layer
+/// after layer (a unit never spans two layers); their rows are counted the same way, the
+/// layers' outputs one after the other.
+struct LayerUnits {
+    /// First unit of each layer, then the total.
+    unit_start: Vec<usize>,
+    /// First row of each layer, then the total.
+    row_start: Vec<usize>,
+}
+
+impl LayerUnits {
+    fn new(layers: &[&QLinear]) -> LayerUnits {
+        let (mut unit_start, mut row_start) = (vec![0], vec![0]);
+        for l in layers {
+            unit_start.push(unit_start[unit_start.len() - 1] + l.out_features.div_ceil(UNIT_ROWS));
+            row_start.push(row_start[row_start.len() - 1] + l.out_features);
+        }
+        LayerUnits { unit_start, row_start }
+    }
+
+    fn total(&self) -> usize {
+        self.unit_start[self.unit_start.len() - 1]
+    }
+
+    /// The layer of unit `u` (the number of layers for the end).
+    fn layer_of(&self, u: usize) -> usize {
+        self.unit_start.partition_point(|&s| s <= u) - 1
+    }
+
+    /// Where unit `u` starts among all the layers' rows (the total for the end).
+    fn first_row(&self, u: usize) -> usize {
+        let j = self.layer_of(u);
+        match self.row_start.get(j + 1) {
+            Some(&next) => next.min(self.row_start[j] + (u - self.unit_start[j]) * UNIT_ROWS),
+            None => self.row_start[j],
+        }
+    }
+
+    /// `units` split at the layers' ends: each layer's part, as the layer and its rows
+    /// within that layer.
+    fn rows_of(&self, units: std::ops::Range<usize>) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + '_ {
+        (self.layer_of(units.start)..self.unit_start.len() - 1)
+            .take_while(move |&j| self.unit_start[j] < units.end)
+            .map(move |j| {
+                let (from, to) = (units.start.max(self.unit_start[j]), units.end.min(self.unit_start[j + 1]));
+                let rows = self.row_start[j + 1] - self.row_start[j];
+                (j, (from - self.unit_start[j]) * UNIT_ROWS..rows.min((to - self.unit_start[j]) * UNIT_ROWS))
+            })
+    }
 }
 
 /// One decode step's product of an activation row with several layers' weights, owning
@@ -437,9 +487,7 @@ struct DecodeRows {
     qs: Vec<i8>,
     ds: Vec<[f32; 2]>,
     layers: Vec<DecodeLayer>,
-    /// First work unit (of `UNIT_ROWS` rows) of each layer, then the total.
-    unit_start: Vec<usize>,
-    rows: usize,
+    units: LayerUnits,
 }
 
 struct DecodeLayer {
@@ -447,9 +495,6 @@ struct DecodeLayer {
     _w: Arc<QTensor>,
     data: SendPtr<u8>,
     kind: Kind,
-    n: usize,
-    /// Where this layer's outputs start among the job's.
-    out_start: usize,
 }
 
 impl DecodeRows {
@@ -458,8 +503,6 @@ impl DecodeRows {
         let nb = k / QK;
         let (mut qs, mut ds) = (vec![0i8; k], vec![[0f32; 2]; nb]);
         isa.quantize_row(x, &mut qs, &mut ds, layers.iter().any(|l| l.kind().with_sum()));
-        let mut unit_start = Vec::with_capacity(layers.len() + 1);
-        let (mut units, mut rows) = (0, 0);
         let mut owned = Vec::with_capacity(layers.len());
         for l in layers {
             assert_eq!(l.in_features, k);
@@ -470,66 +513,41 @@ impl DecodeRows {
                 data: SendPtr(data.as_ptr() as *mut u8),
                 _w: l.w.clone(),
                 kind: l.kind(),
-                n: l.out_features,
-                out_start: rows,
             });
-            unit_start.push(units);
-            units += l.out_features.div_ceil(UNIT_ROWS);
-            rows += l.out_features;
         }
-        unit_start.push(units);
-        Ok(DecodeRows { isa, nb, qs, ds, layers: owned, unit_start, rows })
-    }
-
-    /// The layer of work unit `u` (`layers.len()` for the end).
-    fn layer_of(&self, u: usize) -> usize {
-        self.unit_start.partition_point(|&s| s <= u) - 1
-    }
-
-    /// Where unit `u`'s outputs start (the total for the end).
-    fn first_output(&self, u: usize) -> usize {
-        let j = self.layer_of(u);
-        match self.layers.get(j) {
-            Some(l) => l.out_start + ((u - self.unit_start[j]) * UNIT_ROWS).min(l.n),
-            None => self.rows,
-        }
+        Ok(DecodeRows { isa, nb, qs, ds, layers: owned, units: LayerUnits::new(layers) })
     }
 }
 
 impl pool::Detachable for DecodeRows {
     fn items(&self) -> usize {
-        *self.unit_start.last().expect("the total")
+        self.units.total()
     }
 
     fn outputs(&self) -> usize {
-        self.rows
+        self.units.first_row(self.units.total())
     }
 
     fn output_range(&self, units: std::ops::Range<usize>) -> std::ops::Range<usize> {
-        self.first_output(units.start)..self.first_output(units.end)
+        self.units.first_row(units.start)..self.units.first_row(units.end)
     }
 
     fn compute(&self, units: std::ops::Range<usize>, out: &mut [f32]) {
-        let base = self.first_output(units.start);
-        assert_eq!(out.len(), self.first_output(units.end) - base);
+        let base = self.units.first_row(units.start);
+        assert_eq!(out.len(), self.units.first_row(units.end) - base);
         let acts = Acts { qs: &self.qs, ds: &self.ds, m: 1, nb: self.nb };
-        let mut u = units.start;
-        while u < units.end {
-            let j = self.layer_of(u);
+        for (j, rows) in self.units.rows_of(units) {
             let l = &self.layers[j];
-            let end = units.end.min(self.unit_start[j + 1]);
-            let rows = (u - self.unit_start[j]) * UNIT_ROWS..l.n.min((end - self.unit_start[j]) * UNIT_ROWS);
             let row_bytes = self.nb * l.kind.block_bytes();
-            // SAFETY: layer j's weight holds n rows of nb blocks of its kind (checked at
-            // construction) and `_w` keeps it alive; `rows` lie within them; the outputs of
-            // `rows` are `out[l.out_start + rows.start - base ..][..rows.len()]`, inside
-            // `out` (asserted above); `isa` came from `Isa::detect` (or is scalar).
+            // SAFETY: layer j's weight holds its rows of nb blocks of its kind (checked at
+            // construction) and `_w` keeps it alive; `rows` lie within them; their outputs
+            // are `out[row_start[j] + rows.start - base ..][..rows.len()]`, inside `out`
+            // (asserted above); `isa` came from `Isa::detect` (or is scalar).
             unsafe {
                 let w = l.data.get().add(rows.start * row_bytes);
-                let dst = out.as_mut_ptr().add(l.out_start + rows.start - base);
+                let dst = out.as_mut_ptr().add(self.units.row_start[j] + rows.start - base);
                 self.isa.rows(l.kind, w, self.nb, 0..rows.len(), &acts, dst, rows.len());
             }
-            u = end;
         }
     }
 }
