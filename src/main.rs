@@ -129,8 +129,8 @@ struct EngineArgs {
     /// How the context is cut when it fills up
     #[arg(long, value_enum, default_value_t = Trim::Shift)]
     trim: Trim,
-    /// CPU kernels: fast (SIMD, detected at run time), portable, candle [default: fast, or
-    /// POCKETCHAT_KERNELS]
+    /// CPU kernels: fast (SIMD, detected at run time), avx2 (fast, limited to AVX2), portable,
+    /// candle [default: fast, or POCKETCHAT_KERNELS]
     #[arg(long, value_enum)]
     kernel: Option<Kernel>,
     /// Use the weights the memory tier chooses (the app always does)
@@ -260,6 +260,7 @@ enum Trim {
 #[derive(Clone, Copy, ValueEnum)]
 enum Kernel {
     Fast,
+    Avx2,
     Portable,
     Candle,
 }
@@ -287,16 +288,18 @@ impl Kv {
 
 /// `--kernel`, else `POCKETCHAT_KERNELS`, else fast.
 fn kernels(choice: Option<Kernel>) -> Result<Kernels> {
-    match choice {
-        Some(Kernel::Fast) => Ok(Kernels::Fast),
-        Some(Kernel::Portable) => Ok(Kernels::Portable),
-        Some(Kernel::Candle) => Ok(Kernels::Candle),
+    let chosen = match choice {
+        Some(Kernel::Fast) => Kernels::Fast,
+        Some(Kernel::Avx2) => Kernels::Avx2,
+        Some(Kernel::Portable) => Kernels::Portable,
+        Some(Kernel::Candle) => Kernels::Candle,
         None => match std::env::var("POCKETCHAT_KERNELS") {
-            Err(_) => Ok(Kernels::Fast),
+            Err(_) => Kernels::Fast,
             Ok(name) => Kernels::parse(&name)
-                .with_context(|| format!("POCKETCHAT_KERNELS={name:?}: use one of {}", Kernels::NAMES)),
+                .with_context(|| format!("POCKETCHAT_KERNELS={name:?}: use one of {}", Kernels::NAMES))?,
         },
-    }
+    };
+    chosen.available().map_err(anyhow::Error::msg)
 }
 
 /// The catalog's 8-bit sibling of a 4-bit file, made on first use.

@@ -13,6 +13,10 @@ pub enum Kernels {
     /// this CPU has; candle's for everything else.
     #[default]
     Fast,
+    /// pocketchat's kernels at AVX2 (+ FMA, F16C) even where the CPU has AVX-512 or
+    /// AVX-VNNI: the path of the many x86-64 machines without them, to measure and test
+    /// it on one that has them (`--kernel avx2`). x86-64 only.
+    Avx2,
     /// pocketchat's kernels in portable Rust with no SIMD instructions of their own
     /// (checks, and CPUs without AVX2 or NEON).
     Portable,
@@ -21,11 +25,12 @@ pub enum Kernels {
 }
 
 impl Kernels {
-    pub const NAMES: &'static str = "fast, portable, candle";
+    pub const NAMES: &'static str = "fast, avx2, portable, candle";
 
     pub fn parse(name: &str) -> Option<Kernels> {
         match name.trim() {
             "fast" => Some(Kernels::Fast),
+            "avx2" => Some(Kernels::Avx2),
             "portable" => Some(Kernels::Portable),
             "candle" => Some(Kernels::Candle),
             _ => None,
@@ -37,6 +42,8 @@ impl Kernels {
     pub(crate) fn isa(self) -> Option<Isa> {
         match self {
             Kernels::Fast => Some(Isa::detect()),
+            // `Kernels::available` refuses it where the CPU lacks AVX2.
+            Kernels::Avx2 => Some(Isa::Avx2),
             Kernels::Portable => Some(Isa::Scalar),
             Kernels::Candle => None,
         }
@@ -50,9 +57,20 @@ impl Kernels {
         }
     }
 
+    /// Whether this CPU can run the choice: `Err` with a sentence for the user if not.
+    pub fn available(self) -> Result<Kernels, String> {
+        match self {
+            Kernels::Avx2 if !Isa::detect().has_avx2() => {
+                Err("the avx2 kernels need an x86-64 CPU with AVX2, FMA and F16C".to_string())
+            }
+            k => Ok(k),
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Kernels::Fast => "fast",
+            Kernels::Avx2 => "avx2",
             Kernels::Portable => "portable",
             Kernels::Candle => "candle",
         }
@@ -113,6 +131,11 @@ impl Isa {
         })
     }
 
+    /// Whether kernels written for [`Isa::Avx2`] run on this instruction set.
+    pub(crate) fn has_avx2(self) -> bool {
+        matches!(self, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni)
+    }
+
     /// Every instruction set this CPU can run, best first (for tests).
     #[cfg(test)]
     pub(crate) fn all_supported() -> Vec<Isa> {
@@ -138,11 +161,13 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for k in [Kernels::Fast, Kernels::Portable, Kernels::Candle] {
+        for k in [Kernels::Fast, Kernels::Avx2, Kernels::Portable, Kernels::Candle] {
             assert_eq!(Kernels::parse(k.name()), Some(k));
         }
         assert_eq!(Kernels::parse("scalar"), None);
         assert_eq!(Kernels::Portable.isa(), Some(Isa::Scalar));
         assert_eq!(Kernels::Candle.isa(), None);
+        assert_eq!(Kernels::Avx2.isa(), Some(Isa::Avx2));
+        assert_eq!(Kernels::Avx2.available().is_ok(), Isa::detect().has_avx2());
     }
 }
