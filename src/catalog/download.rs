@@ -124,14 +124,16 @@ pub enum DownloadError {
     GaveUp { url: String, attempts: u32, furthest: u64, last: String },
     #[error("download cancelled after {bytes} bytes; run it again to resume from there")]
     Cancelled { bytes: u64 },
+    /// Sizes in MiB.
     #[error(
-        "not enough disk space in {dir}: the download needs {needed} MB more and {available} MB are free \
-         ({keep_free} MB are kept free)"
+        "not enough disk space in {dir}: the download needs {needed} MiB more and {available} MiB are free \
+         ({keep_free} MiB are kept free)"
     )]
     DiskFull { dir: PathBuf, needed: u64, available: u64, keep_free: u64 },
+    /// Sizes in MiB.
     #[error(
-        "stopped writing {path} after {bytes} bytes: only {available} MB are free in its folder and {keep_free} MB \
-         are kept free; free some space and run it again to resume"
+        "stopped writing {path} after {bytes} bytes to keep {keep_free} MiB free on its disk ({available} MiB \
+         are free); free some space and run it again to resume"
     )]
     NoRoomLeft { path: PathBuf, bytes: u64, available: u64, keep_free: u64 },
     #[error("{path} is {actual} bytes, not the expected {expected}: the download is corrupt and was deleted")]
@@ -145,19 +147,18 @@ pub enum DownloadError {
     NotGguf { url: String, message: String },
     #[error("another download of {0} is running")]
     Busy(PathBuf),
-    #[error("{action} {path}: {source}")]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    /// The cause is in the message and not a `source`, so that a report of the chain
+    /// does not print it twice.
+    #[error("{action} {path}: {cause}")]
+    Io { action: &'static str, path: PathBuf, cause: io::Error },
 }
 
 fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> DownloadError {
     let path = path.to_path_buf();
-    move |source| DownloadError::Io { action, path, source }
+    move |cause| DownloadError::Io { action, path, cause }
 }
+
+const MIB: u64 = 1024 * 1024;
 
 /// The file name a GGUF URL downloads to: its last path segment, without query or
 /// fragment. `Err` says why a URL names no `.gguf` file (or a hidden one).
@@ -238,15 +239,8 @@ pub fn download(
     }
     .and_then(|linked| {
         let (expected_bytes, expected_sha) = expected(request, &linked);
-        let mut fetcher = Fetcher {
-            agent,
-            url: &url,
-            options,
-            part: &mut part,
-            part_path: &part_path,
-            dir,
-            total: expected_bytes,
-        };
+        let mut fetcher =
+            Fetcher { agent, url: &url, options, part: &mut part, part_path: &part_path, dir, total: expected_bytes };
         fetcher.check_disk_space(expected_bytes)?;
         fetcher.fetch(progress)?;
         Ok((expected_bytes, expected_sha))
@@ -403,9 +397,9 @@ impl Fetcher<'_> {
         if needed.saturating_add(self.options.keep_free) > available {
             return Err(DownloadError::DiskFull {
                 dir: self.dir.to_path_buf(),
-                needed: needed.div_ceil(1_000_000),
-                available: available / 1_000_000,
-                keep_free: self.options.keep_free / 1_000_000,
+                needed: needed.div_ceil(MIB),
+                available: available / MIB,
+                keep_free: self.options.keep_free / MIB,
             });
         }
         Ok(())
@@ -420,8 +414,8 @@ impl Fetcher<'_> {
                 return Err(DownloadError::NoRoomLeft {
                     path: self.part_path.to_path_buf(),
                     bytes: have,
-                    available: available / 1_000_000,
-                    keep_free: self.options.keep_free / 1_000_000,
+                    available: available / MIB,
+                    keep_free: self.options.keep_free / MIB,
                 });
             }
         }
@@ -501,7 +495,11 @@ impl Fetcher<'_> {
                 match range {
                     Some((start, total)) if start <= have => {
                         if start < have {
-                            tracing::warn!(have, start, "the server answered from an earlier byte; taking it from there");
+                            tracing::warn!(
+                                have,
+                                start,
+                                "the server answered from an earlier byte; taking it from there"
+                            );
                             self.truncate(start)?;
                             have = start;
                         }
@@ -768,6 +766,15 @@ mod tests {
         assert_eq!(p.fraction(), Some(0.25));
         assert_eq!(Progress { total: None, ..p }.fraction(), None);
         assert_eq!(Progress { total: Some(0), ..p }.fraction(), None);
+    }
+
+    #[test]
+    fn an_io_error_names_its_cause_once() {
+        let e = io_err("cannot write", Path::new("/m/a.gguf.part"))(io::Error::from_raw_os_error(28));
+        assert!(std::error::Error::source(&e).is_none());
+        let text = format!("{:#}", anyhow::Error::from(e));
+        assert_eq!(text.matches("os error 28").count(), 1, "{text}");
+        assert!(text.contains("/m/a.gguf.part"), "{text}");
     }
 
     #[test]
