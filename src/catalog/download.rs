@@ -3,19 +3,31 @@
 //!
 //! - The bytes go to `<file>.part` beside the target. A dropped connection, a cancel or
 //!   an app restart keeps it, and the next attempt asks for the rest with `Range`. A
-//!   server that ignores `Range` (answers 200) is read from the start again.
+//!   server that ignores `Range` (answers 200, or 206 from an earlier byte) is read from
+//!   where it starts again.
 //! - Before anything is kept under the final name, the size and sha256 are checked
 //!   (from the catalog, else from Hugging Face's `X-Linked-Size` / `X-Linked-Etag`, the
 //!   LFS object's sha256) and the file is read as a GGUF. A mismatch deletes the
-//!   `.part` and says so.
-//! - Free disk space is checked before the first byte. 401/403/404 fail at once with a
-//!   sentence for people; 429, 5xx, timeouts and cut connections are retried with
-//!   exponential backoff (a retry that made progress starts the count again).
+//!   `.part` and says so. A file already under the final name passes the same checks
+//!   before it is taken as done.
+//! - Free disk space ([`DownloadOptions::keep_free`] kept free) is checked before the
+//!   first byte, again against each response's `Content-Length`, and before every write.
+//! - Downloads always end. 401/403/404 fail at once with a sentence for people; 429, 5xx,
+//!   timeouts and cut connections are retried with exponential backoff, at most
+//!   [`DownloadOptions::attempts`] in a row without progress. An attempt counts as
+//!   progress only when it got past the furthest byte reached so far, at the minimum rate
+//!   on average: a server that restarts from byte 0, lies about the length or drips
+//!   bytes cannot keep it going. An attempt ends when no byte came for
+//!   [`DownloadOptions::stall_timeout`] or fewer than the minimum rate's worth in a
+//!   [`DownloadOptions::rate_window`]. The reads happen on a worker thread
+//!   ([`stream`]), so a cancel is seen within 50 ms even while the server sends nothing.
 //! - `HF_ENDPOINT` replaces the `https://huggingface.co` prefix, as `huggingface_hub`
 //!   does, for mirrors.
 
+mod stream;
+
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, Write};
+use std::io::{self, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -28,7 +40,7 @@ pub const HF_ENDPOINT_ENV: &str = "HF_ENDPOINT";
 const HF_PREFIX: &str = "https://huggingface.co";
 
 /// Space left free on the disk after a download, so that the phone keeps working.
-const DISK_MARGIN_BYTES: u64 = 64 * 1024 * 1024;
+pub const DISK_MARGIN_BYTES: u64 = 64 * 1024 * 1024;
 /// Progress is reported at most this often (and once at the end).
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 
@@ -47,14 +59,23 @@ pub struct DownloadRequest {
 /// How hard to try. [`DownloadOptions::default`] suits people; tests shorten the waits.
 #[derive(Debug, Clone)]
 pub struct DownloadOptions {
-    /// Failed attempts in a row before giving up (an attempt that received bytes resets it).
+    /// Attempts in a row without progress before giving up (see [`made_progress`]).
     pub attempts: u32,
     /// Wait before the first retry; doubled each time, capped at 30 s.
     pub backoff: Duration,
     pub connect_timeout: Duration,
-    /// A read that waits longer than this counts as a dropped connection.
-    pub read_timeout: Duration,
-    /// Set to stop: the download ends with [`DownloadError::Cancelled`] and keeps its `.part`.
+    /// No byte (nor an answer to a request) for this long ends the attempt.
+    pub stall_timeout: Duration,
+    /// Fewer than `min_bytes_per_sec` times this many seconds' worth of bytes in one such
+    /// window ends the attempt: a server dripping a byte now and then does not hold it.
+    pub rate_window: Duration,
+    /// The slowest rate accepted, in bytes per second, measured over `rate_window`.
+    pub min_bytes_per_sec: u64,
+    /// Bytes left free on the disk: the download stops (keeping its `.part`) rather
+    /// than go below.
+    pub keep_free: u64,
+    /// Set to stop: the download ends with [`DownloadError::Cancelled`] within 50 ms, even
+    /// in a read that waits for the server, and keeps its `.part`.
     pub cancel: Arc<AtomicBool>,
 }
 
@@ -64,7 +85,10 @@ impl Default for DownloadOptions {
             attempts: 5,
             backoff: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(15),
-            read_timeout: Duration::from_secs(30),
+            stall_timeout: Duration::from_secs(30),
+            rate_window: Duration::from_secs(60),
+            min_bytes_per_sec: 4096,
+            keep_free: DISK_MARGIN_BYTES,
             cancel: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -96,15 +120,22 @@ impl Progress {
 pub enum DownloadError {
     #[error("{url}: {message}")]
     Refused { url: String, status: u16, message: String },
-    #[error("{url}: gave up after {attempts} attempts: {last}")]
-    GaveUp { url: String, attempts: u32, last: String },
+    #[error("{url}: gave up after {attempts} attempts in a row that got no further than byte {furthest}: {last}")]
+    GaveUp { url: String, attempts: u32, furthest: u64, last: String },
     #[error("download cancelled after {bytes} bytes; run it again to resume from there")]
     Cancelled { bytes: u64 },
+    /// Sizes in MiB.
     #[error(
-        "not enough disk space in {dir}: the download needs {needed} MB more and {available} MB are free \
-         (64 MB are kept free)"
+        "not enough disk space in {dir}: the download needs {needed} MiB more and {available} MiB are free \
+         ({keep_free} MiB are kept free)"
     )]
-    DiskFull { dir: PathBuf, needed: u64, available: u64 },
+    DiskFull { dir: PathBuf, needed: u64, available: u64, keep_free: u64 },
+    /// Sizes in MiB.
+    #[error(
+        "stopped writing {path} after {bytes} bytes to keep {keep_free} MiB free on its disk ({available} MiB \
+         are free); free some space and run it again to resume"
+    )]
+    NoRoomLeft { path: PathBuf, bytes: u64, available: u64, keep_free: u64 },
     #[error("{path} is {actual} bytes, not the expected {expected}: the download is corrupt and was deleted")]
     SizeMismatch { path: PathBuf, expected: u64, actual: u64 },
     #[error(
@@ -116,19 +147,18 @@ pub enum DownloadError {
     NotGguf { url: String, message: String },
     #[error("another download of {0} is running")]
     Busy(PathBuf),
-    #[error("{action} {path}: {source}")]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    /// The cause is in the message and not a `source`, so that a report of the chain
+    /// does not print it twice.
+    #[error("{action} {path}: {cause}")]
+    Io { action: &'static str, path: PathBuf, cause: io::Error },
 }
 
 fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> DownloadError {
     let path = path.to_path_buf();
-    move |source| DownloadError::Io { action, path, source }
+    move |cause| DownloadError::Io { action, path, cause }
 }
+
+const MIB: u64 = 1024 * 1024;
 
 /// The file name a GGUF URL downloads to: its last path segment, without query or
 /// fragment. `Err` says why a URL names no `.gguf` file (or a hidden one).
@@ -163,7 +193,8 @@ pub fn part_path(dest: &Path) -> PathBuf {
 
 /// Downloads `request` (resuming its `.part`), verifies it and renames it into place.
 /// `progress` is called from this thread at most every 100 ms. A file already at
-/// `dest` with the expected sha256 (or, with none known, any file) is returned as is.
+/// `dest` is returned as is when it passes the checks a download would (size and sha256
+/// where known, GGUF); otherwise it is downloaded again and replaced once verified.
 pub fn download(
     request: &DownloadRequest,
     options: &DownloadOptions,
@@ -171,8 +202,25 @@ pub fn download(
 ) -> Result<PathBuf, DownloadError> {
     let _span = tracing::info_span!("download", url = %request.url, dest = %request.dest.display()).entered();
     let url = with_hf_endpoint(&request.url, std::env::var(HF_ENDPOINT_ENV).ok().as_deref());
-    if request.dest.is_file() && already_there(request)? {
-        return Ok(request.dest.clone());
+    let agent = agent(options);
+    // The linked metadata needs a request; a file checked by the catalog's sha256 does not.
+    let mut linked = None;
+    if request.dest.is_file() {
+        let known = match request.sha256 {
+            Some(_) => Linked::default(),
+            None => linked.insert(linked_metadata(&agent, &url, options)?).clone(),
+        };
+        let (bytes, sha) = expected(request, &known);
+        let len = std::fs::metadata(&request.dest).map_or(0, |m| m.len());
+        progress(&Progress { bytes: len, total: Some(len), bytes_per_sec: 0.0, eta: None, verifying: true });
+        match verify(&url, &request.dest, bytes, sha.as_deref()) {
+            Ok(()) => return Ok(request.dest.clone()),
+            Err(e) => tracing::warn!(
+                path = %request.dest.display(),
+                reason = %mismatch(&e),
+                "the file already there is not the one asked for; downloading it again"
+            ),
+        }
     }
     let dir = request.dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(io_err("cannot create", dir))?;
@@ -185,21 +233,32 @@ pub fn download(
         .map_err(io_err("cannot open", &part_path))?;
     lock_exclusive(&part, &request.dest)?;
 
-    let agent = agent(options);
-    let linked = linked_metadata(&agent, &url);
-    let expected_bytes = request.bytes.or(linked.bytes);
-    let expected_sha = request.sha256.clone().or(linked.sha256);
-    let mut fetcher =
-        Fetcher { agent, url: &url, options, part: &mut part, part_path: &part_path, total: expected_bytes };
-    let fetched = fetcher.check_disk_space(dir).and_then(|()| fetcher.fetch(progress));
-    drop(fetcher);
-    if let Err(e) = fetched {
-        // An empty .part resumes nothing: leave no trace of a download that never started.
-        if part.metadata().is_ok_and(|m| m.len() == 0) {
-            let _ = std::fs::remove_file(&part_path);
-        }
-        return Err(e);
+    let fetched = match linked {
+        Some(l) => Ok(l),
+        None => linked_metadata(&agent, &url, options),
     }
+    .and_then(|linked| {
+        let (expected_bytes, expected_sha) = expected(request, &linked);
+        let mut fetcher =
+            Fetcher { agent, url: &url, options, part: &mut part, part_path: &part_path, dir, total: expected_bytes };
+        fetcher.check_disk_space(expected_bytes)?;
+        fetcher.fetch(progress)?;
+        Ok((expected_bytes, expected_sha))
+    });
+    let (expected_bytes, expected_sha) = match fetched {
+        Ok(expected) => expected,
+        Err(e) => {
+            let kept = part.metadata().map_or(0, |m| m.len());
+            // An empty .part resumes nothing: leave no trace of a download that never started.
+            if kept == 0 {
+                let _ = std::fs::remove_file(&part_path);
+            }
+            return Err(match e {
+                DownloadError::Cancelled { .. } => DownloadError::Cancelled { bytes: kept },
+                other => other,
+            });
+        }
+    };
 
     let bytes = part.metadata().map_err(io_err("cannot read", &part_path))?.len();
     progress(&Progress { bytes, total: Some(bytes), bytes_per_sec: 0.0, eta: None, verifying: true });
@@ -214,32 +273,34 @@ pub fn download(
     Ok(request.dest.clone())
 }
 
-/// True when `dest` is already the requested file (with no sha256 known, any file is).
-fn already_there(request: &DownloadRequest) -> Result<bool, DownloadError> {
-    let Some(expected) = request.sha256.as_deref() else {
-        return Ok(true);
-    };
-    let actual = sha256_file(&request.dest).map_err(io_err("cannot read", &request.dest))?;
-    if actual == expected {
-        return Ok(true);
+/// The size and sha256 the file must have: the request's, else the linked ones.
+fn expected(request: &DownloadRequest, linked: &Linked) -> (Option<u64>, Option<String>) {
+    (request.bytes.or(linked.bytes), request.sha256.clone().or_else(|| linked.sha256.clone()))
+}
+
+/// Why a file failed [`verify`], without the "was deleted" of the error's message.
+fn mismatch(e: &DownloadError) -> String {
+    match e {
+        DownloadError::SizeMismatch { expected, actual, .. } => format!("{actual} bytes, not {expected}"),
+        DownloadError::ChecksumMismatch { expected, actual, .. } => format!("sha256 {actual}, not {expected}"),
+        DownloadError::NotGguf { message, .. } => format!("not a usable GGUF: {message}"),
+        other => other.to_string(),
     }
-    tracing::warn!(path = %request.dest.display(), %actual, "file has the wrong sha256; downloading it again");
-    Ok(false)
 }
 
 fn agent(options: &DownloadOptions) -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_connect(Some(options.connect_timeout))
-        .timeout_recv_response(Some(options.read_timeout))
-        .timeout_per_read(Some(options.read_timeout))
+        .timeout_recv_response(Some(options.stall_timeout))
+        .timeout_per_read(Some(options.stall_timeout))
         .user_agent(concat!("pocketchat/", env!("CARGO_PKG_VERSION")))
         .build()
         .new_agent()
 }
 
 /// Size and sha256 that Hugging Face puts on the redirect of a `resolve` URL.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Linked {
     bytes: Option<u64>,
     sha256: Option<String>,
@@ -247,21 +308,34 @@ struct Linked {
 
 /// Reads `X-Linked-Size` and `X-Linked-Etag` from a HEAD of `url` without following its
 /// redirect. Anything else (no such headers, HEAD refused, no connection) gives nothing:
-/// the GET that follows reports real errors.
-fn linked_metadata(agent: &ureq::Agent, url: &str) -> Linked {
-    let head = agent.head(url).config().max_redirects(0).build().call();
-    let Ok(response) = head else {
-        return Linked::default();
-    };
-    let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let bytes = header("x-linked-size").and_then(|s| s.trim().parse().ok());
-    let sha256 =
-        header("x-linked-etag").map(|s| s.trim().trim_start_matches("W/").trim_matches('"').to_ascii_lowercase());
-    let sha256 = sha256.filter(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()));
-    if bytes.is_some() || sha256.is_some() {
-        tracing::debug!(?bytes, ?sha256, "linked metadata");
+/// the GET that follows reports real errors. Only a cancel is an error.
+fn linked_metadata(agent: &ureq::Agent, url: &str, options: &DownloadOptions) -> Result<Linked, DownloadError> {
+    let (agent, url) = (agent.clone(), url.to_string());
+    let head = stream::cancellable(&options.cancel, move || {
+        let Ok(response) = agent.head(&url).config().max_redirects(0).build().call() else {
+            return Linked::default();
+        };
+        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let bytes = header("x-linked-size").and_then(|s| s.trim().parse().ok());
+        let sha256 =
+            header("x-linked-etag").map(|s| s.trim().trim_start_matches("W/").trim_matches('"').to_ascii_lowercase());
+        let sha256 = sha256.filter(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()));
+        Linked { bytes, sha256 }
+    });
+    let linked = head.map_err(|stream::Cancelled| DownloadError::Cancelled { bytes: 0 })?;
+    if linked.bytes.is_some() || linked.sha256.is_some() {
+        tracing::debug!(?linked, "linked metadata");
     }
-    Linked { bytes, sha256 }
+    Ok(linked)
+}
+
+/// Whether an attempt that brought the furthest byte reached forward by `gained` bytes
+/// in `took` counts as progress (and starts the count of attempts again): it must have
+/// gone past the furthest byte, at `min_bytes_per_sec` or better on average (counting
+/// at least one second). A server that sends the same first half again, or a byte per
+/// connection, does not reset the count, so the attempt limit is reached.
+pub fn made_progress(gained: u64, took: Duration, min_bytes_per_sec: u64) -> bool {
+    gained > 0 && gained as f64 >= min_bytes_per_sec as f64 * took.as_secs_f64().max(1.0)
 }
 
 /// One download's connection attempts, appending to the `.part` file.
@@ -271,17 +345,23 @@ struct Fetcher<'a> {
     options: &'a DownloadOptions,
     part: &'a mut File,
     part_path: &'a Path,
+    /// The folder whose free space is watched.
+    dir: &'a Path,
     total: Option<u64>,
 }
 
-/// An attempt that did not finish the file but is worth another try.
+/// An attempt that did not finish the file and may be tried again.
 struct Retry {
     /// For the log and the final error.
     reason: String,
     /// The server's `Retry-After`, else the backoff applies.
     wait: Option<Duration>,
-    /// Bytes arrived: the failure count starts again.
-    progressed: bool,
+}
+
+impl Retry {
+    fn after(reason: String) -> Option<Retry> {
+        Some(Retry { reason, wait: None })
+    }
 }
 
 impl Fetcher<'_> {
@@ -289,56 +369,91 @@ impl Fetcher<'_> {
         Ok(self.part.metadata().map_err(io_err("cannot read", self.part_path))?.len())
     }
 
-    fn restart(&mut self) -> Result<(), DownloadError> {
-        self.part.set_len(0).map_err(io_err("cannot truncate", self.part_path))?;
+    /// Keeps the first `len` bytes of the `.part` and appends after them.
+    fn truncate(&mut self, len: u64) -> Result<(), DownloadError> {
+        self.part.set_len(len).map_err(io_err("cannot truncate", self.part_path))?;
         self.part.seek(io::SeekFrom::End(0)).map_err(io_err("cannot seek", self.part_path))?;
         Ok(())
     }
 
-    fn check_disk_space(&self, dir: &Path) -> Result<(), DownloadError> {
-        let (Some(total), Some(available)) = (self.total, free_disk_bytes(dir)) else {
+    fn cancelled(&mut self) -> Result<DownloadError, DownloadError> {
+        self.part.flush().map_err(io_err("cannot write", self.part_path))?;
+        Ok(DownloadError::Cancelled { bytes: self.have()? })
+    }
+
+    /// Refuses a download of `total` bytes (of which the `.part` holds some) that would
+    /// leave less than `keep_free` on the disk.
+    fn check_disk_space(&self, total: Option<u64>) -> Result<(), DownloadError> {
+        let Some(total) = total else {
             return Ok(());
         };
-        let needed = total.saturating_sub(self.have()?);
-        if needed.saturating_add(DISK_MARGIN_BYTES) > available {
+        self.check_room_for(total.saturating_sub(self.have()?))
+    }
+
+    fn check_room_for(&self, needed: u64) -> Result<(), DownloadError> {
+        let Some(available) = free_disk_bytes(self.dir) else {
+            return Ok(());
+        };
+        if needed.saturating_add(self.options.keep_free) > available {
             return Err(DownloadError::DiskFull {
-                dir: dir.to_path_buf(),
-                needed: needed.div_ceil(1_000_000),
-                available: available / 1_000_000,
+                dir: self.dir.to_path_buf(),
+                needed: needed.div_ceil(MIB),
+                available: available / MIB,
+                keep_free: self.options.keep_free / MIB,
             });
         }
         Ok(())
+    }
+
+    /// Writes `bytes` unless that would leave less than `keep_free` on the disk (a
+    /// length the server did not announce, or announced wrong, is held to it too).
+    fn write(&mut self, bytes: &[u8], have: u64) -> Result<(), DownloadError> {
+        if let Some(available) = free_disk_bytes(self.dir) {
+            if (bytes.len() as u64).saturating_add(self.options.keep_free) > available {
+                self.part.flush().map_err(io_err("cannot write", self.part_path))?;
+                return Err(DownloadError::NoRoomLeft {
+                    path: self.part_path.to_path_buf(),
+                    bytes: have,
+                    available: available / MIB,
+                    keep_free: self.options.keep_free / MIB,
+                });
+            }
+        }
+        self.part.write_all(bytes).map_err(io_err("cannot write", self.part_path))
     }
 
     fn fetch(&mut self, progress: &mut dyn FnMut(&Progress)) -> Result<(), DownloadError> {
         let mut failures = 0u32;
         let mut backoff = self.options.backoff;
         let mut meter = RateMeter::new();
+        let mut furthest = self.have()?;
         loop {
             if self.options.cancel.load(Ordering::Relaxed) {
                 return Err(DownloadError::Cancelled { bytes: self.have()? });
             }
-            match self.attempt(progress, &mut meter)? {
-                None => return Ok(()),
-                Some(Retry { reason, wait, progressed }) => {
-                    if progressed {
-                        failures = 0;
-                        backoff = self.options.backoff;
-                    }
-                    failures += 1;
-                    if failures >= self.options.attempts {
-                        return Err(DownloadError::GaveUp {
-                            url: self.url.to_string(),
-                            attempts: failures,
-                            last: reason,
-                        });
-                    }
-                    let wait = wait.unwrap_or(backoff).min(Duration::from_secs(30));
-                    tracing::warn!(%reason, wait_ms = wait.as_millis() as u64, "download interrupted; retrying");
-                    self.sleep_unless_cancelled(wait);
-                    backoff = (backoff * 2).min(Duration::from_secs(30));
-                }
+            let started = Instant::now();
+            let Some(Retry { reason, wait }) = self.attempt(progress, &mut meter)? else {
+                return Ok(());
+            };
+            let have = self.have()?;
+            if made_progress(have.saturating_sub(furthest), started.elapsed(), self.options.min_bytes_per_sec) {
+                failures = 0;
+                backoff = self.options.backoff;
             }
+            furthest = furthest.max(have);
+            failures += 1;
+            if failures >= self.options.attempts {
+                return Err(DownloadError::GaveUp {
+                    url: self.url.to_string(),
+                    attempts: failures,
+                    furthest,
+                    last: reason,
+                });
+            }
+            let wait = wait.unwrap_or(backoff).min(Duration::from_secs(30));
+            tracing::warn!(%reason, furthest, wait_ms = wait.as_millis() as u64, "download interrupted; retrying");
+            self.sleep_unless_cancelled(wait);
+            backoff = (backoff * 2).min(Duration::from_secs(30));
         }
     }
 
@@ -357,96 +472,131 @@ impl Fetcher<'_> {
     ) -> Result<Option<Retry>, DownloadError> {
         let mut have = self.have()?;
         if self.total.is_some_and(|t| have > t) {
-            self.restart()?;
+            self.truncate(0)?;
             have = 0;
         }
         if self.total == Some(have) && have > 0 {
             return Ok(None);
         }
-        let mut request = self.agent.get(self.url);
-        if have > 0 {
-            request = request.header("Range", format!("bytes={have}-"));
-        }
-        let mut response = match request.call() {
-            Ok(r) => r,
-            Err(e) => return Ok(Some(Retry { reason: describe(&e), wait: None, progressed: false })),
+        let stream = stream::Stream::get(&self.agent, self.url, (have > 0).then_some(have));
+        let options = self.options;
+        let cancel = &options.cancel;
+        // ureq's own timeouts end a request with no answer; this is the backstop.
+        let answer_by = Instant::now() + self.options.connect_timeout + self.options.stall_timeout + stream::POLL;
+        let head = match stream.next_before(answer_by, cancel) {
+            Err(stream::Cancelled) => return Err(self.cancelled()?),
+            Ok(Some(stream::Event::Head(head))) => head,
+            Ok(Some(stream::Event::Failed(reason))) => return Ok(Retry::after(reason)),
+            Ok(_) => return Ok(Retry::after("the server did not answer in time".into())),
         };
-        let status = response.status().as_u16();
-        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        match status {
+        match head.status {
             206 => {
-                let range = header("content-range").and_then(|r| parse_content_range(&r));
+                let range = head.content_range.as_deref().and_then(parse_content_range);
                 match range {
-                    Some((start, total)) if start == have => {
+                    Some((start, total)) if start <= have => {
+                        if start < have {
+                            tracing::warn!(
+                                have,
+                                start,
+                                "the server answered from an earlier byte; taking it from there"
+                            );
+                            self.truncate(start)?;
+                            have = start;
+                        }
                         self.total = self.total.or(total);
                     }
                     _ => {
-                        tracing::warn!(have, ?range, "the server answered another range; starting over");
-                        self.restart()?;
-                        return Ok(Some(Retry {
-                            reason: "unexpected range".into(),
-                            wait: Some(Duration::ZERO),
-                            progressed: true,
-                        }));
+                        return Ok(Retry::after(format!(
+                            "the server answered a request for bytes from {have} with {}",
+                            head.content_range.as_deref().unwrap_or("no Content-Range")
+                        )))
                     }
                 }
             }
             200 => {
                 if have > 0 {
                     tracing::warn!(have, "the server ignored Range; downloading from the start");
-                    self.restart()?;
+                    self.truncate(0)?;
                     have = 0;
                 }
-                let length = header("content-length").and_then(|l| l.trim().parse::<u64>().ok());
-                self.total = self.total.or(length);
+                self.total = self.total.or(head.content_length);
             }
             416 if have > 0 => {
                 // Asked past the end: what we have is the whole file (or garbage the check will catch).
                 return Ok(None);
             }
             429 | 500..=599 => {
-                let wait = header("retry-after").and_then(|s| s.trim().parse::<u64>().ok()).map(Duration::from_secs);
-                let reason = if status == 429 {
+                let wait = head.retry_after.and_then(|s| s.trim().parse::<u64>().ok()).map(Duration::from_secs);
+                let reason = if head.status == 429 {
                     "rate limited (HTTP 429)".to_string()
                 } else {
-                    format!("server error (HTTP {status})")
+                    format!("server error (HTTP {})", head.status)
                 };
-                return Ok(Some(Retry { reason, wait, progressed: false }));
+                return Ok(Some(Retry { reason, wait }));
             }
-            _ => return Err(refused(self.url, status)),
+            status => return Err(refused(self.url, status)),
         }
+        // The answer's own length, whatever the catalog or the first answer said.
+        if let Some(length) = head.content_length {
+            self.check_room_for(length)?;
+        }
+        self.receive(&stream, have, progress, meter)
+    }
 
-        let start = have;
-        let mut reader = response.body_mut().as_reader();
-        let mut buf = vec![0u8; 256 * 1024];
+    /// Appends the body of `stream` to the `.part`, which holds `have` bytes, until it
+    /// ends, breaks off, stalls or falls under the minimum rate.
+    fn receive(
+        &mut self,
+        stream: &stream::Stream,
+        mut have: u64,
+        progress: &mut dyn FnMut(&Progress),
+        meter: &mut RateMeter,
+    ) -> Result<Option<Retry>, DownloadError> {
+        let options = self.options;
+        let mut last_byte = Instant::now();
+        let mut window = (Instant::now(), 0u64);
         let mut last_report = Instant::now() - PROGRESS_EVERY;
         loop {
-            if self.options.cancel.load(Ordering::Relaxed) {
-                self.part.flush().map_err(io_err("cannot write", self.part_path))?;
-                return Err(DownloadError::Cancelled { bytes: have });
-            }
-            let n = match reader.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) => {
-                    let reason = format!("connection lost after {have} bytes: {e}");
-                    return Ok(Some(Retry { reason, wait: None, progressed: have > start }));
+            match stream.next(stream::POLL, &options.cancel) {
+                stream::Next::Cancelled => return Err(self.cancelled()?),
+                stream::Next::Nothing => {}
+                stream::Next::Event(stream::Event::Data(bytes)) => {
+                    self.write(&bytes, have)?;
+                    have += bytes.len() as u64;
+                    meter.add(bytes.len() as u64);
+                    last_byte = Instant::now();
+                    window.1 += bytes.len() as u64;
+                    if last_report.elapsed() >= PROGRESS_EVERY {
+                        last_report = Instant::now();
+                        progress(&meter.progress(have, self.total));
+                    }
                 }
-            };
-            self.part.write_all(&buf[..n]).map_err(io_err("cannot write", self.part_path))?;
-            have += n as u64;
-            meter.add(n as u64);
-            if last_report.elapsed() >= PROGRESS_EVERY {
-                last_report = Instant::now();
-                progress(&meter.progress(have, self.total));
+                stream::Next::Event(stream::Event::End) => break,
+                stream::Next::Event(stream::Event::Failed(e)) => {
+                    return Ok(Retry::after(format!("connection lost after {have} bytes: {e}")));
+                }
+                stream::Next::Event(stream::Event::Head(_)) => {}
+            }
+            if last_byte.elapsed() >= options.stall_timeout {
+                let secs = options.stall_timeout.as_secs_f64();
+                return Ok(Retry::after(format!("no data for {secs:.0} s after {have} bytes")));
+            }
+            let span = window.0.elapsed();
+            if span >= options.rate_window {
+                if (window.1 as f64) < options.min_bytes_per_sec as f64 * span.as_secs_f64() {
+                    return Ok(Retry::after(format!(
+                        "too slow: {} bytes in {:.0} s, under the minimum of {} bytes/s (at {have} bytes)",
+                        window.1,
+                        span.as_secs_f64(),
+                        options.min_bytes_per_sec
+                    )));
+                }
+                window = (Instant::now(), 0);
             }
         }
         progress(&meter.progress(have, self.total));
         match self.total {
-            Some(total) if have < total => {
-                let reason = format!("connection closed at {have} of {total} bytes");
-                Ok(Some(Retry { reason, wait: None, progressed: have > start }))
-            }
+            Some(total) if have < total => Ok(Retry::after(format!("connection closed at {have} of {total} bytes"))),
             _ => Ok(None),
         }
     }
@@ -470,15 +620,6 @@ fn refused(url: &str, status: u16) -> DownloadError {
         _ => format!("the server refused the download (HTTP {status})"),
     };
     DownloadError::Refused { url: url.to_string(), status, message }
-}
-
-fn describe(e: &ureq::Error) -> String {
-    match e {
-        ureq::Error::Timeout(_) => "the server did not answer in time".to_string(),
-        ureq::Error::HostNotFound => "host not found (offline?)".to_string(),
-        ureq::Error::ConnectionFailed => "could not connect".to_string(),
-        other => other.to_string(),
-    }
 }
 
 /// Checks the finished `.part` against what is expected, then reads it as a GGUF.
@@ -604,6 +745,17 @@ mod tests {
     }
 
     #[test]
+    fn progress_means_past_the_furthest_byte_at_the_minimum_rate() {
+        let second = Duration::from_secs(1);
+        assert!(!made_progress(0, second, 0), "nothing past the furthest byte is no progress");
+        assert!(made_progress(1, second, 0));
+        assert!(made_progress(50_000_000, Duration::from_secs(40), 4096), "fast, then a stall");
+        assert!(!made_progress(3, Duration::from_secs(60), 4096), "a byte every 20 s");
+        assert!(!made_progress(1, Duration::from_millis(5), 4096), "a byte per connection");
+        assert!(made_progress(4096, Duration::from_millis(5), 4096));
+    }
+
+    #[test]
     fn part_file_sits_beside_the_target() {
         assert_eq!(part_path(Path::new("/m/a.gguf")), PathBuf::from("/m/a.gguf.part"));
     }
@@ -614,6 +766,15 @@ mod tests {
         assert_eq!(p.fraction(), Some(0.25));
         assert_eq!(Progress { total: None, ..p }.fraction(), None);
         assert_eq!(Progress { total: Some(0), ..p }.fraction(), None);
+    }
+
+    #[test]
+    fn an_io_error_names_its_cause_once() {
+        let e = io_err("cannot write", Path::new("/m/a.gguf.part"))(io::Error::from_raw_os_error(28));
+        assert!(std::error::Error::source(&e).is_none());
+        let text = format!("{:#}", anyhow::Error::from(e));
+        assert_eq!(text.matches("os error 28").count(), 1, "{text}");
+        assert!(text.contains("/m/a.gguf.part"), "{text}");
     }
 
     #[test]

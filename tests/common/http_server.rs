@@ -1,8 +1,9 @@
 //! A small HTTP/1.1 file server on 127.0.0.1 for the download tests, with the faults a
 //! real network and real hosts produce: a connection cut mid-file, a server that ignores
-//! `Range`, error statuses, rate limiting, a slow link, and Hugging Face's `resolve`
-//! redirect with `X-Linked-Size` / `X-Linked-Etag`. It answers one request per
-//! connection (`Connection: close`).
+//! `Range` (or answers it from byte 0), error statuses, rate limiting, a slow link, a
+//! link that goes silent, a server dripping bytes, a false or missing `Content-Length`,
+//! and Hugging Face's `resolve` redirect with `X-Linked-Size` / `X-Linked-Etag`. It
+//! answers one request per connection (`Connection: close`).
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
@@ -31,6 +32,19 @@ pub struct Faults {
     pub statuses: VecDeque<u16>,
     /// Pause after each 64 KiB of body.
     pub delay_per_chunk: Option<Duration>,
+    /// Every GET of a file stops at this byte of the file and closes.
+    pub cut_always_at: Option<u64>,
+    /// The next GETs of a file send up to this byte of the file, then nothing for a
+    /// minute with the connection open.
+    pub hang_at: VecDeque<u64>,
+    /// Send the body one byte per interval.
+    pub drip: Option<Duration>,
+    /// Answer a `Range` with `206` and the file from byte 0.
+    pub range_from_zero: bool,
+    /// `Content-Length` (and the total of `Content-Range`) announced instead of the real one.
+    pub announce_length: Option<u64>,
+    /// Send no `Content-Length`: the body ends when the connection closes.
+    pub no_length: bool,
 }
 
 pub struct TestServer {
@@ -124,12 +138,15 @@ fn serve(stream: TcpStream, content: &Content, faults: &Mutex<Faults>, seen: &Mu
     }
 
     let total = content.bytes.len() as u64;
-    let (ignore_range, delay, cut) = {
+    let (ignore_range, delay, cut, hang, drip, from_zero, announce, no_length) = {
         let mut f = faults.lock().unwrap();
-        let cut = if method == "GET" { f.cut_at.pop_front() } else { None };
-        (f.ignore_range, f.delay_per_chunk, cut)
+        let get = method == "GET";
+        let cut = if get { f.cut_at.pop_front().or(f.cut_always_at) } else { None };
+        let hang = if get { f.hang_at.pop_front() } else { None };
+        (f.ignore_range, f.delay_per_chunk, cut, hang, f.drip, f.range_from_zero, f.announce_length, f.no_length)
     };
     let start = match range_start {
+        Some(_) if from_zero => 0,
         Some(s) if !ignore_range && s < total => s,
         Some(_) if !ignore_range => {
             return respond(&mut out, "416 Range Not Satisfiable", &format!("Content-Range: bytes */{total}\r\n"))
@@ -137,16 +154,33 @@ fn serve(stream: TcpStream, content: &Content, faults: &Mutex<Faults>, seen: &Mu
         _ => 0,
     };
     let body = &content.bytes[start as usize..];
-    if start > 0 {
-        write!(out, "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {start}-{}/{total}\r\n", total - 1)?;
+    let announced_total = announce.unwrap_or(total);
+    if range_start.is_some() && (start > 0 || from_zero) {
+        write!(
+            out,
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {start}-{}/{announced_total}\r\n",
+            announced_total - 1
+        )?;
     } else {
         write!(out, "HTTP/1.1 200 OK\r\nAccept-Ranges: bytes\r\n")?;
     }
-    write!(out, "Content-Length: {}\r\nConnection: close\r\n\r\n", body.len())?;
+    if !no_length {
+        write!(out, "Content-Length: {}\r\n", announced_total - start)?;
+    }
+    write!(out, "Connection: close\r\n\r\n")?;
     if method == "HEAD" {
         return Ok(());
     }
-    let limit = cut.map_or(body.len(), |c| (c.saturating_sub(start) as usize).min(body.len()));
+    let end_at = |c: u64| (c.saturating_sub(start) as usize).min(body.len());
+    let limit = cut.map_or(body.len(), end_at).min(hang.map_or(body.len(), end_at));
+    if let Some(interval) = drip {
+        for byte in &body[..limit] {
+            out.write_all(std::slice::from_ref(byte))?;
+            out.flush()?;
+            thread::sleep(interval);
+        }
+        return Ok(());
+    }
     for chunk in body[..limit].chunks(64 * 1024) {
         out.write_all(chunk)?;
         if let Some(d) = delay {
@@ -154,6 +188,10 @@ fn serve(stream: TcpStream, content: &Content, faults: &Mutex<Faults>, seen: &Mu
         }
     }
     out.flush()?;
+    if hang.is_some() {
+        // Silent, with the connection open: only the client's deadlines end the wait.
+        thread::sleep(Duration::from_secs(60));
+    }
     // Dropping the stream closes it: a cut body ends early.
     Ok(())
 }
