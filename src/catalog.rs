@@ -22,7 +22,8 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
-use crate::memory::{ModelFacts, WeightQuant};
+use crate::engine::kernels::Kernels;
+use crate::memory::{ModelFacts, PrefillShape, WeightQuant};
 
 pub mod download;
 mod fetch;
@@ -169,16 +170,26 @@ impl ModelEntry {
         self.bytes.unwrap_or_else(|| (self.params as f64 * bits_per_weight(&self.quant) / 8.0) as u64)
     }
 
-    /// What the fit check needs, with an f16 KV cache (the engine's default).
+    /// What the fit check needs, with an f16 KV cache and the default kernels on the CPU
+    /// (the engine's defaults).
     pub fn facts(&self) -> ModelFacts {
         let s = &self.shape;
+        // The catalog does not give Gemma 3's sliding window: the whole context is the
+        // upper bound of what its window layers attend to.
+        let window = (self.arch == "gemma3").then_some(s.context);
+        let attention = crate::engine::attention::prefill_attention(Kernels::default(), true, s.head_dim, window);
         ModelFacts {
             weights_bytes: self.estimated_bytes(),
             kv_bytes_per_token: crate::memory::kv_bytes_per_token(s.layers, s.kv_heads, s.head_dim, 2),
             context: s.context,
-            heads: s.heads,
-            width: s.width,
-            ffn: s.ffn,
+            prefill: PrefillShape {
+                heads: s.heads,
+                kv_heads: s.kv_heads,
+                head_dim: s.head_dim,
+                width: s.width,
+                ffn: s.ffn,
+                attention,
+            },
         }
     }
 

@@ -4,7 +4,7 @@
 //!
 //! Nothing here imports the UI.
 
-mod attention;
+pub(crate) mod attention;
 pub mod budget;
 mod detokenizer;
 mod error;

@@ -34,7 +34,7 @@ use super::kernels::Kernels;
 use super::qlinear::QLinear as Linear;
 use super::state::State;
 use super::{Cause, EngineError, Result};
-use crate::memory::ModelFacts;
+use crate::memory::{ModelFacts, PrefillShape};
 
 /// GGUF `general.architecture` values this engine loads.
 pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
@@ -185,8 +185,9 @@ pub struct FileFacts {
     pub bits_per_weight: f64,
 }
 
-/// Reads [`FileFacts`] from the header of the GGUF at `path`, for a KV cache of `kv`.
-pub fn file_facts(path: &Path, kv: DType) -> Result<FileFacts> {
+/// Reads [`FileFacts`] from the header of the GGUF at `path`, for a KV cache of `kv` and
+/// the CPU running `kernels`.
+pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts> {
     let (content, mut reader) = read_gguf(path)?;
     let arch = architecture(path, &content)?;
     // The loader's own metadata readers (and defaults); nothing is loaded.
@@ -214,13 +215,16 @@ pub fn file_facts(path: &Path, kv: DType) -> Result<FileFacts> {
         .filter(|t| t.shape.dims().len() == 2)
         .map(|t| super::qlinear::growth_bytes(t.ggml_dtype, t.shape.elem_count() as u64))
         .sum();
+    let window = match ld.arch.as_str() {
+        "gemma3" => Some(ld.meta_u32("attention.sliding_window")?.max(1)),
+        _ => None,
+    };
+    let attention = super::attention::prefill_attention(kernels, true, head_dim, window);
     let facts = ModelFacts {
         weights_bytes: file_bytes.saturating_add(grown),
         kv_bytes_per_token: crate::memory::kv_bytes_per_token(layers, kv_heads, head_dim, kv.size_in_bytes()),
         context,
-        heads,
-        width,
-        ffn,
+        prefill: PrefillShape { heads, kv_heads, head_dim, width, ffn, attention },
     };
     Ok(FileFacts { facts, bits_per_weight: file_bytes as f64 * 8.0 / weights.max(1) as f64 })
 }
@@ -577,13 +581,20 @@ impl Model {
     /// What the fit check needs of this model, with a KV cache of `kv`.
     pub fn facts(&self, kv: DType) -> ModelFacts {
         let c = &self.config;
+        let attention =
+            super::attention::prefill_attention(self.kernels, self.device.is_cpu(), c.head_dim, c.sliding_window);
         ModelFacts {
             weights_bytes: c.resident_bytes,
             kv_bytes_per_token: self.kv_bytes_per_token(kv),
             context: self.max_positions(),
-            heads: c.n_heads,
-            width: c.embedding_length,
-            ffn: c.ffn_length,
+            prefill: PrefillShape {
+                heads: c.n_heads,
+                kv_heads: c.n_kv_heads,
+                head_dim: c.head_dim,
+                width: c.embedding_length,
+                ffn: c.ffn_length,
+                attention,
+            },
         }
     }
 

@@ -43,21 +43,62 @@ pub fn predicted_footprint(weights_bytes: u64, kv_bytes_per_token: u64, budget: 
         .saturating_add(RUNTIME_OVERHEAD_BYTES)
 }
 
-/// Activations of one prefill chunk of `chunk` tokens at a full context of `budget`:
-/// its f32 attention scores against every cached position, and one layer's per-token
-/// activations (the residual, norms, q/k/v, attention output: ~8 rows of `width`; gate,
-/// up and their product: ~4 rows of `ffn`).
+/// How a prefill chunk's attention runs, which decides its largest buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefillAttention {
+    /// pocketchat's fused kernel (`engine::attention`): no score matrix is built.
+    /// Sliding-window layers still take candle's ops, over at most `window` cached
+    /// positions and the chunk.
+    Fused { window: Option<usize> },
+    /// candle's ops on every layer (`--kernel candle`, Metal, head sizes the fused
+    /// kernel does not take): score matrices over the whole context.
+    Materialized,
+}
+
+/// What a prefill's activations depend on: the model's attention and layer widths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefillShape {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Hidden width and FFN width.
+    pub width: usize,
+    pub ffn: usize,
+    pub attention: PrefillAttention,
+}
+
+/// Activations of one prefill chunk of `chunk` tokens at a full context of `budget`, in
+/// f32: one layer's per-token rows (the residual, norms, q/k/v, attention output: ~8
+/// rows of the wider of `width` and `heads · head_dim`; gate, up and their product: ~4
+/// rows of `ffn`), plus, where candle's ops compute the attention over `L` positions,
+/// two score matrices alive at once, the additive mask of the query rows of one K/V head
+/// (`group = heads / kv_heads`) and the cached K and V as f32:
 ///
 /// ```text
-/// chunk · (n_heads · budget + 8 · width + 4 · ffn) · 4 B
-/// SmolLM2-135M, 256-token chunks, 4,096 tokens: 256 · (36,864 + 4,608 + 6,144) · 4 = 48.8 MB
+/// chunk · (8 · max(width, heads · head_dim) + 4 · ffn) · 4 B
+///   + (2 · heads · chunk · L + group · chunk · L + 2 · kv_heads · L · head_dim) · 4 B
+/// L = budget (Materialized), window + chunk (Fused with a window), 0 (Fused)
+/// Gemma 3 270M, 256-token chunks, 8,192 tokens: 16.8 + 67.1 + 33.6 + 16.8 = 134.2 MB
 /// ```
-pub fn prefill_scratch_bytes(chunk: usize, n_heads: usize, width: usize, ffn: usize, budget: usize) -> u64 {
-    let per_token = (n_heads as u64)
-        .saturating_mul(budget as u64)
-        .saturating_add(8u64.saturating_mul(width as u64))
-        .saturating_add(4u64.saturating_mul(ffn as u64));
-    (chunk as u64).saturating_mul(per_token).saturating_mul(4)
+///
+/// Linear in `budget`, so the fit check can take a fixed part and a per-token part.
+pub fn prefill_scratch_bytes(chunk: usize, shape: &PrefillShape, budget: usize) -> u64 {
+    let (chunk, budget) = (chunk as u64, budget as u64);
+    let (heads, kv_heads, head_dim) = (shape.heads as u64, shape.kv_heads.max(1) as u64, shape.head_dim as u64);
+    let row = (shape.width as u64).max(heads.saturating_mul(head_dim));
+    let activations = chunk.saturating_mul(8u64.saturating_mul(row).saturating_add(4u64.saturating_mul(shape.ffn as u64)));
+    let span = match shape.attention {
+        PrefillAttention::Fused { window: None } => 0,
+        PrefillAttention::Fused { window: Some(w) } => (w as u64).saturating_add(chunk),
+        PrefillAttention::Materialized => budget,
+    };
+    let group = (heads / kv_heads).max(1);
+    let per_position = 2u64
+        .saturating_mul(heads)
+        .saturating_add(group)
+        .saturating_mul(chunk)
+        .saturating_add(2u64.saturating_mul(kv_heads).saturating_mul(head_dim));
+    activations.saturating_add(span.saturating_mul(per_position)).saturating_mul(4)
 }
 
 /// The token budget for this turn: the tier's budget, lowered when the live headroom
@@ -128,10 +169,49 @@ mod tests {
         assert_eq!(predicted_footprint(u64::MAX, u64::MAX, usize::MAX, u64::MAX), u64::MAX);
     }
 
+    /// SmolLM2-135M's shape: 9 heads and 3 K/V heads of 64, width 576, FFN 1,536.
+    fn smollm2(attention: PrefillAttention) -> PrefillShape {
+        PrefillShape { heads: 9, kv_heads: 3, head_dim: 64, width: 576, ffn: 1536, attention }
+    }
+
     #[test]
-    fn prefill_scratch_grows_with_the_chunk_and_the_context() {
-        assert_eq!(prefill_scratch_bytes(256, 9, 576, 1536, 4096), 256 * (9 * 4096 + 8 * 576 + 4 * 1536) * 4);
-        assert_eq!(prefill_scratch_bytes(usize::MAX, usize::MAX, 1, 1, usize::MAX), u64::MAX);
+    fn the_fused_kernel_needs_no_score_matrix() {
+        let fused = smollm2(PrefillAttention::Fused { window: None });
+        let activations = 256 * (8 * 576 + 4 * 1536) * 4;
+        assert_eq!(prefill_scratch_bytes(256, &fused, 4096), activations);
+        assert_eq!(prefill_scratch_bytes(256, &fused, 0), activations);
+    }
+
+    #[test]
+    fn candle_attention_holds_two_score_matrices_the_mask_and_f32_kv() {
+        let candle = smollm2(PrefillAttention::Materialized);
+        let activations = 256 * (8 * 576 + 4 * 1536) * 4;
+        let per_position = (2 * 9 * 256 + 3 * 256 + 2 * 3 * 64) * 4;
+        assert_eq!(prefill_scratch_bytes(256, &candle, 4096), activations + 4096 * per_position);
+        // A sliding window bounds what candle's ops see, whatever the budget.
+        let windowed = smollm2(PrefillAttention::Fused { window: Some(512) });
+        assert_eq!(prefill_scratch_bytes(256, &windowed, 8192), activations + (512 + 256) * per_position);
+    }
+
+    #[test]
+    fn gemma3_heads_wider_than_the_model_count_in_the_rows() {
+        // Gemma 3 270M: 4 heads and 1 K/V head of 256, width 640, FFN 2,048.
+        let gemma = PrefillShape {
+            heads: 4,
+            kv_heads: 1,
+            head_dim: 256,
+            width: 640,
+            ffn: 2048,
+            attention: PrefillAttention::Materialized,
+        };
+        let expected = 256 * (8 * 1024 + 4 * 2048) * 4 + 8192 * (2 * 4 * 256 + 4 * 256 + 2 * 256) * 4;
+        assert_eq!(prefill_scratch_bytes(256, &gemma, 8192), expected);
+    }
+
+    #[test]
+    fn prefill_scratch_saturates_instead_of_overflowing() {
+        let huge = PrefillShape { heads: usize::MAX, ..smollm2(PrefillAttention::Materialized) };
+        assert_eq!(prefill_scratch_bytes(usize::MAX, &huge, usize::MAX), u64::MAX);
     }
 
     #[test]

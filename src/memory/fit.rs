@@ -4,7 +4,7 @@
 //! ```text
 //! usable  = ceiling × 90 %                      (10 % kept for what no model predicts)
 //! fixed   = weights + runtime overhead + the prefill's per-layer activations
-//! memory  = (usable − fixed) / (KV bytes per token + the prefill's scores per token)
+//! memory  = (usable − fixed) / (KV bytes per token + the prefill's attention per token)
 //! cap     = the tier's KV allowance / KV bytes per token
 //! budget  = min(model context, cap, memory)
 //! ```
@@ -15,7 +15,7 @@
 //! the seed's rule), 384 MiB on an 8 GB one (2K for a ~1.8B), 1 GiB on a desktop; a small
 //! model's cheap tokens let it reach its full context.
 
-use super::{RamTier, GIB, MIB};
+use super::{PrefillShape, RamTier, GIB, MIB};
 
 /// Below this many tokens a context cannot hold a prompt and its reply: no fit.
 pub const MIN_CHAT_TOKENS: usize = 512;
@@ -23,7 +23,7 @@ pub const MIN_CHAT_TOKENS: usize = 512;
 /// (fragmentation, the OS's own variance).
 const USABLE_PERCENT: u64 = 90;
 /// Tokens per prefill chunk, as the engine feeds them.
-const PREFILL_CHUNK: u64 = 256;
+const PREFILL_CHUNK: usize = 256;
 
 /// What the fit check needs to know of a model: from the catalog before it is
 /// downloaded, from the file once it is loaded.
@@ -35,10 +35,8 @@ pub struct ModelFacts {
     pub kv_bytes_per_token: u64,
     /// The model's own context length.
     pub context: usize,
-    /// Attention heads, hidden width and FFN width: the prefill's activations.
-    pub heads: usize,
-    pub width: usize,
-    pub ffn: usize,
+    /// What the prefill's activations depend on (its widths, and how attention runs).
+    pub prefill: PrefillShape,
 }
 
 /// What limits the token budget, for the settings panel ("why").
@@ -120,7 +118,7 @@ pub fn kv_allowance_bytes(tier: RamTier) -> u64 {
 
 /// Predicted footprint of `model` with a cache of `budget` tokens.
 pub fn footprint_at(model: &ModelFacts, budget: usize) -> u64 {
-    let scratch = super::prefill_scratch_bytes(PREFILL_CHUNK as usize, model.heads, model.width, model.ffn, budget);
+    let scratch = super::prefill_scratch_bytes(PREFILL_CHUNK, &model.prefill, budget);
     super::predicted_footprint(model.weights_bytes, model.kv_bytes_per_token, budget, scratch)
 }
 
@@ -128,9 +126,10 @@ pub fn footprint_at(model: &ModelFacts, budget: usize) -> u64 {
 pub fn fit(model: &ModelFacts, tier: RamTier) -> Fit {
     let ceiling = ceiling_bytes(tier);
     let usable = ceiling / 100 * USABLE_PERCENT;
-    // footprint(b) = fixed + per_token · b, from predicted_footprint and prefill_scratch_bytes.
+    // footprint(b) = fixed + per_token · b: predicted_footprint and prefill_scratch_bytes
+    // are linear in the budget.
     let fixed = footprint_at(model, 0);
-    let per_token = model.kv_bytes_per_token.saturating_add(PREFILL_CHUNK * 4 * model.heads as u64).max(1);
+    let per_token = footprint_at(model, 1).saturating_sub(fixed).max(1);
     let memory = usize::try_from(usable.saturating_sub(fixed) / per_token).unwrap_or(usize::MAX);
     let cap = usize::try_from(kv_allowance_bytes(tier) / model.kv_bytes_per_token.max(1)).unwrap_or(usize::MAX);
     let (budget, limit) =
@@ -167,7 +166,7 @@ pub fn best_variant(variants: &[(u8, ModelFacts)], tier: RamTier) -> Option<(usi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::kv_bytes_per_token;
+    use crate::memory::{kv_bytes_per_token, PrefillAttention};
 
     /// A ~2.6B model shaped like Gemma 2 2B (26 layers, 4 KV heads of 256, 8 heads,
     /// width 2,304, FFN 9,216, context 8K) at its published Q4_K_M and Q8_0 sizes.
@@ -176,9 +175,15 @@ mod tests {
             weights_bytes,
             kv_bytes_per_token: kv_bytes_per_token(26, 4, 256, 2),
             context: 8192,
-            heads: 8,
-            width: 2304,
-            ffn: 9216,
+            // 256-wide heads: candle's attention ops, over the whole context.
+            prefill: PrefillShape {
+                heads: 8,
+                kv_heads: 4,
+                head_dim: 256,
+                width: 2304,
+                ffn: 9216,
+                attention: PrefillAttention::Materialized,
+            },
         }
     }
 
@@ -189,9 +194,14 @@ mod tests {
             weights_bytes,
             kv_bytes_per_token: kv_bytes_per_token(24, 32, 64, 2),
             context: 8192,
-            heads: 32,
-            width: 2048,
-            ffn: 8192,
+            prefill: PrefillShape {
+                heads: 32,
+                kv_heads: 32,
+                head_dim: 64,
+                width: 2048,
+                ffn: 8192,
+                attention: PrefillAttention::Fused { window: None },
+            },
         }
     }
 
@@ -200,9 +210,14 @@ mod tests {
             weights_bytes: 98_362_432,
             kv_bytes_per_token: kv_bytes_per_token(30, 3, 64, 2),
             context: 8192,
-            heads: 9,
-            width: 576,
-            ffn: 1536,
+            prefill: PrefillShape {
+                heads: 9,
+                kv_heads: 3,
+                head_dim: 64,
+                width: 576,
+                ffn: 1536,
+                attention: PrefillAttention::Fused { window: None },
+            },
         }
     }
 
@@ -255,7 +270,8 @@ mod tests {
             assert_eq!(fit(&huge, tier).class, FitClass::TooLarge);
         }
         assert_eq!(best_variant(&[(4, huge)], RamTier::Desktop), None);
-        let odd = ModelFacts { kv_bytes_per_token: 0, heads: 0, ..smollm2_135m() };
+        let no_heads = PrefillShape { heads: 0, ..smollm2_135m().prefill };
+        let odd = ModelFacts { kv_bytes_per_token: 0, prefill: no_heads, ..smollm2_135m() };
         assert_eq!(fit(&odd, RamTier::Desktop).budget, 8192);
     }
 }

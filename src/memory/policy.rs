@@ -113,9 +113,14 @@ mod tests {
             weights_bytes: 100_000_000,
             kv_bytes_per_token: crate::memory::kv_bytes_per_token(30, 3, 64, 2),
             context: 8192,
-            heads: 9,
-            width: 576,
-            ffn: 1536,
+            prefill: crate::memory::PrefillShape {
+                heads: 9,
+                kv_heads: 3,
+                head_dim: 64,
+                width: 576,
+                ffn: 1536,
+                attention: crate::memory::PrefillAttention::Fused { window: None },
+            },
         };
         let p = Policy::for_model(RamTier::Phone8Gb, WeightQuant::Q8, &small);
         assert_eq!((p.token_budget, p.limit, p.fit), (8192, BudgetLimit::ModelContext, FitClass::Fits));

@@ -20,7 +20,8 @@ use std::ops::Range;
 use candle_core::{CpuStorage, DType, Device, Layout, Storage, Tensor};
 use half::slice::HalfFloatSliceExt;
 
-use crate::engine::kernels::Isa;
+use crate::engine::kernels::{Isa, Kernels};
+use crate::memory::PrefillAttention;
 
 /// The instruction set a kernel instance is compiled for (a const parameter).
 pub(crate) type Level = u8;
@@ -40,6 +41,27 @@ fn level(isa: Isa) -> Level {
     }
 }
 
+/// Whether the fused kernels take heads of this size.
+fn fused_head_dim(head_dim: usize) -> bool {
+    matches!(head_dim, 64 | 128)
+}
+
+/// How a model's prefill attention runs with these kernels, for the memory accounting:
+/// fused where [`try_attention`] accepts the heads (its sliding-window layers take candle's
+/// ops), candle's ops over the whole context otherwise.
+pub(crate) fn prefill_attention(
+    kernels: Kernels,
+    on_cpu: bool,
+    head_dim: usize,
+    window: Option<usize>,
+) -> PrefillAttention {
+    if on_cpu && kernels.isa().is_some() && fused_head_dim(head_dim) {
+        PrefillAttention::Fused { window }
+    } else {
+        PrefillAttention::Materialized
+    }
+}
+
 /// Attention of the `n` new tokens in `q` against the cache, on the CPU: `q` is
 /// `(1, n_heads, n, hd)` after RoPE; `k` and `v` are the cache buffers
 /// `(1, n_kv_heads, capacity, hd)` (f32 or f16) whose positions `0..pos + n` are live, the
@@ -55,7 +77,7 @@ pub(crate) fn try_attention(q: &Tensor, k: &Tensor, v: &Tensor, pos: usize, isa:
     }
     let (one, n_heads, n, head_dim) = q.dims4().ok()?;
     let (one_k, n_kv_heads, capacity, hd_k) = k.dims4().ok()?;
-    if one != 1 || one_k != 1 || hd_k != head_dim || v.dims() != k.dims() || !matches!(head_dim, 64 | 128) {
+    if one != 1 || one_k != 1 || hd_k != head_dim || v.dims() != k.dims() || !fused_head_dim(head_dim) {
         return None;
     }
     if n == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 || pos + n > capacity {

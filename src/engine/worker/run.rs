@@ -62,7 +62,7 @@ impl Worker {
     /// one's; else the file's own.
     fn choose_quant(&self) -> WeightQuant {
         let kv = self.config.kv_dtype.dtype();
-        let Ok(file) = file_facts(&self.config.model_path, kv) else {
+        let Ok(file) = file_facts(&self.config.model_path, kv, self.config.kernels) else {
             return self.policy.quant; // the load reports what is wrong with the file
         };
         let own = WeightQuant::from_bits(file.bits_per_weight);

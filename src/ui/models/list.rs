@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use candle_core::DType;
 
 use crate::catalog::{self, listing, Catalog, Progress, Source};
+use crate::engine::kernels::Kernels;
 use crate::engine::model::file_facts;
 use crate::memory::{self, RamTier};
 use crate::ui::fmt::format_bytes;
@@ -139,7 +140,8 @@ fn local_item(path: &Path, tier: RamTier) -> ModelItem {
         not_yet: None,
         display_name: None,
     };
-    match file_facts(path, DType::F16) {
+    // The app computes with the default kernels (the catalog's fit assumes them too).
+    match file_facts(path, DType::F16, Kernels::default()) {
         Ok(f) => {
             let fit = memory::fit(&f.facts, tier);
             item.detail = format!("added file · {:.1} bits per weight · {}", f.bits_per_weight, format_bytes(bytes));
