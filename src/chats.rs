@@ -453,8 +453,16 @@ impl ChatStore {
             }
         };
         let title = name.as_deref().map_or_else(|| UNTITLED.to_string(), clean_title);
-        let record =
-            ChatRecord { id, title, name, created: now, updated: now, tokens: 0, system_prompt: None, messages: Vec::new() };
+        let record = ChatRecord {
+            id,
+            title,
+            name,
+            created: now,
+            updated: now,
+            tokens: 0,
+            system_prompt: None,
+            messages: Vec::new(),
+        };
         self.save(&record).inspect_err(|_| self.unlock(&record.id))?;
         Ok(record)
     }

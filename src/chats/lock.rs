@@ -23,7 +23,9 @@ pub struct ChatLock {
 #[derive(Debug)]
 pub enum LockError {
     /// Another process holds it; its process id when it wrote one.
-    Held { pid: Option<u32> },
+    Held {
+        pid: Option<u32>,
+    },
     Io(io::Error),
 }
 
