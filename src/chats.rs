@@ -424,6 +424,9 @@ impl ChatStore {
             return Err(unreadable(format!("it names itself {:?}", record.id)));
         }
         record.check_roles().map_err(unreadable)?;
+        // Shown in terminals and the app: a hostile title's escape sequences are not.
+        record.title = clean_title(&record.title);
+        record.name = record.name.as_deref().map(clean_name);
         Ok(record)
     }
 
@@ -556,9 +559,11 @@ pub fn valid_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
-/// One line, whitespace runs as one space, at most [`MAX_NAME_CHARS`] characters.
+/// One line, whitespace runs and control characters (a terminal's escape sequences
+/// start with one) as one space, at most [`MAX_NAME_CHARS`] characters.
 fn clean_name(name: &str) -> String {
-    let one_line: String = name.split_whitespace().collect::<Vec<_>>().join(" ");
+    let visible: String = name.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let one_line: String = visible.split_whitespace().collect::<Vec<_>>().join(" ");
     one_line.chars().take(MAX_NAME_CHARS).collect::<String>().trim_end().to_string()
 }
 
@@ -594,12 +599,16 @@ mod tests {
         assert_eq!(a.title, UNTITLED);
         let b = s.create("  Trip\n to   Lisbon ").unwrap();
         assert_eq!(b.title, "Trip to Lisbon");
+        let c = s.create("\u{1b}]0;pwned\u{7}\u{1b}[2JHello\u{9b}31m").unwrap();
+        assert!(!c.title.chars().any(char::is_control), "{:?}", c.title);
+        assert_eq!(c.title, "]0;pwned [2JHello 31m");
         assert_ne!(a.id, b.id);
-        assert_eq!(s.list().len(), 2);
+        assert_eq!(s.list().len(), 3);
         s.rename(&a.id, "Recipes").unwrap();
         assert_eq!(s.find_by_name("Recipes").unwrap().unwrap().id, a.id);
         s.delete(&a.id).unwrap();
         assert!(matches!(s.load(&a.id), Err(ChatStoreError::NotFound(_))));
+        s.delete(&c.id).unwrap();
         assert_eq!(s.list().iter().map(|c| c.id.clone()).collect::<Vec<_>>(), [b.id]);
     }
 
@@ -650,6 +659,11 @@ mod tests {
         unreadable.sort();
         assert_eq!(unreadable, ["folder", "garbage", "liar"], "{list:?}");
         assert!(matches!(s.load("liar"), Err(ChatStoreError::Unreadable { .. })));
+
+        let mut raw = serde_json::to_value(s.load(&good.id).unwrap()).unwrap();
+        raw["title"] = "\u{1b}[2Jcleared".into();
+        std::fs::write(s.dir().join(format!("{}.json", good.id)), raw.to_string()).unwrap();
+        assert_eq!(s.load(&good.id).unwrap().title, "[2Jcleared", "a title written by hand is cleaned when read");
     }
 
     #[test]

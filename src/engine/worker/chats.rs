@@ -4,7 +4,7 @@
 //! and the record saved beside the cache after each reply.
 
 use super::Worker;
-use crate::chats::{unix_ms, ChatRecord, ChatStore, UNTITLED};
+use crate::chats::{unix_ms, ChatRecord, ChatStore, ChatStoreError, UNTITLED};
 use crate::engine::template::{Message, Role};
 use crate::engine::EngineEvent;
 
@@ -239,8 +239,11 @@ impl Worker {
         let Some(active) = self.active.as_mut() else { return };
         active.tokens = tokens;
         let (saved, id, title) = (store.save(active), active.id.clone(), active.title.clone());
-        if let Err(e) = saved {
-            self.notice(format!("The chat “{title}” could not be saved: {e}"));
+        match saved {
+            Ok(()) => {}
+            // Names the chat and says what to do already.
+            Err(e @ ChatStoreError::TooLarge { .. }) => self.notice(e.to_string()),
+            Err(e) => self.notice(format!("The chat “{title}” could not be saved: {e}")),
         }
         for chat in store.enforce_cap(Some(&id)) {
             tracing::info!("dropped the cache of “{}” ({} bytes) to stay under the cap", chat.title, chat.cache_bytes);
