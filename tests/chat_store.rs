@@ -274,3 +274,35 @@ fn a_cache_one_turn_ahead_of_its_record_is_restored_and_the_record_gets_the_turn
         .collect();
     assert_eq!(users, ["hello there", "tell me a story"]);
 }
+
+#[test]
+fn a_second_engine_on_the_same_folder_never_opens_the_chat_the_first_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut first, (held, ..)) = Chats::start(dir.path(), 1 << 30, None);
+    first.send("hello from the first");
+
+    // At launch the most recent chat is the held one: the second engine starts another.
+    let (mut second, (opened, ..)) = Chats::start(dir.path(), 1 << 30, None);
+    assert_ne!(opened, held, "the second engine opened the chat the first holds");
+    second.handle.send(Command::OpenChat { id: held.clone() }).unwrap();
+    let notice = loop {
+        match second.next() {
+            EngineEvent::Notice { message } => break message,
+            EngineEvent::ChatOpened { id, .. } => panic!("opened {id}, held by the first engine"),
+            _ => {}
+        }
+    };
+    assert!(notice.contains("open in another pocketchat"), "{notice}");
+    second.send("hello from the second");
+    first.send("more from the first");
+    second.shutdown();
+    first.shutdown();
+
+    let store = ChatStore::open(dir.path().join("chats"), 1 << 30).unwrap();
+    let users = |id: &str| -> Vec<String> {
+        let record = store.load(id).unwrap();
+        record.messages.iter().filter(|m| m.role == Role::User).map(|m| m.content.clone()).collect()
+    };
+    assert_eq!(users(&held), ["hello from the first", "more from the first"]);
+    assert_eq!(users(&opened), ["hello from the second"]);
+}
