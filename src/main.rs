@@ -483,10 +483,9 @@ fn chat(args: &ChatArgs) -> Result<()> {
     let mut config = args.engine.config()?;
     if let Some(name) = &args.chat {
         let store = args.engine.chat_store()?;
-        let id = match store.find_by_title(name) {
-            Some(chat) => chat.id,
-            None => store.create(name)?.id,
-        };
+        // Found by its whole name (else made), and locked for this process: a chat open in
+        // another pocketchat is refused here, naming that process.
+        let id = store.open_named(name)?.id;
         config.chats = Some(store);
         config.open_chat = Some(id);
     }
@@ -671,6 +670,10 @@ fn list_chats(args: &ChatsArgs) -> Result<()> {
         eprintln!("No saved chats in {}.", dir.display());
     }
     for c in &chats {
+        if let Some(why) = &c.unreadable {
+            println!("{}  unreadable: {why}", c.id);
+            continue;
+        }
         let cache = if c.cache_bytes > 0 {
             format!("cache {:.1} MB", c.cache_bytes as f64 / 1e6)
         } else {

@@ -240,3 +240,69 @@ fn regenerate_and_edit_feed_only_the_changed_turn() {
     assert_eq!(users, ["hello there", "tell me a fable"], "the edit replaced the message");
     assert_eq!(record.messages.len(), 4);
 }
+
+#[test]
+fn a_cache_one_turn_ahead_of_its_record_is_restored_and_the_record_gets_the_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut chats, first) = Chats::start(dir.path(), 1 << 30, None);
+    chats.send("hello there");
+    chats.send("tell me a story");
+    chats.shutdown();
+
+    // A kill between the cache save and the record save: the cache has the last turn,
+    // the record does not.
+    let store = ChatStore::open(dir.path().join("chats"), 1 << 30).unwrap();
+    let mut record = store.load(&first.0).unwrap();
+    record.messages.truncate(2);
+    store.save(&record).unwrap();
+    let cache_bytes = store.cache_bytes_of(&first.0);
+
+    let (chats, (id, messages, tokens, resumed)) = Chats::start(dir.path(), 1 << 30, None);
+    assert_eq!(id, first.0);
+    assert!(resumed, "the cache ahead of its record was restored");
+    assert_eq!(messages, 4, "with the turn the record missed");
+    assert!(tokens > 0);
+    chats.shutdown();
+    assert!(store.cache_bytes_of(&first.0) >= cache_bytes, "the cache was kept");
+    let users: Vec<String> = store
+        .load(&first.0)
+        .unwrap()
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .map(|m| m.content.clone())
+        .collect();
+    assert_eq!(users, ["hello there", "tell me a story"]);
+}
+
+#[test]
+fn a_second_engine_on_the_same_folder_never_opens_the_chat_the_first_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut first, (held, ..)) = Chats::start(dir.path(), 1 << 30, None);
+    first.send("hello from the first");
+
+    // At launch the most recent chat is the held one: the second engine starts another.
+    let (mut second, (opened, ..)) = Chats::start(dir.path(), 1 << 30, None);
+    assert_ne!(opened, held, "the second engine opened the chat the first holds");
+    second.handle.send(Command::OpenChat { id: held.clone() }).unwrap();
+    let notice = loop {
+        match second.next() {
+            EngineEvent::Notice { message } => break message,
+            EngineEvent::ChatOpened { id, .. } => panic!("opened {id}, held by the first engine"),
+            _ => {}
+        }
+    };
+    assert!(notice.contains("open in another pocketchat"), "{notice}");
+    second.send("hello from the second");
+    first.send("more from the first");
+    second.shutdown();
+    first.shutdown();
+
+    let store = ChatStore::open(dir.path().join("chats"), 1 << 30).unwrap();
+    let users = |id: &str| -> Vec<String> {
+        let record = store.load(id).unwrap();
+        record.messages.iter().filter(|m| m.role == Role::User).map(|m| m.content.clone()).collect()
+    };
+    assert_eq!(users(&held), ["hello from the first", "more from the first"]);
+    assert_eq!(users(&opened), ["hello from the second"]);
+}

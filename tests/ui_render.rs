@@ -490,6 +490,7 @@ fn the_chat_list_marks_the_open_chat_and_the_last_turn_offers_edit_and_regenerat
         tokens: 130,
         messages: 4,
         cache_bytes,
+        unreadable: None,
     };
     s.apply(EngineEvent::Chats {
         chats: vec![summary("b", "Lighthouse story", 3_000_000), summary("a", "Packing list", 0)],

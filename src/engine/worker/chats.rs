@@ -4,8 +4,7 @@
 //! and the record saved beside the cache after each reply.
 
 use super::Worker;
-use crate::chats::{unix_ms, ChatRecord, ChatStore, UNTITLED};
-use crate::engine::persist::StateLock;
+use crate::chats::{unix_ms, ChatRecord, ChatStore, ChatStoreError, UNTITLED};
 use crate::engine::template::{Message, Role};
 use crate::engine::EngineEvent;
 
@@ -19,23 +18,38 @@ impl Worker {
     }
 
     /// At launch, once the model is loaded: the configured chat, else the most recent
-    /// one, else a new one.
+    /// one that no other process has open, else a new one.
     pub(super) fn open_initial_chat(&mut self) {
         let Some(store) = self.store() else { return };
-        let wanted = self.config.open_chat.clone().or_else(|| store.list().first().map(|c| c.id.clone()));
-        let record = match wanted.map(|id| store.load(&id)) {
-            Some(Ok(record)) => Some(record),
-            Some(Err(e)) => {
-                self.notice(format!("{e}; starting a new chat."));
-                self.create_chat(&store)
-            }
-            None => self.create_chat(&store),
+        let record = match self.config.open_chat.clone() {
+            Some(id) => match store.lock(&id).and_then(|()| store.load(&id)) {
+                Ok(record) => Some(record),
+                Err(e) => {
+                    self.notice(format!("{e}; starting a new chat."));
+                    self.create_chat(&store)
+                }
+            },
+            None => self.first_free_chat(&store).or_else(|| self.create_chat(&store)),
         };
         if let Some(record) = record {
             // The cap holds across restarts, also when it was lowered meanwhile.
             store.enforce_cap(Some(&record.id));
             self.activate(record);
         }
+    }
+
+    /// The most recent readable chat this process holds or can lock (another process
+    /// may have the others open).
+    fn first_free_chat(&self, store: &ChatStore) -> Option<ChatRecord> {
+        store.list().into_iter().filter(|c| c.unreadable.is_none()).find_map(|c| {
+            let was_held = store.holds(&c.id);
+            store.lock(&c.id).ok()?;
+            let loaded = store.load(&c.id);
+            if loaded.is_err() && !was_held {
+                store.unlock(&c.id);
+            }
+            loaded.ok()
+        })
     }
 
     fn create_chat(&self, store: &ChatStore) -> Option<ChatRecord> {
@@ -101,7 +115,7 @@ impl Worker {
         if !was_open {
             return self.emit_chats();
         }
-        let next = store.list().into_iter().find_map(|c| store.load(&c.id).ok());
+        let next = self.first_free_chat(&store);
         if let Some(record) = next.or_else(|| self.create_chat(&store)) {
             self.activate(record);
         }
@@ -127,28 +141,24 @@ impl Worker {
         self.emit_stats();
     }
 
-    /// Makes `record` the open chat: its cache locked and restored when it fits the
-    /// record, else its text set to be re-read.
-    fn activate(&mut self, record: ChatRecord) {
+    /// Makes `record` the open chat: locked for this process (a chat open in another
+    /// process is not opened: the user is told which process has it), its cache restored
+    /// when it fits the record, else its text set to be re-read.
+    fn activate(&mut self, mut record: ChatRecord) {
         let Some(store) = self.store() else { return };
         let _span = tracing::info_span!("open_chat", chat = %record.id).entered();
+        if let Err(e) = store.lock(&record.id) {
+            return self.notice(e.to_string());
+        }
+        if let Some(previous) = self.active.take().filter(|a| a.id != record.id) {
+            store.unlock(&previous.id);
+        }
+        // The chat's lock covers its cache: no separate state-file lock.
         self.state_lock = None;
         let path = store.cache_path(&record.id);
-        self.config.state_file = match StateLock::try_acquire(&path) {
-            Some(lock) => {
-                self.state_lock = Some(lock);
-                Some(path.clone())
-            }
-            None => {
-                self.notice(format!(
-                    "“{}” is open in another pocketchat: its cache is not saved from here.",
-                    record.title
-                ));
-                None
-            }
-        };
+        self.config.state_file = Some(path.clone());
         self.regenerations = 0;
-        let not_resumed = self.resume(&store, &record, &path);
+        let not_resumed = self.resume(&store, &mut record, &path);
         let tokens = self.loaded.as_ref().map_or(0, |l| l.session.state.len());
         self.emit(EngineEvent::ChatOpened {
             id: record.id.clone(),
@@ -168,16 +178,27 @@ impl Worker {
         self.emit_stats();
     }
 
-    /// Restores the chat's cache when it holds the end of the record's conversation;
-    /// otherwise the cache is dropped (it is derived from the text) and the text is set to
-    /// be re-read at the next message. Returns why it was not restored.
-    fn resume(&mut self, store: &ChatStore, record: &ChatRecord, path: &std::path::Path) -> Option<String> {
+    /// Restores the chat's cache when it holds the end of the record's conversation, or
+    /// that and one turn more (the process ended between saving the cache and the
+    /// record: the turn is added to the record); otherwise the cache is dropped (it is
+    /// derived from the text) and the text is set to be re-read at the next message.
+    /// Returns why it was not restored.
+    fn resume(&mut self, store: &ChatStore, record: &mut ChatRecord, path: &std::path::Path) -> Option<String> {
         let history = record.history();
         let why = if path.exists() || path.is_symlink() {
             match self.restore_session(path) {
                 Ok(()) => {
                     let Some(l) = self.loaded.as_ref() else { return Some("no model is loaded".into()) };
                     if cache_matches(l.session.messages(), &history) {
+                        return None;
+                    }
+                    if let Some(turn) = turn_ahead(l.session.messages(), &history) {
+                        record.messages.extend(turn);
+                        record.updated = unix_ms();
+                        record.title_from_first_message();
+                        if let Err(e) = store.save(record) {
+                            self.notice(format!("The chat “{}” could not be saved: {e}", record.title));
+                        }
                         return None;
                     }
                     "its cache did not match its text".to_string()
@@ -188,7 +209,10 @@ impl Worker {
             "it has no cache on disk (the size cap drops the oldest first)".to_string()
         };
         if path.exists() || path.is_symlink() {
-            store.drop_caches(&record.id);
+            // This process holds the chat (see `activate`): its caches are ours to drop.
+            if let Err(e) = store.drop_caches(&record.id) {
+                tracing::warn!("the cache of {} stays: {e}", record.id);
+            }
         }
         if let Some(l) = self.loaded.as_mut() {
             l.session.set_history(history);
@@ -215,8 +239,11 @@ impl Worker {
         let Some(active) = self.active.as_mut() else { return };
         active.tokens = tokens;
         let (saved, id, title) = (store.save(active), active.id.clone(), active.title.clone());
-        if let Err(e) = saved {
-            self.notice(format!("The chat “{title}” could not be saved: {e}"));
+        match saved {
+            Ok(()) => {}
+            // Names the chat and says what to do already.
+            Err(e @ ChatStoreError::TooLarge { .. }) => self.notice(e.to_string()),
+            Err(e) => self.notice(format!("The chat “{title}” could not be saved: {e}")),
         }
         for chat in store.enforce_cap(Some(&id)) {
             tracing::info!("dropped the cache of “{}” ({} bytes) to stay under the cap", chat.title, chat.cache_bytes);
@@ -284,6 +311,20 @@ impl Worker {
     }
 }
 
+/// The turn a restored cache holds past the end of its chat's record: the cache matches
+/// the record once its last turn (a user message and a reply) is set aside, and it holds
+/// at least one message of the record besides (a cache trimmed to that one turn is not
+/// known to follow the record).
+fn turn_ahead(cached: &[Message], history: &[Message]) -> Option<[Message; 2]> {
+    let [before @ .., user, reply] = cached else { return None };
+    if user.role != Role::User || reply.role != Role::Assistant || !cache_matches(before, history) {
+        return None;
+    }
+    let record_turns = history.iter().filter(|m| m.role != Role::System).count();
+    let cached_turns = before.iter().filter(|m| m.role != Role::System).count();
+    (record_turns == 0 || cached_turns > 0).then(|| [user.clone(), reply.clone()])
+}
+
 /// A restored cache belongs to a chat when it holds the chat's system prompt and the end
 /// of its conversation (older turns may have been trimmed out of the cache).
 fn cache_matches(cached: &[Message], history: &[Message]) -> bool {
@@ -315,5 +356,18 @@ mod tests {
         assert!(!cache_matches(&[m(Role::User, "c"), m(Role::Assistant, "d")], &history), "system prompt differs");
         assert!(!cache_matches(&[m(Role::System, "s"), m(Role::User, "a"), m(Role::Assistant, "b")], &history));
         assert!(cache_matches(&[m(Role::System, "s")], &[m(Role::System, "s")]));
+    }
+
+    #[test]
+    fn a_cache_one_turn_ahead_of_its_record_gives_that_turn() {
+        let m = |role, text: &str| Message::new(role, text);
+        let record = [m(Role::System, "s"), m(Role::User, "a"), m(Role::Assistant, "b")];
+        let mut cached = record.to_vec();
+        cached.extend([m(Role::User, "c"), m(Role::Assistant, "d")]);
+        assert_eq!(turn_ahead(&cached, &record), Some([m(Role::User, "c"), m(Role::Assistant, "d")]));
+        assert_eq!(turn_ahead(&cached[2..], &record[..1]), None, "the system prompt differs");
+        assert_eq!(turn_ahead(&[m(Role::System, "s"), m(Role::User, "c"), m(Role::Assistant, "d")], &record), None);
+        assert_eq!(turn_ahead(&record, &record[..1]), Some([m(Role::User, "a"), m(Role::Assistant, "b")]));
+        assert_eq!(turn_ahead(&cached[..4], &record), None, "an unanswered message is no turn");
     }
 }

@@ -395,6 +395,7 @@ fn chat(id: &str, title: &str, messages: usize, cache_bytes: u64) -> crate::chat
         tokens: 40,
         messages,
         cache_bytes,
+        unreadable: None,
     }
 }
 
