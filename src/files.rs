@@ -23,10 +23,7 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
 
 /// The error for a path that is not a regular file: "PATH is a FIFO, not a regular file".
 pub fn not_regular(path: &Path, meta: &std::fs::Metadata) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidInput,
-        format!("{} is {}, not a regular file", path.display(), kind_of(meta)),
-    )
+    io::Error::new(io::ErrorKind::InvalidInput, format!("{} is {}, not a regular file", path.display(), kind_of(meta)))
 }
 
 /// What a file is, in words: "a folder", "a FIFO", "a device", …

@@ -278,3 +278,38 @@ fn chat_waits_for_its_last_save_before_it_exits() {
         assert_eq!(err.contains("restored a conversation"), round > 0, "round {round}: {err}");
     }
 }
+
+/// Issue #34, "Messages": an error printed its cause twice ("cannot open X: No such file
+/// or directory (os error 2): No such file or directory (os error 2)"). Each error names
+/// its path and says its cause once.
+#[test]
+fn an_error_names_its_path_and_its_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.gguf");
+    let text_file = dir.path().join("missing.txt");
+    let model = default_model();
+    let runs: [(Vec<&str>, &Path); 2] = [
+        (vec!["quantize", "--model", missing.to_str().unwrap()], &missing),
+        (
+            vec![
+                "perplexity",
+                "--model",
+                model.to_str().unwrap(),
+                "--chunks",
+                "1",
+                "--file",
+                text_file.to_str().unwrap(),
+            ],
+            &text_file,
+        ),
+    ];
+    for (args, path) in runs {
+        let mut c = pocketchat();
+        c.args(&args);
+        let o = run(c, b"", Duration::from_secs(120));
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(&path.display().to_string()), "{args:?}: the path is missing: {err}");
+        assert_eq!(err.matches("No such file or directory").count(), 1, "{args:?}: {err}");
+    }
+}
