@@ -75,6 +75,8 @@ fn one_chunk_of_a_large_file_takes_the_memory_of_one_chunk() {
     let text = text_of(24 << 20, true);
     std::fs::write(&path, &text).unwrap();
     drop(text);
+    // Waited for with wait4, which also gives its peak memory, rather than Child::wait.
+    #[allow(clippy::zombie_processes)]
     let child = Command::new(env!("CARGO_BIN_EXE_pocketchat"))
         .args(["perplexity", "--ctx", "64", "--chunks", "1", "--json", "--threads", "2", "--model"])
         .arg(&model)
