@@ -17,95 +17,9 @@ use pocketchat::engine::{
 };
 use pocketchat::{catalog, memory};
 
-/// `eprintln!` that never panics: a closed or full standard error loses the line, not
-/// the command (std's panics on any write error).
-macro_rules! eprintln {
-    () => {{
-        let _ = writeln!(std::io::stderr());
-    }};
-    ($($arg:tt)*) => {{
-        let _ = writeln!(std::io::stderr(), $($arg)*);
-    }};
-}
-
-/// `eprint!` that never panics (see `eprintln!`).
-macro_rules! eprint {
-    ($($arg:tt)*) => {{
-        let _ = write!(std::io::stderr(), $($arg)*);
-    }};
-}
-
-/// `println!` for the command's output: a reader that went away (`… | head`) ends the
-/// command quietly with [`OutputClosed`] (returned with `?`) instead of a panic.
-macro_rules! outln {
-    () => {
-        write_out(format_args!("\n"))?
-    };
-    ($($arg:tt)*) => {
-        write_out(format_args!("{}\n", format_args!($($arg)*)))?
-    };
-}
-
-/// `print!` for the command's output, flushed (see `outln!`).
-macro_rules! out {
-    ($($arg:tt)*) => {
-        write_out(format_args!($($arg)*))?
-    };
-}
-
-/// Standard output was closed by its reader: the command stops and exits with success,
-/// as Unix filters do when `head` has what it wanted.
-#[derive(Debug)]
-struct OutputClosed;
-
-impl std::fmt::Display for OutputClosed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("standard output was closed")
-    }
-}
-
-impl std::error::Error for OutputClosed {}
-
-/// Writes to standard output and flushes; a broken pipe is [`OutputClosed`].
-fn write_out(args: std::fmt::Arguments) -> Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    match stdout.write_fmt(args).and_then(|()| stdout.flush()) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(OutputClosed.into()),
-        Err(e) => Err(anyhow::Error::new(e).context("writing to standard output")),
-    }
-}
-
-/// `text` safe to print on a terminal: control characters (escape sequences that clear
-/// the screen or set the window title, carriage returns) and bidirectional overrides
-/// are dropped; tabs and line breaks become spaces.
-fn printable(text: &str) -> String {
-    text.chars()
-        .filter_map(|c| match c {
-            '\t' | '\n' | '\r' => Some(' '),
-            c if c.is_control() => None,
-            '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' => None,
-            c => Some(c),
-        })
-        .collect()
-}
-
-/// An error and its causes on one line, each cause once: a message that already
-/// contains its cause's text (`{path}: {source}`) is not followed by it again.
-fn error_text(e: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in e.chain() {
-        let part = cause.to_string();
-        if text.contains(&part) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&part);
-    }
-    text
-}
+#[macro_use]
+mod cli_output;
+use cli_output::{error_text, printable, OutputClosed};
 
 /// On-device chat with a persistent KV cache. Without a command: the chat app.
 #[derive(Parser)]
