@@ -1,7 +1,7 @@
 //! The `pocketchat` command: the app (default), a headless terminal chat, the benchmark,
 //! the tokenizer, and model fetching/quantizing.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
