@@ -244,6 +244,12 @@ fn a_session_that_is_not_a_regular_file_is_refused_at_once() {
         assert_eq!(o.status.code(), Some(1), "{}: {err}", session.display());
         assert!(err.contains("--session") && err.contains(why), "{}: {err}", session.display());
     }
+    // The same for the model: a FIFO is refused, not waited on.
+    let mut c = pocketchat();
+    c.args(["tokenize", "--model"]).arg(&fifo).arg("hi");
+    let o = run(c, b"", Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("it is a FIFO (named pipe), not a regular file"), "{}", text(&o.stderr));
     let after_dev: Vec<_> = std::fs::read_dir("/dev").unwrap().map(|e| e.unwrap().file_name()).collect();
     let new: Vec<_> = after_dev.iter().filter(|n| !before_dev.contains(n)).collect();
     assert!(new.is_empty(), "written into /dev: {new:?}");
