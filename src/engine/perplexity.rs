@@ -1,7 +1,8 @@
 //! Perplexity computed exactly as llama.cpp's `llama-perplexity` does, so the two engines'
 //! figures compare (and a kernel that is wrong shows up as a higher number):
 //!
-//! - the text is tokenized once, with BOS first when the model adds one;
+//! - the text is tokenized once, with BOS first when the model adds one (with a chunk
+//!   limit, only the prefix those chunks need: [`text_tokens`]);
 //! - it is cut into chunks of `ctx` tokens (what is left over is not used; at least two
 //!   chunks' worth of tokens is required, as llama.cpp requires);
 //! - each chunk runs on a fresh cache, its first token replaced by BOS when the model adds
