@@ -32,7 +32,7 @@ mod quantize;
 
 pub use download::{download, file_name_of_url, DownloadError, DownloadOptions, DownloadRequest, Progress};
 pub use fetch::{download_entry, fetch_default, fetch_entry};
-pub use quantize::{quantize_q8_0, quantize_to, QuantizeReport, QUANT_TYPES};
+pub use quantize::{quantize, quantize_q8_0, quantize_to, QuantizeReport, Replace, QUANT_TYPES};
 
 /// The catalog as shipped, `models/catalog.json`.
 const CATALOG_JSON: &str = include_str!("../models/catalog.json");
@@ -85,6 +85,10 @@ pub enum CatalogError {
     NothingToRequantize { path: PathBuf, found: String },
     #[error("requantizing {path} failed: {message}")]
     Quantize { path: PathBuf, message: String },
+    /// An output that must not be written: the source itself, a file that is not one of
+    /// ours (without `--force`), a FIFO, a folder that is not there.
+    #[error("{path} was left as it is: {why}")]
+    WontReplace { path: PathBuf, why: String },
     #[error("{action} {path}: {source}")]
     Io {
         action: &'static str,

@@ -4,6 +4,7 @@
 pub mod catalog;
 pub mod chats;
 pub mod engine;
+pub mod files;
 pub mod memory;
 #[cfg(feature = "ui")]
 pub mod ui;

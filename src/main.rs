@@ -1,7 +1,7 @@
 //! The `pocketchat` command: the app (default), a headless terminal chat, the benchmark,
 //! the tokenizer, and model fetching/quantizing.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,9 +12,14 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use pocketchat::chats::{self, ChatStore};
 use pocketchat::engine::sampler::SamplingOverrides;
 use pocketchat::engine::{
-    model::argmax, Command, DoneReason, Engine, EngineConfig, EngineEvent, Kernels, KvDtype, Model, TrimMode,
+    model::argmax, Command, DoneReason, Engine, EngineConfig, EngineEvent, EngineEvents, Kernels, KvDtype, Model,
+    TrimMode,
 };
 use pocketchat::{catalog, memory};
+
+#[macro_use]
+mod cli_output;
+use cli_output::{error_text, printable, OutputClosed};
 
 /// On-device chat with a persistent KV cache. Without a command: the chat app.
 #[derive(Parser)]
@@ -141,7 +146,8 @@ struct EngineArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
     threads: Option<u32>,
     /// Save the conversation to FILE after each reply and restore it at start (a file
-    /// that is not a conversation of this model is never replaced)
+    /// that is not a conversation of this model is never replaced; FILE must be a regular
+    /// file or absent, in a folder that exists)
     #[arg(long, value_name = "FILE")]
     session: Option<PathBuf>,
     /// The size cap of the saved chats' caches, in MB (the oldest are dropped first;
@@ -232,6 +238,10 @@ struct QuantizeArgs {
     /// (to test each kernel on one model)
     #[arg(long = "type", value_name = "TYPE", default_value = "Q8_0", value_parser = quant_type)]
     quant: String,
+    /// Replace an existing --out that is not a GGUF pocketchat wrote (never the source
+    /// itself, nor anything but a regular file)
+    #[arg(long)]
+    force: bool,
 }
 
 /// A `--type` of `pocketchat quantize`, in llama.cpp's spelling (any case).
@@ -377,6 +387,9 @@ impl EngineArgs {
             c.q8_variant = Some(q8_variant());
         }
         c.threads = threads(self.threads)?;
+        if let Some(path) = &self.session {
+            pocketchat::engine::persist::check_state_path(path).map_err(|why| anyhow::anyhow!("--session: {why}"))?;
+        }
         c.state_file = self.session.clone();
         c.trim_mode = match self.trim {
             Trim::Shift => TrimMode::Shift,
@@ -414,8 +427,9 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is::<OutputClosed>() => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             ExitCode::FAILURE
         }
     }
@@ -424,11 +438,13 @@ fn main() -> ExitCode {
 fn quantize(args: &QuantizeArgs) -> Result<()> {
     let src = args.model.path()?;
     let dst = args.out.clone().unwrap_or_else(|| catalog::quant_sibling_path(&src, &args.quant));
-    match catalog::QUANT_TYPES.iter().find(|(name, _)| *name == args.quant) {
-        Some((_, dtype)) if args.quant != "Q8_0" => catalog::quantize_to(&src, &dst, *dtype)?,
-        _ => catalog::quantize_q8_0(&src, &dst)?,
-    };
-    println!("{}", dst.display());
+    let (_, dtype) = catalog::QUANT_TYPES
+        .iter()
+        .find(|(name, _)| *name == args.quant)
+        .with_context(|| format!("unknown type {}", args.quant))?;
+    let replace = if args.force { catalog::Replace::AnyFile } else { catalog::Replace::OursOnly };
+    catalog::quantize(&src, &dst, *dtype, replace)?;
+    outln!("{}", dst.display());
     Ok(())
 }
 
@@ -480,6 +496,9 @@ extern "C" fn on_sigint(_: libc::c_int) {
     CTRL_C.store(true, Ordering::SeqCst);
 }
 
+/// `pocketchat chat`: the engine thread is shut down and waited for on every way out
+/// (the input's end, an error, a closed output), so its last save is finished and no
+/// temporary file is left.
 fn chat(args: &ChatArgs) -> Result<()> {
     let mut config = args.engine.config()?;
     if let Some(name) = &args.chat {
@@ -490,8 +509,15 @@ fn chat(args: &ChatArgs) -> Result<()> {
         config.chats = Some(store);
         config.open_chat = Some(id);
     }
+    let (handle, mut events, thread) = Engine::start(config);
+    let result = converse(args, &handle, &mut events);
+    thread.shutdown();
+    result
+}
+
+/// The terminal chat itself, on a started engine.
+fn converse(args: &ChatArgs, handle: &pocketchat::engine::EngineHandle, events: &mut EngineEvents) -> Result<()> {
     let show_stats = args.stats;
-    let (handle, mut events) = Engine::spawn(config);
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
     {
@@ -533,9 +559,9 @@ fn chat(args: &ChatArgs) -> Result<()> {
             Some(EngineEvent::ChatOpened { title, messages, tokens, resumed, .. }) if !messages.is_empty() => {
                 let how =
                     if resumed { "its cache restored without re-prefill" } else { "re-read at the first message" };
-                eprintln!("[chat “{title}”: {} messages, {tokens} tokens, {how}]", messages.len());
+                eprintln!("[chat “{}”: {} messages, {tokens} tokens, {how}]", printable(&title), messages.len());
             }
-            Some(EngineEvent::Notice { message }) => eprintln!("[{message}]"),
+            Some(EngineEvent::Notice { message }) => eprintln!("[{}]", printable(&message)),
             Some(EngineEvent::Stats(_)) => break,
             Some(EngineEvent::Failed { error }) => bail!("{error}"),
             Some(_) => {}
@@ -588,11 +614,10 @@ fn chat(args: &ChatArgs) -> Result<()> {
                         })?;
                     }
                     first_token = false;
-                    print!("{text}");
-                    std::io::stdout().flush()?;
+                    out!("{text}");
                 }
                 EngineEvent::Done { reason } => {
-                    println!();
+                    outln!();
                     if reason != DoneReason::EndOfTurn {
                         eprintln!("[reply ended: {reason:?}]");
                     }
@@ -608,7 +633,7 @@ fn chat(args: &ChatArgs) -> Result<()> {
                     );
                     answered = true;
                 }
-                EngineEvent::Notice { message } => eprintln!("[{message}]"),
+                EngineEvent::Notice { message } => eprintln!("[{}]", printable(&message)),
                 EngineEvent::Saved { bytes, ms, .. } if show_stats => {
                     eprintln!("[saved {bytes} B in {ms:.0} ms]")
                 }
@@ -641,7 +666,6 @@ fn chat(args: &ChatArgs) -> Result<()> {
             }
         }
     }
-    let _ = handle.send(Command::Shutdown);
     Ok(())
 }
 
@@ -664,7 +688,7 @@ fn list_chats(args: &ChatsArgs) -> Result<()> {
     let dir = chats_dir();
     let chats = if dir.is_dir() { ChatStore::open(&dir, 0)?.list() } else { Vec::new() };
     if args.json {
-        println!("{}", serde_json::to_string(&chats)?);
+        outln!("{}", serde_json::to_string(&chats)?);
         return Ok(());
     }
     if chats.is_empty() {
@@ -680,7 +704,8 @@ fn list_chats(args: &ChatsArgs) -> Result<()> {
         } else {
             "no cache".to_string()
         };
-        println!("{}  {:<48}  {:>3} messages  {:>5} tokens  {cache}", c.id, c.title, c.messages, c.tokens);
+        let title = printable(&c.title);
+        outln!("{}  {title:<48}  {:>3} messages  {:>5} tokens  {cache}", c.id, c.messages, c.tokens);
     }
     Ok(())
 }
@@ -689,10 +714,10 @@ fn list_models(args: &ModelsArgs) -> Result<()> {
     let tier = args.tier.or_else(memory::tier_from_env).unwrap_or_else(|| memory::TierReport::probe().effective());
     let rows = catalog::listing::rows(catalog::catalog(), tier, &catalog::models_dir());
     if args.json {
-        println!("{}", serde_json::to_string(&rows)?);
+        outln!("{}", serde_json::to_string(&rows)?);
         return Ok(());
     }
-    println!("Models for the {} (ceiling {:.1} GB):", tier.label(), memory::fit::ceiling_bytes(tier) as f64 / 1e9);
+    outln!("Models for the {} (ceiling {:.1} GB):", tier.label(), memory::fit::ceiling_bytes(tier) as f64 / 1e9);
     for r in &rows {
         let size = format!("{}{:.2} GB", if r.bytes_known { "" } else { "~" }, r.bytes as f64 / 1e9);
         let fit =
@@ -702,7 +727,7 @@ fn list_models(args: &ModelsArgs) -> Result<()> {
             (None, true) => "downloaded".to_string(),
             (None, false) => String::new(),
         };
-        println!("{:<30} {:>6} {:>10}  {fit:<58} {state}", r.id, r.quant, size);
+        outln!("{:<30} {:>6} {:>10}  {fit:<58} {state}", r.id, r.quant, size);
     }
     Ok(())
 }
@@ -731,7 +756,7 @@ fn fetch(args: &FetchArgs) -> Result<()> {
         }
     };
     bar.finish();
-    println!("{}", path.display());
+    outln!("{}", path.display());
     Ok(())
 }
 
@@ -801,7 +826,7 @@ fn tokenize(args: &TokenizeArgs) -> Result<()> {
     let text = args.text.join(" ");
     let (content, _) = pocketchat::engine::model::read_gguf(&args.model.path()?)?;
     let tok = pocketchat::engine::tokenizer::TextTokenizer::from_gguf(&content)?;
-    println!("{}", serde_json::to_string(&tok.encode(&text)?)?);
+    outln!("{}", serde_json::to_string(&tok.encode(&text)?)?);
     Ok(())
 }
 
@@ -824,28 +849,28 @@ fn perplexity(args: &PerplexityArgs) -> Result<()> {
     use pocketchat::engine::perplexity::perplexity as score;
     use pocketchat::engine::tokenizer::TextTokenizer;
     let _ = use_compute_threads(args.compute.threads)?;
-    let bytes = std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
-    let text = String::from_utf8_lossy(&bytes);
     let path = args.model.path()?;
     let (content, _) = pocketchat::engine::model::read_gguf(&path)?;
     let tok = TextTokenizer::from_gguf(&content)?;
     drop(content);
+    let ctx = args.ctx as usize;
+    // Only as much of the text as the chunks asked for is read and tokenized.
+    let chunks = args.chunks.map(|c| c as usize);
+    let tokens = pocketchat::engine::perplexity::text_tokens(&args.file, &tok, ctx, chunks)?;
     let model = Model::load(&path, &candle_core::Device::Cpu, kernels(args.compute.kernel)?, |_| {})?;
     let bos = tok.added_bos();
-    let tokens: Vec<u32> = bos.into_iter().chain(tok.encode_text(&text)?).collect();
-    let ctx = args.ctx as usize;
     let t = Instant::now();
-    let (chunks, kv) = (args.chunks.map(|c| c as usize), args.compute.kv.dtype().dtype());
+    let kv = args.compute.kv.dtype().dtype();
     let report = score(&model, &tokens, ctx, chunks, bos, kv, |done, ppl| {
         if !args.json {
             eprint!("[{done}]{ppl:.4},");
         }
     })?;
     if args.json {
-        println!("{}", serde_json::to_string(&report)?);
+        outln!("{}", serde_json::to_string(&report)?);
     } else {
         eprintln!();
-        println!(
+        outln!(
             "perplexity {:.4} over {} tokens in {} chunks of {ctx} ({:.1} s)",
             report.ppl,
             report.tokens_scored,
@@ -916,9 +941,9 @@ fn bench(args: &BenchArgs) -> Result<()> {
         "first_generated_ids": first_ids,
     });
     if args.json {
-        println!("{report}");
+        outln!("{report}");
     } else {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     }
     Ok(())
 }

@@ -108,10 +108,12 @@ fn more_threads_than_cores_and_a_folder_as_session_file_are_handled() {
     std::fs::create_dir(&folder).unwrap();
     let out =
         pocketchat(&["chat", "--model", model, "--max-tokens", "4", "--session", folder.to_str().unwrap()], b"hi\n");
+    // Refused at once (issue #34: nothing but a regular file is a session), and nothing
+    // is written beside it.
     let err = stderr(&out);
-    assert!(out.status.success(), "{err}");
-    assert!(err.contains("is not a file") && err.contains("conversation-2"), "{err}");
-    assert!(folder.is_dir() && dir.path().join("conversation-2").is_file());
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--session") && err.contains("conversation is a folder, not a regular file"), "{err}");
+    assert!(folder.is_dir() && !dir.path().join("conversation-2").exists());
 }
 
 #[test]

@@ -369,3 +369,81 @@ fn the_engine_restores_a_real_conversation_at_launch_without_re_prefill() {
     assert!(!start.iter().any(|e| matches!(e, EngineEvent::Restored { .. })));
     handle.send(Command::Shutdown).unwrap();
 }
+
+/// Runs `f` on a thread and fails when it has not returned within a generous deadline
+/// (a blocked `open` would never return).
+fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(120)).unwrap_or_else(|_| panic!("{what} blocked"))
+}
+
+fn mkfifo(path: &std::path::Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+/// Issue #34, item 8: a FIFO in a state file's place blocked the restore (and the save's
+/// check) forever. It is refused unopened, for reading and for writing, and left as is.
+#[test]
+fn a_fifo_in_the_state_files_place_is_refused_without_blocking() {
+    let (dir, model, tok, _) = tiny();
+    let fifo = dir.path().join("chat.pcstate");
+    mkfifo(&fifo);
+    let mut fresh = session(&model, &tok);
+    let e = persist::restore(&mut fresh, &identity(), &fifo).unwrap_err();
+    assert!(matches!(e, StateFileError::NotRegular(_)), "{e:?}");
+    assert!(e.to_string().contains("chat.pcstate is a FIFO"), "{e}");
+    assert!(e.keeps_the_file());
+    let e = persist::save(&fresh, &identity(), &fifo).unwrap_err();
+    assert!(matches!(e, StateFileError::WontOverwrite { .. }), "{e:?}");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO was replaced");
+    assert!(persist::check_state_path(&fifo).unwrap_err().contains("is a FIFO"));
+    assert!(persist::check_state_path(std::path::Path::new("/dev/null")).unwrap_err().contains("is a device"));
+    // No folder is made for a state file.
+    let nested = dir.path().join("missing").join("chat.pcstate");
+    let e = persist::save(&fresh, &identity(), &nested).unwrap_err();
+    assert!(e.to_string().contains("does not exist"), "{e}");
+    assert!(!dir.path().join("missing").exists());
+}
+
+/// Issue #34, items 8 and 17, on the engine (the app's and the library's path): a FIFO
+/// or a device as the state file is reported at start, nothing is written beside it,
+/// and the conversation goes on unsaved.
+#[test]
+fn the_engine_starts_with_a_fifo_or_a_device_as_its_state_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = write_tiny_gguf(dir.path(), &TinySpec::default(), 21);
+    let fifo = dir.path().join("chat.pcstate");
+    mkfifo(&fifo);
+    let before_dev: Vec<_> = std::fs::read_dir("/dev").unwrap().map(|e| e.unwrap().file_name()).collect();
+    for (state_file, why) in [(fifo.clone(), "is a FIFO"), ("/dev/null".into(), "is a device")] {
+        let mut config = EngineConfig::new(gguf.clone());
+        config.state_file = Some(state_file);
+        config.max_tokens = 4;
+        let notices = within("the engine's start", move || {
+            let (handle, mut events) = Engine::spawn(config);
+            let start = collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Ready(_)));
+            handle.send(Command::Send { text: "hello".into() }).unwrap();
+            let reply = collect_until_stats_after(&mut events, |e| matches!(e, EngineEvent::Done { .. }));
+            assert!(!reply.iter().any(|e| matches!(e, EngineEvent::Saved { .. })), "{reply:?}");
+            handle.send(Command::Shutdown).unwrap();
+            while events.recv_blocking().is_some() {}
+            start
+                .into_iter()
+                .filter_map(|e| if let EngineEvent::Notice { message } = e { Some(message) } else { None })
+                .collect::<Vec<_>>()
+        });
+        assert!(notices.iter().any(|n| n.contains(why) && n.contains("will not be saved")), "{notices:?}");
+    }
+    let after_dev: Vec<_> = std::fs::read_dir("/dev").unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(after_dev.iter().all(|n| before_dev.contains(n)), "written into /dev");
+    let mut names: Vec<_> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    assert_eq!(names.len(), 2, "the model and the FIFO, nothing beside them: {names:?}");
+}

@@ -53,9 +53,88 @@ pub struct QuantizeReport {
 /// `general.quantized_from` / `pocketchat.requantized` are added. `dst` appears only
 /// when complete (written as a `.part` file, then renamed).
 pub fn quantize_q8_0(src: &Path, dst: &Path) -> Result<QuantizeReport, CatalogError> {
-    rewrite(src, dst, GgmlDType::Q8_0, &|name, dtype, dims| {
-        should_requantize(name, dtype, dims).then_some(GgmlDType::Q8_0)
-    })
+    quantize(src, dst, GgmlDType::Q8_0, Replace::OursOnly)
+}
+
+/// Which existing file an output may replace. Never the source itself (the same file on
+/// disk, also through a link) nor anything that is not a regular file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replace {
+    /// Only a GGUF this program wrote (`pocketchat.requantized`).
+    OursOnly,
+    /// Any regular file (`pocketchat quantize --force`).
+    AnyFile,
+}
+
+/// [`quantize_q8_0`] when `target` is Q8_0, else [`quantize_to`]; `replace` says which
+/// existing `dst` may be replaced.
+pub fn quantize(src: &Path, dst: &Path, target: GgmlDType, replace: Replace) -> Result<QuantizeReport, CatalogError> {
+    if target == GgmlDType::Q8_0 {
+        rewrite(src, dst, target, replace, &|name, dtype, dims| {
+            should_requantize(name, dtype, dims).then_some(GgmlDType::Q8_0)
+        })
+    } else {
+        rewrite(src, dst, target, replace, &move |_, dtype, dims| {
+            let [_, cols] = dims else { return None };
+            let fits = |t: GgmlDType| cols.is_multiple_of(t.block_size());
+            let pick = [target, fallback(target)].into_iter().find(|t| fits(*t))?;
+            (pick != dtype).then_some(pick)
+        })
+    }
+}
+
+/// Ok when `dst` may be written: it is not `src` (same device and inode: also a hard or
+/// symbolic link to it), its folder exists (none is made), and it is absent or a
+/// regular file that `replace` allows replacing.
+fn check_output(src: &Path, dst: &Path, replace: Replace) -> Result<(), CatalogError> {
+    let refuse = |why: String| CatalogError::WontReplace { path: dst.to_path_buf(), why };
+    let src_meta = std::fs::metadata(src).map_err(CatalogError::io("cannot open", src))?;
+    match std::fs::metadata(dst) {
+        Ok(meta) => {
+            if same_file(&src_meta, &meta) {
+                return Err(refuse(format!("it is the source file {} itself; give another --out", src.display())));
+            }
+            if !meta.is_file() {
+                return Err(refuse(format!("it is {}, not a regular file", crate::files::kind_of(&meta))));
+            }
+            if replace == Replace::OursOnly && !is_our_gguf(dst) {
+                return Err(refuse(
+                    "it exists and is not a GGUF file pocketchat wrote; pass --force to replace it".into(),
+                ));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let dir = match dst.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            match std::fs::metadata(dir) {
+                Ok(m) if m.is_dir() => Ok(()),
+                Ok(m) => Err(refuse(format!("{} is {}, not a folder", dir.display(), crate::files::kind_of(&m)))),
+                Err(_) => Err(refuse(format!("the folder {} does not exist (no folder is made)", dir.display()))),
+            }
+        }
+        Err(e) => Err(CatalogError::io("cannot look at", dst)(e)),
+    }
+}
+
+#[cfg(unix)]
+fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    (a.dev(), a.ino()) == (b.dev(), b.ino())
+}
+
+#[cfg(not(unix))]
+fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    a.len() == b.len() && a.modified().ok() == b.modified().ok() && a.created().ok() == b.created().ok()
+}
+
+/// Whether `path` is a GGUF whose header says this program wrote it.
+fn is_our_gguf(path: &Path) -> bool {
+    let Ok(file) = crate::files::open_regular(path) else { return false };
+    let Ok(content) = crate::engine::gguf_check::read(&mut BufReader::new(file)) else { return false };
+    content.metadata.get("pocketchat.requantized").and_then(|v| v.to_bool().ok()).unwrap_or(false)
 }
 
 /// The quantization types [`quantize_to`] writes, by llama.cpp's names.
@@ -83,12 +162,14 @@ pub const QUANT_TYPES: &[(&str, GgmlDType)] = &[
 /// mix, as llama.cpp's own are. 1-D tensors are copied. For testing every kernel on one
 /// model; the values can only lose precision against the source.
 pub fn quantize_to(src: &Path, dst: &Path, target: GgmlDType) -> Result<QuantizeReport, CatalogError> {
-    rewrite(src, dst, target, &move |_, dtype, dims| {
-        let [_, cols] = dims else { return None };
-        let fits = |t: GgmlDType| cols.is_multiple_of(t.block_size());
-        let pick = [target, fallback(target)].into_iter().find(|t| fits(*t))?;
-        (pick != dtype).then_some(pick)
-    })
+    if target == GgmlDType::Q8_0 {
+        // `quantize` reads Q8_0 as the 8-bit variant; this is every 2-D tensor in Q8_0.
+        return rewrite(src, dst, target, Replace::OursOnly, &|_, dtype, dims| {
+            (dims.len() == 2 && dtype != GgmlDType::Q8_0 && dims[1].is_multiple_of(GgmlDType::Q8_0.block_size()))
+                .then_some(GgmlDType::Q8_0)
+        });
+    }
+    quantize(src, dst, target, Replace::OursOnly)
 }
 
 /// What llama.cpp's quantizer writes when a tensor's rows do not fit a type's blocks.
@@ -127,10 +208,18 @@ fn file_type(t: GgmlDType) -> u32 {
 type TensorPlan = dyn Fn(&str, GgmlDType, &[usize]) -> Option<GgmlDType>;
 
 /// Copies `src` to `dst`, converting each tensor to the type `plan(name, dtype, dims)`
-/// names (`None`: copied as is). Fails when nothing changes.
-fn rewrite(src: &Path, dst: &Path, target: GgmlDType, plan: &TensorPlan) -> Result<QuantizeReport, CatalogError> {
+/// names (`None`: copied as is). Fails when nothing changes, and when `dst` may not be
+/// written ([`check_output`], checked before the work and again before the rename).
+fn rewrite(
+    src: &Path,
+    dst: &Path,
+    target: GgmlDType,
+    replace: Replace,
+    plan: &TensorPlan,
+) -> Result<QuantizeReport, CatalogError> {
     let bad = |e: &dyn std::fmt::Display| CatalogError::BadGguf { path: src.to_path_buf(), message: e.to_string() };
-    let file = File::open(src).map_err(CatalogError::io("cannot open", src))?;
+    let file = crate::files::open_regular(src).map_err(CatalogError::io("cannot open", src))?;
+    check_output(src, dst, replace)?;
     let mut reader = BufReader::new(file);
     let content = crate::engine::gguf_check::read(&mut reader).map_err(|e| bad(&e))?;
 
@@ -168,11 +257,8 @@ fn rewrite(src: &Path, dst: &Path, target: GgmlDType, plan: &TensorPlan) -> Resu
     let meta_refs: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (*n, t)).collect();
 
-    if let Some(parent) = dst.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(CatalogError::io("cannot create", parent))?;
-    }
     let part = PartFile::beside(dst);
-    let file = File::create(part.path()).map_err(CatalogError::io("cannot create", part.path()))?;
+    let file = File::create_new(part.path()).map_err(CatalogError::io("cannot create", part.path()))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
     gguf_file::write(&mut w, &meta_refs, &tensor_refs).map_err(|e| CatalogError::Quantize {
         path: src.to_path_buf(),
@@ -182,6 +268,8 @@ fn rewrite(src: &Path, dst: &Path, target: GgmlDType, plan: &TensorPlan) -> Resu
     file.sync_all().map_err(CatalogError::io("cannot write", part.path()))?;
     let bytes = file.metadata().map_err(CatalogError::io("cannot read", part.path()))?.len();
     drop(file);
+    // What is at `dst` may have changed during the work.
+    check_output(src, dst, replace)?;
     let path = part.commit()?;
     tracing::info!(src = %src.display(), dst = %path.display(), requantized, bytes, to = ?target, "requantized");
     Ok(QuantizeReport { path, bytes, requantized, copied: tensors.len() - requantized, quantized_from })

@@ -32,4 +32,6 @@ pub use tokenizer::SUPPORTED_PRE_TOKENIZERS;
 pub mod qlinear;
 mod worker;
 
-pub use worker::{Engine, EngineConfig, EngineEvents, EngineHandle, HeadroomProbe, KvDtype, Q8Variant, TYPING_PAUSE};
+pub use worker::{
+    Engine, EngineConfig, EngineEvents, EngineHandle, EngineThread, HeadroomProbe, KvDtype, Q8Variant, TYPING_PAUSE,
+};

@@ -163,13 +163,18 @@ pub struct Model {
 }
 
 /// Opens and parses a GGUF header, mapping IO and format errors to user-facing ones.
+/// A FIFO or a device given as the model is refused unopened (it would block or never end).
 pub fn read_gguf(path: &Path) -> Result<(gguf_file::Content, BufReader<File>)> {
-    let file = File::open(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            EngineError::ModelMissing { path: path.to_path_buf() }
-        } else {
-            EngineError::ModelLoad { path: path.to_path_buf(), source: Cause::new(e) }
-        }
+    let file = crate::files::open_regular(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => EngineError::ModelMissing { path: path.to_path_buf() },
+        std::io::ErrorKind::InvalidInput => EngineError::BadModelFile {
+            path: path.to_path_buf(),
+            message: match std::fs::metadata(path) {
+                Ok(m) => format!("it is {}, not a regular file", crate::files::kind_of(&m)),
+                Err(_) => "it is not a regular file".into(),
+            },
+        },
+        _ => EngineError::ModelLoad { path: path.to_path_buf(), source: Cause::new(e) },
     })?;
     let mut reader = BufReader::new(file);
     let content = super::gguf_check::read(&mut reader)

@@ -52,6 +52,9 @@ pub enum StateFileError {
     Damaged(String),
     #[error("could not read the saved conversation: {0}")]
     Unreadable(#[source] Cause),
+    /// A FIFO, a device, a folder: never opened, read or replaced.
+    #[error("{}", .0)]
+    NotRegular(String),
     #[error("{} was left as it is: {why}", path.display())]
     WontOverwrite { path: PathBuf, why: String },
     #[error("could not write the conversation: {0}")]
@@ -105,7 +108,8 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    std::fs::create_dir_all(&dir).map_err(io)?;
+    // No folder is made on the way: a path in a folder that is not there is a mistake.
+    check_folder(&dir).map_err(StateFileError::Io)?;
     let tmp = TempFile::new(&dir, path);
     let mut f = Checksummed::new(BufWriter::new(File::create_new(&tmp.0).map_err(io)?));
     f.write_all(MAGIC).map_err(io)?;
@@ -156,12 +160,56 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// Ok when `path` is absent or holds a state file of `model` (of this format or older):
 /// only those may be replaced.
 fn check_replaceable(path: &Path, model: &ModelIdentity) -> Result<(), StateFileError> {
-    let mut f = match File::open(path) {
+    let mut f = match open_state_file(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(StateFileError::Unreadable(Cause::new(e))),
+        Err(StateFileError::Missing(_)) => return Ok(()),
+        Err(e) => return Err(e),
     };
     check_model(&read_header(&mut f, path)?.header, model)
+}
+
+/// Opens a state file for reading without blocking on a FIFO or reading a device
+/// ([`crate::files::open_regular`]).
+fn open_state_file(path: &Path) -> Result<File, StateFileError> {
+    crate::files::open_regular(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => StateFileError::Missing(path.to_path_buf()),
+        std::io::ErrorKind::InvalidInput => StateFileError::NotRegular(e.to_string()),
+        _ => StateFileError::Unreadable(Cause::new(e)),
+    })
+}
+
+/// Ok when `dir` is an existing folder (a state file can be written in it).
+fn check_folder(dir: &Path) -> Result<(), Cause> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(m) => Err(Cause::msg(format!("{} is {}, not a folder", dir.display(), crate::files::kind_of(&m)))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(Cause::msg(format!("the folder {} does not exist", dir.display())))
+        }
+        Err(e) => Err(Cause::msg(format!("{}: {e}", dir.display()))),
+    }
+}
+
+/// Whether `path` can be used as a conversation's state file (`--session`): absent or a
+/// regular file, in a folder that exists. A FIFO, a device such as `/dev/null` or a
+/// folder is refused before anything is opened or written beside it.
+pub fn check_state_path(path: &Path) -> Result<(), String> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => {
+            return Err(format!("{} is {}, not a regular file", path.display(), crate::files::kind_of(&m)))
+        }
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    }
+    if path.is_symlink() {
+        return Err(format!("{} is a symbolic link to nothing", path.display()));
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    check_folder(dir).map_err(|e| e.to_string())
 }
 
 /// An advisory lock on a state file, held on a hidden `.NAME.lock` beside it for as long
@@ -177,13 +225,26 @@ impl StateLock {
     pub fn try_acquire(path: &Path) -> Option<StateLock> {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let lock_path = path.with_file_name(format!(".{name}.lock"));
-        let file = match std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path) {
+        let mut options = std::fs::OpenOptions::new();
+        options.create(true).truncate(false).write(true);
+        #[cfg(unix)]
+        {
+            // A FIFO in the lock file's place must not block the start.
+            use std::os::unix::fs::OpenOptionsExt;
+            options.custom_flags(libc::O_NONBLOCK);
+        }
+        let file = match options.open(&lock_path) {
             Ok(f) => f,
             Err(e) => {
                 tracing::debug!("no lock file at {}: {e}", lock_path.display());
                 return Some(StateLock { _file: None });
             }
         };
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            // Something else sits where the lock goes: this file cannot be claimed.
+            tracing::warn!("{} is not a regular file: the state file is treated as taken", lock_path.display());
+            return None;
+        }
         #[cfg(unix)]
         {
             use std::os::fd::AsRawFd;
@@ -268,10 +329,7 @@ fn check_model(header: &Header, model: &ModelIdentity) -> Result<(), StateFileEr
 }
 
 fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Result<(), StateFileError> {
-    let mut f = File::open(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => StateFileError::Missing(path.to_path_buf()),
-        _ => StateFileError::Unreadable(Cause::new(e)),
-    })?;
+    let mut f = open_state_file(path)?;
     let Prefix { version, header, header_len, file_len } = read_header(&mut f, path)?;
     check_model(&header, model)?;
     let (n_kv, hd) = session.state.shape();

@@ -45,17 +45,43 @@ use crate::memory::{Policy, TierReport};
 pub struct Engine;
 
 impl Engine {
-    /// Starts the engine thread; loading happens there and is reported by events.
+    /// Starts the engine thread; loading happens there and is reported by events. The
+    /// thread is detached: see [`Engine::start`] for one the caller waits for.
     pub fn spawn(config: EngineConfig) -> (EngineHandle, EngineEvents) {
+        let (handle, events, _thread) = Engine::start(config);
+        (handle, events)
+    }
+
+    /// [`Engine::spawn`], also returning the thread, so that a caller about to exit can
+    /// let its last save finish ([`EngineThread::shutdown`]) instead of cutting it off
+    /// with a temporary file left behind.
+    pub fn start(config: EngineConfig) -> (EngineHandle, EngineEvents, EngineThread) {
         let (tx, rx) = mpsc::channel();
         let (etx, erx) = fmpsc::unbounded();
         let interrupt = Arc::new(AtomicBool::new(false));
         let flag = interrupt.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("pocketchat-engine".into())
             .spawn(move || Worker::new(config, rx, etx, flag).run())
             .expect("spawning the engine thread");
-        (EngineHandle { commands: tx, interrupt }, EngineEvents { inner: erx })
+        let handle = EngineHandle { commands: tx, interrupt };
+        (handle.clone(), EngineEvents { inner: erx }, EngineThread { thread, handle })
+    }
+}
+
+/// The engine thread, to be shut down and waited for.
+pub struct EngineThread {
+    thread: std::thread::JoinHandle<()>,
+    handle: EngineHandle,
+}
+
+impl EngineThread {
+    /// Sends `Shutdown` (the conversation is saved) and waits until the thread has ended.
+    pub fn shutdown(self) {
+        let _ = self.handle.send(Command::Shutdown);
+        if self.thread.join().is_err() {
+            tracing::error!("the engine thread panicked");
+        }
     }
 }
 

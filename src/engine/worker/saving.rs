@@ -39,7 +39,13 @@ impl Worker {
                 bytes,
                 ms: started.elapsed().as_secs_f64() * 1e3,
             }),
-            Err(e) => self.emit(EngineEvent::Notice { message: format!("The conversation could not be saved: {e}") }),
+            // A refusal names the file already; other errors get its name here.
+            Err(e @ StateFileError::WontOverwrite { .. }) => {
+                self.emit(EngineEvent::Notice { message: format!("The conversation could not be saved: {e}") })
+            }
+            Err(e) => self.emit(EngineEvent::Notice {
+                message: format!("The conversation could not be saved to {}: {e}", path.display()),
+            }),
         }
     }
 
@@ -61,6 +67,13 @@ impl Worker {
     /// Locks `path` for this process; when another pocketchat holds it, this conversation
     /// is saved under a free name beside it instead, and the user is told.
     pub(super) fn lock_state_file(&mut self, path: &Path) {
+        // A FIFO, a device (`/dev/null`) or a path in a missing folder: nothing is opened
+        // there and nothing is written beside it.
+        if let Err(why) = persist::check_state_path(path) {
+            self.config.state_file = None;
+            self.emit(EngineEvent::Notice { message: format!("{why}: this conversation will not be saved.") });
+            return;
+        }
         let mut candidate = path.to_path_buf();
         for _ in 0..100 {
             if let Some(lock) = persist::StateLock::try_acquire(&candidate) {
@@ -86,7 +99,11 @@ impl Worker {
     /// as it is and this conversation is saved under a free name beside it.
     pub(super) fn restore_or_save_beside(&mut self, path: &Path) {
         let Err(e) = self.restore_from(path) else { return };
-        let message = if e.keeps_the_file() {
+        let message = if let StateFileError::NotRegular(why) = &e {
+            self.config.state_file = None;
+            self.state_lock = None;
+            format!("{why}: this conversation will not be saved.")
+        } else if e.keeps_the_file() {
             let beside = persist::free_path_beside(path);
             let message = format!(
                 "{e}. {} was left as it is; this conversation will be saved to {}.",
