@@ -66,42 +66,40 @@ fn a_history_of_60000_messages_is_read_again_from_its_newest_end() {
     assert_eq!(long.len(), 60_001);
     for family in FAMILIES {
         let dir = tempfile::tempdir().unwrap();
-        let (model, tok) = model(dir.path(), family);
-        reread_newest_turns(&model, &tok, &long);
-    }
-}
-
-fn reread_newest_turns(model: &Model, tok: &TextTokenizer, long: &[Message]) {
-    let (tx, rx) = mpsc::channel();
-    std::thread::scope(|scope| {
-        scope.spawn(move || {
-            let mut s = session(model, tok);
-            s.set_history(long.to_vec());
+        let path = dir.path().to_path_buf();
+        let (tx, rx) = mpsc::channel();
+        // A thread of its own, so that the deadline ends the test even if it never ends.
+        let history = long.clone();
+        std::thread::spawn(move || {
+            let (model, tok) = model(&path, family);
+            let mut s = session(&model, &tok);
+            s.set_history(history);
             // Typing ahead reads the history too.
-            s.draft(model, tok, "what was the first", DraftExtent::Words, RESERVE).unwrap();
-            let p = s.prepare_turn(model, tok, "what was the first question?", RESERVE).unwrap();
+            s.draft(&model, &tok, "what was the first", DraftExtent::Words, RESERVE).unwrap();
+            let p = s.prepare_turn(&model, &tok, "what was the first question?", RESERVE).unwrap();
             let _ = tx.send((s.messages().to_vec(), s.state.tokens().to_vec(), p.prompt_cut_to));
         });
         let (kept, tokens, cut) = rx
             .recv_timeout(Duration::from_secs(120))
-            .unwrap_or_else(|_| panic!("no first token 120 s after re-reading 60,000 messages"));
+            .unwrap_or_else(|_| panic!("{family}: no prompt fed 120 s after re-reading 60,000 messages"));
         assert_eq!(cut, None);
         assert!(tokens.len() + RESERVE <= BUDGET);
         let (question, turns) = kept[1..].split_last().unwrap();
         assert_eq!(question.content, "what was the first question?");
         let n = turns.len() / 2;
-        assert!(n > 0 && n < 30_000, "{n} turns kept");
-        assert_eq!(&kept[..kept.len() - 1], newest(long, n), "the system prompt and the newest turns stay");
+        assert!(n > 0 && n < 30_000, "{family}: {n} turns kept");
+        assert_eq!(&kept[..kept.len() - 1], newest(&long, n), "{family}: the system prompt and the newest turns");
 
+        let (model, tok) = model(dir.path(), family);
         for (given, what) in [(n, "exactly the turns kept"), (n + 1, "one turn more")] {
-            let mut s = session(model, tok);
-            s.set_history(newest(long, given));
-            let p = s.prepare_turn(model, tok, "what was the first question?", RESERVE).unwrap();
-            assert_eq!(s.messages(), kept, "given {what}");
-            assert_eq!(s.state.tokens(), tokens, "given {what}");
+            let mut s = session(&model, &tok);
+            s.set_history(newest(&long, given));
+            let p = s.prepare_turn(&model, &tok, "what was the first question?", RESERVE).unwrap();
+            assert_eq!(s.messages(), kept, "{family}: given {what}");
+            assert_eq!(s.state.tokens(), tokens, "{family}: given {what}");
             assert_eq!(p.fed_tokens, tokens.len());
         }
-    });
+    }
 }
 
 /// A 4 MB line with no spaces used to be tokenized whole before it was cut to the
