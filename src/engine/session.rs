@@ -429,7 +429,8 @@ impl Session {
         messages.push(Message::new(Role::User, user_text));
         let rendered = self.template.render_marked(&messages, true)?;
         let ranges = self.piece_ranges(&rendered, 0, rendered.text.len());
-        let tokens = |r: &Range<usize>| tok.encode_rendered(&rendered.text, r.clone(), &rendered.bodies).map(|t| t.len());
+        let tokens =
+            |r: &Range<usize>| tok.encode_rendered(&rendered.text, r.clone(), &rendered.bodies).map(|t| t.len());
         let budget = self.state.max_tokens();
         let turns = ranges.len().saturating_sub(2);
         // The system prompt and the new message stay whatever happens.
@@ -744,9 +745,7 @@ impl Session {
 /// answers it; the leading system messages belong to none.
 fn turn_starts(messages: &[Message]) -> Vec<usize> {
     let Some(first) = messages.iter().position(|m| m.role != Role::System) else { return Vec::new() };
-    std::iter::once(first)
-        .chain((first + 1..messages.len()).filter(|&i| messages[i].role == Role::User))
-        .collect()
+    std::iter::once(first).chain((first + 1..messages.len()).filter(|&i| messages[i].role == Role::User)).collect()
 }
 
 /// The end of `text` holding more than `room` tokens, found without tokenizing all of a
