@@ -104,7 +104,7 @@ fn a_history_of_60000_messages_is_read_again_from_its_newest_end() {
 
 /// A 4 MB line with no spaces used to be tokenized whole before it was cut to the
 /// budget (hundreds of MB for its tokens); now only an end of it about twice what the
-/// budget holds is.
+/// budget holds is, also when a chat that holds it is read again.
 #[test]
 fn a_pasted_line_is_cut_before_it_is_tokenized_whole() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -131,6 +131,18 @@ fn a_pasted_line_is_cut_before_it_is_tokenized_whole() {
     assert!(!sent.is_empty() && line.ends_with(sent.as_str()), "the line's end is kept");
     assert!(s.state.len() + RESERVE <= BUDGET);
     assert!(grown < 64 << 20, "the peak RSS grew by {:.1} MB for a 4 MB line", grown as f64 / 1e6);
+
+    // The transcript keeps the whole line: read again without the cache, the turn that
+    // holds it does not fit and is not tokenized whole either.
+    let mut s = session(&model, &tok);
+    let mut history = history(2);
+    history.push(Message::new(Role::User, line.clone()));
+    history.push(Message::new(Role::Assistant, "That is a long line."));
+    s.set_history(history.clone());
+    s.prepare_turn(&model, &tok, "and now?", RESERVE).unwrap();
+    assert_eq!(s.messages(), [&history[..1], &[Message::new(Role::User, "and now?")]].concat());
+    let grown = pocketchat::memory::process::peak_rss_bytes().unwrap().saturating_sub(before);
+    assert!(grown < 64 << 20, "the peak RSS grew by {:.1} MB reading the line again", grown as f64 / 1e6);
 }
 
 /// A system prompt that leaves no room used to fail every message with "does not fit"

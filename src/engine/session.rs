@@ -442,6 +442,15 @@ impl Session {
             return Ok(Some(turns));
         }
         for (i, range) in ranges[1..ranges.len().max(2) - 1].iter().enumerate().rev() {
+            // A message far over what is left (an old paste) is not tokenized whole.
+            let room = budget - used;
+            let overlong = |b: &&Range<usize>| b.start >= range.start && b.end <= range.end && b.len() > room;
+            for body in rendered.bodies.iter().filter(overlong) {
+                let text = &rendered.text[body.clone()];
+                if tail_over(tok, text, room)?.len() < text.len() {
+                    return Ok(Some(i + 1));
+                }
+            }
             used += tokens(range)?;
             if used > budget {
                 return Ok(Some(i + 1));
