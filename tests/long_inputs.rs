@@ -98,8 +98,50 @@ fn a_history_of_60000_messages_is_read_again_from_its_newest_end() {
             assert_eq!(s.messages(), kept, "{family}: given {what}");
             assert_eq!(s.state.tokens(), tokens, "{family}: given {what}");
             assert_eq!(p.fed_tokens, tokens.len());
+            assert_eq!(p.prompt_cut_to, None, "{family}: given {what}");
         }
     }
+}
+
+/// ChatML with a note before the first message after the system prompt: a turn renders
+/// longer when it is the oldest one kept. Still the most turns that fit are kept, and
+/// the question whole. (Gemma's turns, above, are the case where the count read off an
+/// overflowing render is one short and the search must find the last turn.)
+const NOTE_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}{% if loop.index0 == 1 %}(Earlier messages of this conversation were left out to fit the budget; it goes on from here, and the reply follows the newest message, in the same tone, with the same names, keeping to what was said below and never to what was left out.) {% endif %}{{ message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+#[test]
+fn the_most_turns_that_fit_are_kept_when_the_oldest_kept_turn_renders_longer() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (model, tok) = model(dir.path(), "llama");
+    let session = || {
+        let template = ChatTemplate::new(Some(NOTE_TEMPLATE), tok.bos_token(), tok.eos_token());
+        Session::new(model.make_state(BUDGET, DType::F32), template).unwrap()
+    };
+    let long = history(300);
+    let question = "what was the first question?";
+    let mut s = session();
+    s.set_history(long.clone());
+    let p = s.prepare_turn(&model, &tok, question, RESERVE).unwrap();
+    assert_eq!(p.prompt_cut_to, None, "the question is whole");
+    let kept = s.messages().to_vec();
+    let n = (kept.len() - 2) / 2;
+    assert!(n > 0 && n < 300, "{n} turns kept");
+    assert!(s.state.len() + RESERVE <= BUDGET);
+    assert_eq!(&kept[..kept.len() - 1], newest(&long, n));
+    for given in [n, n + 1] {
+        let mut s = session();
+        s.set_history(newest(&long, given));
+        let p = s.prepare_turn(&model, &tok, question, RESERVE).unwrap();
+        assert_eq!(s.messages(), kept, "given {given} turns");
+        assert_eq!(p.prompt_cut_to, None, "given {given} turns");
+    }
+    // One turn more does not fit (its text counted the way the template renders it).
+    let mut more = newest(&long, n + 1);
+    more.push(Message::new(Role::User, question));
+    let rendered = ChatTemplate::new(Some(NOTE_TEMPLATE), "", "").render_marked(&more, true).unwrap();
+    let tokens = tok.encode_rendered(&rendered.text, 0..rendered.text.len(), &rendered.bodies).unwrap().len();
+    assert!(tokens + RESERVE > BUDGET, "{tokens} tokens for {} turns would have fit", n + 1);
 }
 
 /// A 4 MB line with no spaces used to be tokenized whole before it was cut to the
