@@ -29,6 +29,11 @@ pub enum EngineError {
     EmptyPrompt,
     #[error("the conversation does not fit the token budget of {budget} tokens")]
     ContextFull { budget: usize },
+    #[error(
+        "the system prompt is {tokens} tokens long: with {reserve} tokens kept for the reply, it leaves no room for a \
+         message in the token budget of {budget} tokens; shorten the system prompt"
+    )]
+    SystemPromptTooLong { tokens: usize, reserve: usize, budget: usize },
     #[error("the engine has shut down")]
     EngineGone,
     #[error("the tokenizer failed: {0}")]

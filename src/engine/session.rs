@@ -19,6 +19,7 @@ use super::state::State;
 use super::template::{ChatTemplate, Message, Rendered, Role};
 use super::tokenizer::TextTokenizer;
 use super::{Cause, EngineError, Result};
+use std::ops::Range;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Anchor {
@@ -118,6 +119,9 @@ pub struct Session {
     /// The end of the cache fed from the message being typed ([`Session::draft`]); not
     /// part of the conversation until `prepare_turn` takes what matches.
     draft: Draft,
+    /// The messages were set by [`Session::set_history`] and their turns that cannot fit
+    /// with any message were dropped (see [`Session::draft`]).
+    history_fitted: bool,
     pub trim_mode: TrimMode,
 }
 
@@ -133,6 +137,7 @@ impl Session {
             pinned_tokens: 0,
             turns: Vec::new(),
             draft: Draft::default(),
+            history_fitted: false,
             trim_mode: TrimMode::default(),
         })
     }
@@ -210,6 +215,7 @@ impl Session {
         self.cached_text.clear();
         self.pinned_tokens = 0;
         self.turns.clear();
+        self.history_fitted = false;
     }
 
     /// Adds the user's message and prefills its tokens, dropping old turns first when the
@@ -225,8 +231,17 @@ impl Session {
             return Err(EngineError::EmptyPrompt);
         }
         let (mut dropped_tokens, mut prompt_cut_to) = (0, None);
-        let mut user_text = user_text.to_string();
         let budget = self.state.max_tokens();
+        // A message far over the budget (a paste) is tokenized only as far as its end can
+        // be fed; it is then cut like any over-long message.
+        let mut user_text = tail_over(tok, user_text, budget.saturating_sub(reserve))?.to_string();
+        // History read again from its text (a resumed chat without its cache) keeps its
+        // newest turns that fit, never losing the new message for them.
+        let mut fitted = false;
+        if self.is_empty() {
+            self.fit_history(tok, &user_text, reserve)?;
+            fitted = true;
+        }
         let mut cuts = 0;
         while cuts < 3 {
             let (pieces, from_scratch, rendered) = self.pieces_for(tok, &user_text)?;
@@ -238,9 +253,10 @@ impl Session {
             };
             let plan =
                 budget::plan(pinned, &turns, new_tokens - if from_scratch { pinned } else { 0 }, reserve, budget);
-            // History re-read from its text (a resumed chat without its cache) that does
-            // not fit loses its oldest turns first, never the new message.
-            if from_scratch && plan != Plan::Fits && self.forget_oldest_turn() {
+            // A cache the new render does not continue is read again from its text too.
+            if from_scratch && plan != Plan::Fits && !fitted {
+                self.fit_history(tok, &user_text, reserve)?;
+                fitted = true;
                 continue;
             }
             cuts += 1;
@@ -269,6 +285,13 @@ impl Session {
                     let overhead = new_tokens.saturating_sub(ids.len()) + 8;
                     let keep = keep_prompt_tokens.saturating_sub(overhead);
                     if keep == 0 {
+                        // Every turn is gone: what leaves no room is the system prompt (with
+                        // its template markers), when the chat has one.
+                        if self.messages.first().is_some_and(|m| m.role == Role::System) {
+                            let tokens =
+                                if from_scratch { new_tokens } else { pinned + new_tokens }.saturating_sub(ids.len());
+                            return Err(EngineError::SystemPromptTooLong { tokens, reserve, budget });
+                        }
                         return Err(EngineError::ContextFull { budget });
                     }
                     user_text = tok.decode(&ids[ids.len().saturating_sub(keep)..])?;
@@ -307,11 +330,18 @@ impl Session {
         from_scratch: bool,
         end: usize,
     ) -> Result<Pieces> {
-        let full = &rendered.text[..end];
         let from = if from_scratch { 0 } else { self.cached_text.len() };
-        // Cut before every user header from `from` on (the template's, not one typed in
-        // a message). The first piece (possibly empty) closes the previous turn, or is the
-        // system prompt when starting from scratch.
+        self.piece_ranges(rendered, from, end)
+            .into_iter()
+            .map(|r| Ok((r.start, tok.encode_rendered(&rendered.text, r, &rendered.bodies)?)))
+            .collect()
+    }
+
+    /// The byte ranges of `rendered.text[from..end]`'s pieces: cut before every user header
+    /// (the template's, not one typed in a message). The first piece (possibly empty)
+    /// closes the previous turn, or is the system prompt when starting from scratch.
+    fn piece_ranges(&self, rendered: &Rendered, from: usize, end: usize) -> Vec<Range<usize>> {
+        let full = &rendered.text[..end];
         let mut cuts = vec![from];
         let mut search = from;
         while let Some(i) = full[search..].find(&self.user_header) {
@@ -321,12 +351,112 @@ impl Session {
             }
             search = at + self.user_header.len();
         }
-        let mut pieces = Vec::with_capacity(cuts.len());
-        for (i, &start) in cuts.iter().enumerate() {
-            let end = cuts.get(i + 1).copied().unwrap_or(full.len());
-            pieces.push((start, tok.encode_rendered(&rendered.text, start..end, &rendered.bodies)?));
+        (0..cuts.len()).map(|i| cuts[i]..cuts.get(i + 1).copied().unwrap_or(end)).collect()
+    }
+
+    /// Drops the oldest turns of a history about to be read again from its text (the
+    /// cache holds none of it) that do not fit the budget with `user_text` as the next
+    /// message and `reserve` tokens kept for the reply; as many of the newest turns as fit
+    /// stay.
+    ///
+    /// Turns are counted from the newest end: the newest 1, 2, 4, … turns are rendered
+    /// (after the system prompt, before the new message) until they overflow, and each
+    /// render's pieces are tokenized newest first only until the budget is passed. The
+    /// overflowing render says how many of its turns fit; that count is confirmed with a
+    /// render of it and of one more (or searched by halves, for a template that renders a
+    /// turn differently when fewer precede it). No render holds much more than twice what
+    /// fits, so the work follows the budget, not the length of the history: the whole
+    /// history is never rendered nor tokenized.
+    fn fit_history(&mut self, tok: &TextTokenizer, user_text: &str, reserve: usize) -> Result<()> {
+        let starts = turn_starts(&self.messages);
+        let total = starts.len();
+        let Some(&head) = starts.first() else { return Ok(()) };
+        let _span = tracing::info_span!("fit_history", turns = total).entered();
+        // `lo` newest turns fit; `hi` do not.
+        let (mut lo, mut hi, mut guess) = (0, total + 1, None);
+        let mut next = 1;
+        loop {
+            let k = next.min(total);
+            next = k * 2;
+            match self.newest_overflow(tok, &starts, k, user_text, reserve)? {
+                None if k == total => {
+                    lo = k;
+                    break;
+                }
+                None => lo = k,
+                Some(overflow) => {
+                    hi = k;
+                    guess = Some(k.saturating_sub(overflow));
+                    break;
+                }
+            }
         }
-        Ok(pieces)
+        let mut probe = guess;
+        while hi - lo > 1 {
+            let k = probe.take().filter(|&g| lo < g && g < hi).unwrap_or(lo + (hi - lo) / 2);
+            if self.newest_overflow(tok, &starts, k, user_text, reserve)?.is_none() {
+                lo = k;
+                // The guess fits: one more must not.
+                if guess == Some(k) {
+                    probe = Some(k + 1);
+                }
+            } else {
+                hi = k;
+            }
+        }
+        let keep_from = starts.get(total - lo).copied().unwrap_or(self.messages.len());
+        self.messages.drain(head..keep_from);
+        Ok(())
+    }
+
+    /// Renders the messages before the first turn (the system prompt), the newest `k`
+    /// turns (`starts` are where the turns begin) and `user_text` as the next message, and
+    /// says how many of the rendered turns' pieces must go for it to fit with `reserve`
+    /// tokens kept free: `None` when it fits. Pieces are tokenized newest first and only
+    /// until the budget is passed.
+    fn newest_overflow(
+        &self,
+        tok: &TextTokenizer,
+        starts: &[usize],
+        k: usize,
+        user_text: &str,
+        reserve: usize,
+    ) -> Result<Option<usize>> {
+        let mut messages = self.messages[..starts[0]].to_vec();
+        if k > 0 {
+            messages.extend_from_slice(&self.messages[starts[starts.len() - k]..]);
+        }
+        messages.push(Message::new(Role::User, user_text));
+        let rendered = self.template.render_marked(&messages, true)?;
+        let ranges = self.piece_ranges(&rendered, 0, rendered.text.len());
+        let tokens =
+            |r: &Range<usize>| tok.encode_rendered(&rendered.text, r.clone(), &rendered.bodies).map(|t| t.len());
+        let budget = self.state.max_tokens();
+        let turns = ranges.len().saturating_sub(2);
+        // The system prompt and the new message stay whatever happens.
+        let mut used = reserve + tokens(&ranges[0])?;
+        if let [_, .., last] = ranges.as_slice() {
+            used += tokens(last)?;
+        }
+        if used > budget {
+            return Ok(Some(turns));
+        }
+        for (i, range) in ranges[1..ranges.len().max(2) - 1].iter().enumerate().rev() {
+            // A message far over what is left (an old paste) is not tokenized whole.
+            let room = budget - used;
+            let overlong = |b: &&Range<usize>| b.start >= range.start && b.end <= range.end && b.len() > room;
+            for body in rendered.bodies.iter().filter(overlong) {
+                let text = &rendered.text[body.clone()];
+                if tail_over(tok, text, room)?.len() < text.len() {
+                    return Ok(Some(i + 1));
+                }
+            }
+            used += tokens(range)?;
+            if used > budget {
+                return Ok(Some(i + 1));
+            }
+        }
+        Ok(None)
     }
 
     /// Feeds the new turn's pieces; tokens of a draft that match them are kept, not fed
@@ -439,6 +569,17 @@ impl Session {
         if typed.is_empty() {
             self.discard_draft();
             return Ok(DraftFed::default());
+        }
+        // A paste over the budget is not read ahead (Send keeps its end), nor tokenized whole.
+        if tail_over(tok, typed, self.state.max_tokens().saturating_sub(reserve))?.len() < typed.len() {
+            self.discard_draft();
+            return Ok(DraftFed::default());
+        }
+        // A history to read again first loses the turns that cannot fit with any message
+        // (those fit with an empty one), so each step renders only what may be fed.
+        if self.is_empty() && !self.history_fitted {
+            self.fit_history(tok, "", reserve)?;
+            self.history_fitted = true;
         }
         let (rendered, from_scratch) = self.render_with(typed)?;
         // A cache the new render does not continue (a template that renders earlier turns
@@ -555,18 +696,6 @@ impl Session {
         self.messages = history;
     }
 
-    /// Forgets the oldest user turn (and its reply) of a history about to be re-read.
-    /// Returns false when there is none to forget.
-    fn forget_oldest_turn(&mut self) -> bool {
-        let Some(first) = self.messages.iter().position(|m| m.role != Role::System) else { return false };
-        let end = self.messages[first + 1..]
-            .iter()
-            .position(|m| m.role == Role::User)
-            .map_or(self.messages.len(), |i| first + 1 + i);
-        self.messages.drain(first..end);
-        true
-    }
-
     /// Takes the last reply back so it can be written again: the cache goes back to where
     /// the reply started, less its last prompt token, which is fed again for the logits
     /// (one token, not a re-prefill). Returns the logits and the user text the reply
@@ -618,4 +747,33 @@ impl Session {
         }
         Ok(before - self.state.len())
     }
+}
+
+/// Where each turn of `messages` begins, oldest first: the first message after the leading
+/// system messages, then every user message after it. A turn is a user message and what
+/// answers it; the leading system messages belong to none.
+fn turn_starts(messages: &[Message]) -> Vec<usize> {
+    let Some(first) = messages.iter().position(|m| m.role != Role::System) else { return Vec::new() };
+    std::iter::once(first).chain((first + 1..messages.len()).filter(|&i| messages[i].role == Role::User)).collect()
+}
+
+/// The end of `text` holding more than `room` tokens, found without tokenizing all of a
+/// text far longer than that: ends of growing length, from about four bytes a token and
+/// doubling, are tokenized until one holds that many. `text` itself when it holds no more
+/// (it may fit). A pasted message of any length costs at most about twice the tokenizing
+/// the budget needs.
+fn tail_over<'a>(tok: &TextTokenizer, text: &'a str, room: usize) -> Result<&'a str> {
+    let mut bytes = room.saturating_mul(4).max(256);
+    while bytes < text.len() {
+        let mut start = text.len() - bytes;
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        let tail = &text[start..];
+        if tok.encode_text(tail)?.len() > room {
+            return Ok(tail);
+        }
+        bytes = bytes.saturating_mul(2);
+    }
+    Ok(text)
 }
