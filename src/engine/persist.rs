@@ -94,7 +94,6 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
         return Err(StateFileError::WontOverwrite { path: path.to_path_buf(), why: e.to_string() });
     }
     let io = |e: std::io::Error| StateFileError::Io(Cause::new(e));
-    let kv = session.state.export().map_err(|e| StateFileError::Encode(Cause::new(e)))?;
     let (n_kv_heads, head_dim) = session.state.shape();
     let header = Header {
         model: model.clone(),
@@ -116,7 +115,8 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
     f.write_all(&FORMAT_VERSION.to_le_bytes()).map_err(io)?;
     f.write_all(&(json.len() as u32).to_le_bytes()).map_err(io)?;
     f.write_all(&json).map_err(io)?;
-    for (k, v) in kv {
+    for layer in session.state.export() {
+        let (k, v) = layer.map_err(|e| StateFileError::Encode(Cause::new(e)))?;
         for t in [k, v] {
             let data: Vec<half::f16> = t
                 .to_dtype(DType::F16)
@@ -353,46 +353,107 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
             "the file is {file_len} bytes; its header describes {expected_len}"
         )));
     }
-    // Read again from the start, one tensor at a time, through the checksum.
+    // Two passes, one tensor at a time, so restoring never holds a second copy of the
+    // cache: the first checks the checksum and the values without keeping them, the
+    // second writes each layer into the cache (and checks the checksum again, in case the
+    // file changed in between).
+    let tensors = if len > 0 { 2 * header.n_layers } else { 0 };
+    let mut chunk = vec![0u8; per_tensor];
     let unreadable = |e: std::io::Error| StateFileError::Unreadable(Cause::new(e));
-    f.seek(SeekFrom::Start(0)).map_err(unreadable)?;
-    let mut r = BufReader::new(f);
-    let mut crc = crc32fast::Hasher::new();
-    let mut head = vec![0u8; (PREFIX_BYTES + header_len) as usize];
-    r.read_exact(&mut head).map_err(unreadable)?;
-    crc.update(&head);
-    let mut raw = Vec::with_capacity(2 * header.n_layers);
-    if len > 0 {
-        for _ in 0..2 * header.n_layers {
-            let mut chunk = vec![0u8; per_tensor];
-            r.read_exact(&mut chunk).map_err(unreadable)?;
-            crc.update(&chunk);
-            raw.push(chunk);
-        }
+    let mut body = Body::open(f, version, header_len, tensors).map_err(unreadable)?;
+    while body.next(&mut chunk).map_err(unreadable)? {
+        check_values(&chunk)?;
     }
-    if version >= 2 {
-        let mut stored = [0u8; 4];
-        r.read_exact(&mut stored).map_err(unreadable)?;
-        if u32::from_le_bytes(stored) != crc.finalize() {
-            return Err(StateFileError::Damaged("its checksum does not match: it was altered or corrupted".into()));
-        }
-    }
-    // Checked, and only now used.
+    body.check_sum()?;
     let device = session.state.device().clone();
     let tensor = |chunk: &[u8]| -> Result<Tensor, StateFileError> {
         let data: Vec<half::f16> = chunk.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]])).collect();
-        if !data.iter().all(|x| x.is_finite()) {
-            return Err(StateFileError::Damaged("the cache holds values that are not numbers".into()));
-        }
         Tensor::from_vec(data, (n_kv, len, hd), &Device::Cpu)
             .and_then(|t| t.to_device(&device))
             .map_err(|e| StateFileError::Damaged(e.to_string()))
     };
-    let mut kv = Vec::with_capacity(header.n_layers);
-    for pair in raw.chunks_exact(2) {
-        kv.push((tensor(&pair[0])?, tensor(&pair[1])?));
+    session.restore(header.session, |state| {
+        let mut body = body.reopen().map_err(unreadable)?;
+        let mut v_chunk = vec![0u8; per_tensor];
+        for layer in 0..tensors / 2 {
+            // `next` is true for each of the 2 · n_layers tensors the first pass counted.
+            body.next(&mut chunk).map_err(unreadable)?;
+            body.next(&mut v_chunk).map_err(unreadable)?;
+            let (k, v) = (tensor(&chunk)?, tensor(&v_chunk)?);
+            state.import_layer(layer, &k, &v)?;
+        }
+        body.check_sum().map_err(|_| StateFileError::Damaged("it changed while it was read".into()))
+    })?;
+    Ok(())
+}
+
+impl From<super::EngineError> for StateFileError {
+    fn from(e: super::EngineError) -> Self {
+        StateFileError::Damaged(e.to_string())
     }
-    session.restore(header.session, kv).map_err(|e| StateFileError::Damaged(e.to_string()))
+}
+
+/// A state file's values must all be numbers.
+fn check_values(chunk: &[u8]) -> Result<(), StateFileError> {
+    if chunk.chunks_exact(2).all(|b| half::f16::from_le_bytes([b[0], b[1]]).is_finite()) {
+        Ok(())
+    } else {
+        Err(StateFileError::Damaged("the cache holds values that are not numbers".into()))
+    }
+}
+
+/// A state file read from the start, its K/V tensors one at a time through the CRC-32
+/// that covers the header and the body.
+struct Body {
+    reader: BufReader<File>,
+    crc: crc32fast::Hasher,
+    version: u32,
+    header_len: u64,
+    /// Tensors in the body, and how many were read.
+    tensors: usize,
+    read: usize,
+}
+
+impl Body {
+    /// Reads the prefix and header (into the checksum) from the start of `file`.
+    fn open(file: File, version: u32, header_len: u64, tensors: usize) -> std::io::Result<Body> {
+        let mut reader = BufReader::new(file);
+        reader.seek(SeekFrom::Start(0))?;
+        let mut head = vec![0u8; (PREFIX_BYTES + header_len) as usize];
+        reader.read_exact(&mut head)?;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&head);
+        Ok(Body { reader, crc, version, header_len, tensors, read: 0 })
+    }
+
+    /// The same file, from the start again.
+    fn reopen(self) -> std::io::Result<Body> {
+        Body::open(self.reader.into_inner(), self.version, self.header_len, self.tensors)
+    }
+
+    /// Reads the next tensor into `chunk`; false when every tensor was read.
+    fn next(&mut self, chunk: &mut [u8]) -> std::io::Result<bool> {
+        if self.read == self.tensors {
+            return Ok(false);
+        }
+        self.reader.read_exact(chunk)?;
+        self.crc.update(chunk);
+        self.read += 1;
+        Ok(true)
+    }
+
+    /// Compares the stored checksum (format 2 on) with what was read.
+    fn check_sum(&mut self) -> Result<(), StateFileError> {
+        if self.version < 2 {
+            return Ok(());
+        }
+        let mut stored = [0u8; 4];
+        self.reader.read_exact(&mut stored).map_err(|e| StateFileError::Unreadable(Cause::new(e)))?;
+        if u32::from_le_bytes(stored) != self.crc.clone().finalize() {
+            return Err(StateFileError::Damaged("its checksum does not match: it was altered or corrupted".into()));
+        }
+        Ok(())
+    }
 }
 
 /// A temporary file beside the target with a name no other writer uses; removed when

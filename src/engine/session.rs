@@ -174,12 +174,37 @@ impl Session {
         }
     }
 
-    /// Puts a saved conversation back, K/V included: no re-prefill.
-    pub(crate) fn restore(
+    /// Puts a saved conversation back, K/V included: no re-prefill. `check_snapshot`
+    /// first; then the conversation is cleared, `fill` writes the saved K/V into the
+    /// state one layer at a time (`State::import_layer`, never a second copy of the whole
+    /// cache), and the snapshot's text and turns take its place. If `fill` fails, the
+    /// session is left empty.
+    pub(crate) fn restore<E>(
         &mut self,
         snap: SessionSnapshot,
-        kv: Vec<(candle_core::Tensor, candle_core::Tensor)>,
-    ) -> Result<()> {
+        fill: impl FnOnce(&mut State) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E>
+    where
+        E: From<EngineError>,
+    {
+        self.check_snapshot(&snap)?;
+        self.clear();
+        self.state.begin_import(snap.tokens.len())?;
+        if let Err(e) = fill(&mut self.state) {
+            self.clear();
+            return Err(e);
+        }
+        self.state.finish_import(snap.tokens);
+        self.messages = snap.messages;
+        self.cached_text = snap.cached_text;
+        self.pinned_tokens = snap.pinned_tokens;
+        self.turns = snap.turns;
+        Ok(())
+    }
+
+    /// Whether a saved conversation's bookkeeping is consistent with itself and with
+    /// this model's vocabulary.
+    fn check_snapshot(&self, snap: &SessionSnapshot) -> Result<()> {
         let consistent = snap.pinned_tokens <= snap.tokens.len()
             && snap.turns.iter().all(|a| {
                 a.token <= snap.tokens.len() && a.text <= snap.cached_text.len() && a.message <= snap.messages.len()
@@ -199,12 +224,6 @@ impl Session {
         if let Some(id) = snap.tokens.iter().find(|&&id| id as usize >= self.state.vocab_size()) {
             return Err(EngineError::Inference(Cause::msg(format!("token id {id} is outside the vocabulary"))));
         }
-        self.clear();
-        self.state.import(snap.tokens, kv)?;
-        self.messages = snap.messages;
-        self.cached_text = snap.cached_text;
-        self.pinned_tokens = snap.pinned_tokens;
-        self.turns = snap.turns;
         Ok(())
     }
 

@@ -221,30 +221,30 @@ impl State {
         Ok(())
     }
 
-    /// Per-layer K/V of the live tokens, for saving: `(k, v)` each `(n_kv, len, hd)`.
-    pub(crate) fn export(&self) -> Result<Vec<(Tensor, Tensor)>> {
+    /// Per-layer K/V of the live tokens, for saving: `(k, v)` each `(n_kv, len, hd)`, one
+    /// layer at a time (copying every layer at once would double the cache's memory at
+    /// each save).
+    pub(crate) fn export(&self) -> impl Iterator<Item = Result<(Tensor, Tensor)>> + '_ {
         let len = self.len();
-        let mut out = Vec::with_capacity(self.layers.len());
-        for layer in self.layers.iter() {
-            match layer {
-                Some(l) if len > 0 => out.push((
-                    l.k.narrow(2, 0, len)?.squeeze(0)?.contiguous()?,
-                    l.v.narrow(2, 0, len)?.squeeze(0)?.contiguous()?,
-                )),
-                _ => {}
-            }
-        }
-        Ok(out)
+        self.layers.iter().flatten().filter(move |_| len > 0).map(move |l| {
+            Ok((l.k.narrow(2, 0, len)?.squeeze(0)?.contiguous()?, l.v.narrow(2, 0, len)?.squeeze(0)?.contiguous()?))
+        })
     }
 
-    /// Replaces the contents with saved tokens and K/V (shapes as from [`State::export`]).
-    pub(crate) fn import(&mut self, tokens: Vec<u32>, kv: Vec<(Tensor, Tensor)>) -> Result<()> {
+    /// Empties the cache and makes room for `tokens`, whose K/V [`State::import_layer`]
+    /// then writes one layer at a time; the tokens count once every layer is written.
+    pub(crate) fn begin_import(&mut self, tokens: usize) -> Result<()> {
         self.tokens.clear();
-        self.reserve(tokens.len())?;
-        for (i, (k, v)) in kv.into_iter().enumerate() {
-            self.write(i, 0, &k.unsqueeze(0)?, &v.unsqueeze(0)?)?;
-        }
+        self.reserve(tokens)
+    }
+
+    /// Writes layer `index`'s saved K/V (shapes as from [`State::export`]).
+    pub(crate) fn import_layer(&mut self, index: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+        self.write(index, 0, &k.unsqueeze(0)?, &v.unsqueeze(0)?)
+    }
+
+    /// Ends an import: the cache now holds `tokens`.
+    pub(crate) fn finish_import(&mut self, tokens: Vec<u32>) {
         self.tokens = tokens;
-        Ok(())
     }
 }
