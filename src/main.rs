@@ -117,7 +117,7 @@ struct EngineArgs {
     #[arg(long, value_parser = unit_range(1.0, 10.0), allow_negative_numbers = true)]
     dry_base: Option<f32>,
     /// DRY: repeats this many tokens long are free [default: 2]
-    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=1_000_000), allow_negative_numbers = true)]
     dry_allowed_length: Option<u32>,
     /// DRY: how many recent tokens are searched for repeats; 0 turns DRY off, -1 is the whole
     /// context [default: -1]

@@ -218,7 +218,12 @@ impl SamplingParams {
                 PRESENCE_PENALTY_RANGE.0,
                 PRESENCE_PENALTY_RANGE.1,
             ),
-            dry_multiplier: clamp_or(self.dry_multiplier, d.dry_multiplier, DRY_MULTIPLIER_RANGE.0, DRY_MULTIPLIER_RANGE.1),
+            dry_multiplier: clamp_or(
+                self.dry_multiplier,
+                d.dry_multiplier,
+                DRY_MULTIPLIER_RANGE.0,
+                DRY_MULTIPLIER_RANGE.1,
+            ),
             dry_base: clamp_or(self.dry_base, d.dry_base, DRY_BASE_RANGE.0, DRY_BASE_RANGE.1),
             ..self
         }
@@ -1010,10 +1015,9 @@ mod tests {
         assert_close(&penalized(window, toy_breakers(), &logits, &history), &logits);
 
         // Off: multiplier 0, window 0, or a history no longer than the allowed length.
-        for off in [
-            SamplingParams { dry_multiplier: 0.0, ..params },
-            SamplingParams { dry_penalty_last_n: 0, ..params },
-        ] {
+        for off in
+            [SamplingParams { dry_multiplier: 0.0, ..params }, SamplingParams { dry_penalty_last_n: 0, ..params }]
+        {
             assert_close(&penalized(off, toy_breakers(), &logits, &history), &logits);
         }
         assert_close(&penalized(params, Arc::default(), &logits, &[3, 3]), &logits);

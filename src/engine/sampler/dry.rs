@@ -88,6 +88,12 @@ impl Breakers {
         self.heads.get(&id).is_some_and(|tails| tails.iter().any(Vec::is_empty))
     }
 
+    /// The tails that must follow `head` for it to end a repeat (an empty tail: `head` is
+    /// a breaker on its own); none when `head` starts no breaker.
+    pub fn tails(&self, head: u32) -> &[Vec<u32>] {
+        self.heads.get(&head).map_or(&[], Vec::as_slice)
+    }
+
     /// How many head tokens there are (for logs and tests).
     pub fn len(&self) -> usize {
         self.heads.len()
