@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use pocketchat::chats::{self, ChatStore};
-use pocketchat::engine::sampler::SamplingOverrides;
+use pocketchat::engine::sampler::{self, SamplingOverrides};
 use pocketchat::engine::{
     model::argmax, Command, DoneReason, Engine, EngineConfig, EngineEvent, EngineEvents, Kernels, KvDtype, Model,
     TrimMode,
@@ -110,9 +110,28 @@ struct EngineArgs {
     /// Drop tokens less likely than P times the most likely one [default: the model's, else 0.05]
     #[arg(long, value_parser = unit_range(0.0, 1.0), allow_negative_numbers = true)]
     min_p: Option<f32>,
-    /// Penalty for tokens repeated in the last 64; 1 turns it off [default: the model's, else 1.1]
+    /// Penalty for tokens repeated in the last 64; 1 turns it off [default: the model's, else 1
+    /// (off)]
     #[arg(long, value_parser = unit_range(0.1, 10.0), allow_negative_numbers = true)]
     repeat_penalty: Option<f32>,
+    /// DRY: penalty of a token that would extend a repeat of the allowed length; 0 turns DRY
+    /// off [default: 0.8; 0 with --temperature 0]
+    #[arg(long, value_parser = unit_range(0.0, 10.0), allow_negative_numbers = true)]
+    dry_multiplier: Option<f32>,
+    /// DRY: the penalty grows by this factor with each token of a repeat [default: 1.75]
+    #[arg(long, value_parser = unit_range(1.0, 10.0), allow_negative_numbers = true)]
+    dry_base: Option<f32>,
+    /// DRY: repeats this many tokens long are free [default: 2]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=1_000_000), allow_negative_numbers = true)]
+    dry_allowed_length: Option<u32>,
+    /// DRY: how many recent tokens are searched for repeats; 0 turns DRY off, -1 is the whole
+    /// context [default: -1]
+    #[arg(long, value_parser = clap::value_parser!(i64).range(-1..=100_000_000), allow_negative_numbers = true)]
+    dry_penalty_last_n: Option<i64>,
+    /// DRY: a string that ends a repeat (escapes \n, \t, \", \\ are read); repeat the flag
+    /// for several, `none` for none [default: "\n" ":" "\"" "*"]
+    #[arg(long = "dry-sequence-breaker", value_name = "STRING")]
+    dry_sequence_breakers: Vec<String>,
     /// Seed of the sampler: the same seed gives the same reply [default: 299792458]
     #[arg(long)]
     seed: Option<u64>,
@@ -373,8 +392,15 @@ impl EngineArgs {
             min_p: self.min_p,
             repeat_penalty: self.repeat_penalty,
             presence_penalty: None,
+            dry_multiplier: self.dry_multiplier,
+            dry_base: self.dry_base,
+            dry_allowed_length: self.dry_allowed_length.map(|n| n as usize),
+            dry_penalty_last_n: self.dry_penalty_last_n.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             seed: self.seed,
         };
+        if !self.dry_sequence_breakers.is_empty() {
+            c.dry_sequence_breakers = sampler::dry::breakers_from_args(&self.dry_sequence_breakers);
+        }
         if let Some(n) = self.max_tokens {
             c.max_tokens = n as usize;
         }

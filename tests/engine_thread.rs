@@ -213,6 +213,7 @@ fn sampling_starts_from_the_models_defaults_and_changes_from_the_next_reply() {
         meta_overrides: vec![
             ("general.sampling.temp".into(), Value::F32(0.6)),
             ("general.sampling.top_k".into(), Value::I32(20)),
+            ("general.sampling.penalty_repeat".into(), Value::F32(1.2)),
         ],
         ..TinySpec::default()
     };
@@ -225,11 +226,19 @@ fn sampling_starts_from_the_models_defaults_and_changes_from_the_next_reply() {
     assert_eq!((defaults.temperature, defaults.top_k), (0.6, 20), "the GGUF's keys");
     assert_eq!(defaults.top_p, SamplingParams::default().top_p, "the chat default where the file says nothing");
     assert_eq!(params, defaults);
+    assert_eq!(defaults.repeat_penalty, 1.2, "the GGUF's penalty");
+    assert_eq!((defaults.dry_multiplier, defaults.dry_allowed_length), (0.8, 2), "DRY on by default");
 
+    // Greedy is the model's most likely token: every penalty off, unless set explicitly.
     handle.send(Command::SetSampling { overrides: SamplingOverrides::greedy() }).unwrap();
     let (params, defaults) = sampling(&mut events);
     assert_eq!(params.temperature, 0.0);
+    assert_eq!((params.repeat_penalty, params.dry_multiplier), (1.0, 0.0));
     assert_eq!(defaults.temperature, 0.6);
+    let explicit = SamplingOverrides { dry_multiplier: Some(0.5), ..SamplingOverrides::greedy() };
+    handle.send(Command::SetSampling { overrides: explicit }).unwrap();
+    let (params, _) = sampling(&mut events);
+    assert_eq!((params.repeat_penalty, params.dry_multiplier), (1.0, 0.5));
     handle.send(Command::SetSampling { overrides: SamplingOverrides::default() }).unwrap();
     assert_eq!(sampling(&mut events).0, defaults, "reset to the model's defaults");
 }

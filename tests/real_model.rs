@@ -470,3 +470,50 @@ fn perplexity_scores_the_second_half_of_each_chunk_like_llama_cpp() {
     let short = perplexity(&model, &tokens[..ctx + 5], ctx, None, None, DType::F16, |_, _| {});
     assert!(matches!(short, Err(PerplexityError::TooShort { needed: 192, .. })), "{short:?}");
 }
+
+/// DRY's sequence breakers are strings: on SmolLM2's byte-level vocabulary, every token
+/// whose text contains "\n" or ":" ends a repeat on its own, and a breaker that spans tokens
+/// (" capital of") is the token of its start followed by the tokens of the rest, as
+/// llama.cpp maps them. The token texts the mapping reads spell the text back byte for
+/// byte (SentencePiece too, on a tiny file).
+#[test]
+fn dry_sequence_breakers_map_to_the_models_tokens() {
+    let tok = tokenizer();
+    let text = "The capital: Rome.\n\n  Ünïcode – “quotes” *bold*";
+    let ids = tok.encode_text(text).unwrap();
+    let spelled: Vec<u8> = ids.iter().flat_map(|&id| tok.token_bytes(id)).collect();
+    assert_eq!(String::from_utf8(spelled).unwrap(), text);
+    assert_eq!(tok.token_bytes(tok.encode("<|im_end|>").unwrap()[0]), b"<|im_end|>");
+
+    let breakers = tok.dry_breakers(&["\n".into(), ":".into(), " capital of".into()]);
+    let newline = tok.encode_text("\n").unwrap();
+    let colon = tok.encode_text(":").unwrap();
+    let double_newline = tok.encode_text("\n\n").unwrap();
+    assert_eq!(
+        (newline.len(), colon.len(), double_newline.len()),
+        (1, 1, 1),
+        "{newline:?} {colon:?} {double_newline:?}"
+    );
+    for id in [newline[0], colon[0], double_newline[0]] {
+        assert!(breakers.tails(id).contains(&Vec::new()), "token {id} is a breaker on its own");
+    }
+    let capital = tok.encode_text(" capital").unwrap();
+    assert_eq!(capital.len(), 1);
+    assert!(breakers.tails(capital[0]).contains(&tok.encode_text(" of").unwrap()), "{:?}", breakers.tails(capital[0]));
+    let the = tok.encode_text(" The").unwrap();
+    assert!(breakers.tails(the[0]).is_empty(), "\" The\" starts no breaker");
+    // Many tokens contain a newline or a colon; every one of them was found.
+    let containing = (0..tok.vocab_size() as u32)
+        .filter(|&id| tok.token_bytes(id).iter().any(|&b| b == b'\n' || b == b':'))
+        .filter(|&id| !breakers.tails(id).contains(&Vec::new()))
+        .count();
+    assert_eq!(containing, 0);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_tiny_gguf(dir.path(), &TinySpec::f32_family("gemma3", 1), 3);
+    let (content, _) = read_gguf(&path).unwrap();
+    let spm = TextTokenizer::from_gguf(&content).unwrap();
+    let ids = spm.encode_text("ab\nba").unwrap();
+    let spelled: Vec<u8> = ids.iter().flat_map(|&id| spm.token_bytes(id)).collect();
+    assert!(String::from_utf8_lossy(&spelled).ends_with("ab\nba"), "{spelled:?}");
+}

@@ -473,7 +473,8 @@ fn settings_show_the_sampling_with_the_models_defaults_and_a_reset() {
     assert!(html.contains("data-figure=\"temperature\""), "{html}");
     assert!(html.contains("value=\"0.3\""), "the value in force: {html}");
     assert!(t.contains("model: 0.8"), "the model's default beside a changed value: {t}");
-    assert!(html.contains("data-figure=\"repeat-penalty\"") && html.contains("value=\"1.1\""), "{html}");
+    // The token repetition penalty is off by default: 1.
+    assert!(html.contains("data-figure=\"repeat-penalty\"") && html.contains("value=\"1\""), "{html}");
     assert!(html.contains("id=\"reset-sampling\""), "{html}");
     assert!(t.contains("Reset to the model's defaults"), "{t}");
 }

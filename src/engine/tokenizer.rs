@@ -75,6 +75,19 @@ fn pre_tokenizer(pre: Option<&str>) -> Result<Option<PreTokenizerWrapper>, Engin
     Ok(Some(Sequence::new(vec![split.into(), byte_level.into()]).into()))
 }
 
+/// The byte GPT-2's byte-level alphabet spells with `c` (`bytes_to_unicode`: the printable
+/// bytes stand for themselves, the others for 256, 257, … in byte order); `None` for a
+/// character outside that alphabet.
+fn byte_level_byte(c: char) -> Option<u8> {
+    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+    let code = c as u32;
+    if printable(code) {
+        return Some(code as u8);
+    }
+    let shifted = code.checked_sub(256)?;
+    (0..=255u32).filter(|&b| !printable(b)).nth(shifted as usize).map(|b| b as u8)
+}
+
 /// Whether a tokenizer named as the catalog names them (a GGUF `tokenizer.ggml.pre`, or
 /// `llama` for SentencePiece) gives llama.cpp's ids here.
 pub fn is_supported(name: &str) -> bool {
@@ -145,6 +158,34 @@ impl TextTokenizer {
             Backend::Bpe { inner, .. } => inner.id_to_token(id).unwrap_or_default(),
             Backend::SentencePiece(spm) => spm.piece(id).to_string(),
         }
+    }
+
+    /// The bytes token `id` stands for, as the detokenizer writes them (special tokens as
+    /// their text; a byte-level piece may be part of a character). Empty for an unknown id.
+    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
+        match &self.backend {
+            Backend::Bpe { inner, .. } => {
+                let Some(piece) = inner.id_to_token(id) else { return Vec::new() };
+                let special = inner.get_added_vocabulary().is_special_token(&piece);
+                let mut out = Vec::with_capacity(piece.len());
+                for c in piece.chars() {
+                    match byte_level_byte(c).filter(|_| !special) {
+                        Some(b) => out.push(b),
+                        None => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+                    }
+                }
+                out
+            }
+            Backend::SentencePiece(spm) => spm.decode_bytes(&[id]),
+        }
+    }
+
+    /// DRY's sequence breakers mapped to this vocabulary's tokens (see
+    /// [`Breakers::new`](super::sampler::Breakers::new)); the rest of a breaker that spans
+    /// tokens is tokenized as plain text.
+    pub fn dry_breakers(&self, breakers: &[String]) -> super::sampler::Breakers {
+        let bytes: Vec<Vec<u8>> = (0..self.vocab_size() as u32).map(|id| self.token_bytes(id)).collect();
+        super::sampler::Breakers::new(breakers, &bytes, |text| self.encode_text(text).unwrap_or_default())
     }
 
     /// The id of the token spelled `text`, if the vocabulary has one.

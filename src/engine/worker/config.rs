@@ -8,7 +8,7 @@ use candle_core::DType;
 
 use crate::chats::ChatStore;
 use crate::engine::kernels::Kernels;
-use crate::engine::sampler::SamplingOverrides;
+use crate::engine::sampler::{SamplingOverrides, DEFAULT_BREAKERS};
 use crate::engine::session::TrimMode;
 use crate::engine::Cause;
 use crate::memory::{self, RamTier};
@@ -55,6 +55,9 @@ pub struct EngineConfig {
     /// Sampling settings that replace the model's defaults (the rest come from the GGUF's
     /// `general.sampling.*` keys, else the chat defaults).
     pub sampling: SamplingOverrides,
+    /// DRY's sequence breakers (strings, mapped to the model's tokens at load); llama.cpp's
+    /// [`DEFAULT_BREAKERS`] by default, empty for none.
+    pub dry_sequence_breakers: Vec<String>,
     pub max_tokens: usize,
     /// Where the 8-bit weights come from for tiers whose policy says 8-bit; `None`
     /// always loads `model_path`.
@@ -105,6 +108,7 @@ impl EngineConfig {
             allow_too_large: false,
             kv_dtype: KvDtype::F16,
             sampling: SamplingOverrides::default(),
+            dry_sequence_breakers: DEFAULT_BREAKERS.iter().map(|b| b.to_string()).collect(),
             max_tokens: 512,
             q8_variant: None,
             trim_mode: TrimMode::Shift,

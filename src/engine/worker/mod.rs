@@ -35,7 +35,7 @@ pub use typing::TYPING_PAUSE;
 
 use super::model::Model;
 use super::persist::{self, ModelIdentity};
-use super::sampler::SamplingParams;
+use super::sampler::{Breakers, SamplingParams};
 use super::session::Session;
 use super::tokenizer::TextTokenizer;
 use super::{Command, EngineEvent, ModelInfo, Stats};
@@ -93,6 +93,8 @@ struct Loaded {
     info: ModelInfo,
     /// The model's sampling defaults (its GGUF's, else the chat defaults).
     sampling_defaults: SamplingParams,
+    /// DRY's sequence breakers as this model's tokens.
+    dry_breakers: Arc<Breakers>,
     /// sha256 + size of the model file, computed on first save/restore.
     identity: Option<ModelIdentity>,
 }

@@ -230,6 +230,7 @@ impl Worker {
         let tokenizer = TextTokenizer::from_gguf(&content)?;
         let template_src = content.metadata.get("tokenizer.chat_template").and_then(|v| v.to_string().ok()).cloned();
         let sampling_defaults = SamplingParams::from_gguf(&content.metadata);
+        let dry_breakers = Arc::new(tokenizer.dry_breakers(&self.config.dry_sequence_breakers));
         drop(content);
         let events = self.events.clone();
         let model = Model::load(&path, &device, self.config.kernels, |p| {
@@ -275,7 +276,7 @@ impl Worker {
             kv_bytes_per_token: model.kv_bytes_per_token(self.config.kv_dtype.dtype()),
             device: device_label(model.device()),
         };
-        Ok(Loaded { model, tokenizer, session, info, sampling_defaults, identity: None })
+        Ok(Loaded { model, tokenizer, session, info, sampling_defaults, dry_breakers, identity: None })
     }
 
     fn stats(&self) -> Stats {

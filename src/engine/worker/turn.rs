@@ -176,7 +176,8 @@ impl Worker {
         // a regenerated one takes the next seeds.
         let mut params = self.sampling();
         params.seed = params.seed.wrapping_add(self.regenerations);
-        let mut sampler = Sampler::new(params);
+        let breakers = self.loaded.as_ref().map(|l| l.dry_breakers.clone()).unwrap_or_default();
+        let mut sampler = Sampler::with_breakers(params, breakers);
         let mut detok = Detokenizer::default();
         let mut text = String::new();
         let mut generated = 0usize;
