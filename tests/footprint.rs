@@ -1,25 +1,32 @@
 //! The predicted footprint (`memory::predicted_footprint`, what the budgets that keep us
-//! under jetsam are computed from) is an upper bound of the real peak RSS: a 200 KB
-//! prompt at every budget the tiers give, and a 100-turn conversation, on the real model.
+//! under jetsam are computed from) is an upper bound of the real peak RSS, on the real
+//! models: a 200 KB prompt at every budget the tiers give and on every kernel path, Gemma
+//! 3 at a budget of 8,192, a 2 MB pasted line without spaces, a chat resumed from its
+//! saved cache, and a 100-turn conversation.
 
 mod common;
 
 use std::io::Write;
+use std::path::Path;
 use std::process::{Command, Stdio};
 
-/// Runs `pocketchat chat --stats` over `input` and returns `(peak RSS, predicted)` of the
-/// last turn (the peak is the process's high-water mark, so the last turn's is the
-/// whole run's).
+/// Runs `pocketchat chat --stats` over `input` on the default model with the weights the
+/// tier chooses, and returns `(peak RSS, predicted)` of the last turn.
 fn peak_and_predicted(args: &[&str], input: &str) -> (u64, u64) {
     let model = common::default_model();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pocketchat"))
-        .args(["chat", "--model", model.to_str().unwrap(), "--follow-policy-quant", "--stats"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    run_chat(&model, &[&["--follow-policy-quant"], args].concat(), input, None)
+}
+
+/// Runs `pocketchat chat --stats` on `model` (chats kept in `chats_dir` when given) and
+/// returns `(peak RSS, predicted)` of the last turn (the peak is the process's high-water
+/// mark, so the last turn's is the whole run's).
+fn run_chat(model: &Path, args: &[&str], input: &str, chats_dir: Option<&Path>) -> (u64, u64) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_pocketchat"));
+    command.args(["chat", "--model", model.to_str().unwrap(), "--stats"]).args(args);
+    if let Some(dir) = chats_dir {
+        command.env("POCKETCHAT_CHATS_DIR", dir);
+    }
+    let mut child = command.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -30,6 +37,22 @@ fn peak_and_predicted(args: &[&str], input: &str) -> (u64, u64) {
         rest.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
     };
     (field("peak_rss "), field("predicted "))
+}
+
+fn assert_under(case: &str, (peak, predicted): (u64, u64)) {
+    eprintln!("{case}: peak RSS {:.1} MB, predicted {:.1} MB", peak as f64 / 1e6, predicted as f64 / 1e6);
+    assert!(peak <= predicted, "{case}: peak RSS {peak} B over the predicted {predicted} B");
+}
+
+/// The kernel paths besides the default one that this CPU can run: AVX2 where the default
+/// is AVX-512 (many machines have only AVX2), and candle's own kernels everywhere.
+fn other_kernel_paths() -> Vec<&'static str> {
+    let mut paths = vec!["candle"];
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+        paths.push("avx2");
+    }
+    paths
 }
 
 /// ~200 KB of words on one line: far over every tier's budget, so the prompt is cut to
@@ -59,6 +82,52 @@ fn a_long_prompt_stays_under_the_predicted_footprint_at_every_budget() {
             assert!(peak <= predicted, "{tier} {kv}: peak RSS {peak} B over the predicted {predicted} B");
         }
     }
+}
+
+#[test]
+fn every_kernel_path_stays_under_the_predicted_footprint() {
+    let prompt = long_prompt();
+    for kernel in other_kernel_paths() {
+        let case = format!("6gb f32 --kernel {kernel}");
+        let args = ["--tier", "6gb", "--kv", "f32", "--max-tokens", "8", "--kernel", kernel];
+        assert_under(&case, peak_and_predicted(&args, &prompt));
+    }
+}
+
+#[test]
+fn gemma3_at_a_budget_of_8192_stays_under_the_predicted_footprint() {
+    // Its 256-wide heads take candle's attention: score matrices over the whole context.
+    let model = pocketchat::catalog::models_dir().join("gemma-3-270m-q4_k_m.gguf");
+    assert!(model.is_file(), "{} is missing: run `scripts/fetch-model.sh gemma-3-270m-q4_k_m`", model.display());
+    let args = ["--budget", "8192", "--max-tokens", "4"];
+    assert_under("Gemma 3 270M, budget 8192", run_chat(&model, &args, &long_prompt(), None));
+}
+
+#[test]
+fn a_pasted_line_without_spaces_stays_under_the_predicted_footprint() {
+    // 2 MB of letters and digits in one line: one pre-token, cut before it is tokenized.
+    let mut x = 12345u64;
+    let mut line: String = (0..2_000_000)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            b"abcdefghijklmnopqrstuvwxyz0123456789"[(x >> 33) as usize % 36] as char
+        })
+        .collect();
+    line.push('\n');
+    assert_under("2 MB line, 6gb", peak_and_predicted(&["--tier", "6gb", "--max-tokens", "8"], &line));
+}
+
+#[test]
+fn a_chat_resumed_from_its_saved_cache_stays_under_the_predicted_footprint() {
+    // The first run fills the budget and saves the cache; the second restores it, trims it
+    // for a new message, and saves it again.
+    let chats = tempfile::tempdir().unwrap();
+    let args = ["--tier", "6gb", "--chat", "long", "--max-tokens", "8"];
+    let model = common::default_model();
+    let args = [&["--follow-policy-quant"], &args[..]].concat();
+    assert_under("a chat filled and saved", run_chat(&model, &args, &long_prompt(), Some(chats.path())));
+    let resumed = run_chat(&model, &args, "And what did the keeper see?\n", Some(chats.path()));
+    assert_under("the chat resumed from its cache", resumed);
 }
 
 #[test]

@@ -35,7 +35,15 @@ fn run_chat(prompts: &[String], budget: usize, extra: &[&str]) -> Run {
     let file_bytes = std::fs::metadata(&model).unwrap().len();
     // SmolLM2-135M: 30 layers, 9 heads (3 for K/V) of 64, width 576, FFN 1536.
     let kv_per_token = memory::kv_bytes_per_token(30, 3, 64, 4);
-    let scratch = memory::prefill_scratch_bytes(pocketchat::engine::model::PREFILL_CHUNK, 9, 576, 1536, budget);
+    let shape = memory::PrefillShape {
+        heads: 9,
+        kv_heads: 3,
+        head_dim: 64,
+        width: 576,
+        ffn: 1536,
+        attention: memory::PrefillAttention::Fused { window: None },
+    };
+    let scratch = memory::prefill_scratch_bytes(pocketchat::engine::model::PREFILL_CHUNK, &shape, budget);
     let ceiling = memory::predicted_footprint(file_bytes, kv_per_token, budget, scratch) + 16 * MIB;
     let mut child = Command::new(env!("CARGO_BIN_EXE_pocketchat"))
         .args(["chat", "--model", model.to_str().unwrap(), "--budget", &budget.to_string(), "--max-tokens", "16"])

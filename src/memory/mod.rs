@@ -24,8 +24,8 @@ pub mod process;
 mod tier;
 
 pub use accounting::{
-    budget_for_headroom, kv_bytes_per_token, predicted_footprint, prefill_scratch_bytes, PrefillAttention, PrefillShape,
-    HEADROOM_SAFETY_BYTES, MIN_TOKEN_BUDGET, RUNTIME_OVERHEAD_BYTES,
+    budget_for_headroom, kv_bytes_per_token, predicted_footprint, prefill_scratch_bytes, PrefillAttention,
+    PrefillShape, HEADROOM_SAFETY_BYTES, MIN_TOKEN_BUDGET, RUNTIME_OVERHEAD_BYTES,
 };
 pub use detect::{tier_from_env, TIER_ENV};
 pub use fit::{fit, BudgetLimit, Fit, FitClass, ModelFacts};
