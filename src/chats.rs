@@ -416,7 +416,7 @@ impl ChatStore {
             )));
         }
         let mut bytes = Vec::new();
-        std::fs::File::open(&path)
+        crate::files::open_regular(&path)
             .and_then(|f| f.take(MAX_RECORD_BYTES + 1).read_to_end(&mut bytes))
             .map_err(|e| unreadable(e.to_string()))?;
         let mut record: ChatRecord = serde_json::from_slice(&bytes).map_err(|e| unreadable(e.to_string()))?;

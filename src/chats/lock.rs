@@ -34,13 +34,7 @@ impl ChatLock {
     pub fn try_acquire(path: &Path) -> Result<ChatLock, LockError> {
         // Each retry follows a removal by the holder; a handful is plenty.
         for _ in 0..16 {
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .read(true)
-                .write(true)
-                .open(path)
-                .map_err(LockError::Io)?;
+            let file = open_lock_file(path, true).map_err(LockError::Io)?;
             if !flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(LockError::Io)? {
                 return Err(LockError::Held { pid: read_pid(path) });
             }
@@ -71,7 +65,7 @@ impl ChatLock {
 /// The folder's lock (`.chats.lock`, never removed), waited for: held only for as long
 /// as it takes to find a chat by name or make it.
 pub fn lock_folder(path: &Path) -> io::Result<File> {
-    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path)?;
+    let file = open_lock_file(path, false)?;
     use std::os::fd::AsRawFd;
     loop {
         // SAFETY: flock on a descriptor we own; released when the file is closed.
@@ -109,10 +103,35 @@ fn still_named(file: &File, path: &Path) -> bool {
     }
 }
 
+/// Opens (or makes) a lock file without blocking on a FIFO put in its place, and only if
+/// it is a regular file.
+fn open_lock_file(path: &Path, read: bool) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Said with the path before the open (which a FIFO without a reader fails with
+    // ENXIO); the check after it covers a swap in between.
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.is_file() {
+            return Err(crate::files::not_regular(path, &meta));
+        }
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(read)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(crate::files::not_regular(path, &meta));
+    }
+    Ok(file)
+}
+
 /// The process id a holder wrote into the lock file.
 fn read_pid(path: &Path) -> Option<u32> {
     let mut text = String::new();
-    File::open(path).ok()?.take(32).read_to_string(&mut text).ok()?;
+    crate::files::open_regular(path).ok()?.take(32).read_to_string(&mut text).ok()?;
     text.trim().parse().ok()
 }
 

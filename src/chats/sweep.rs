@@ -75,7 +75,7 @@ pub(super) fn counts_as_cache(name: &str) -> bool {
 /// Whether the file holds any of `needles`, read in pieces (it may be of any size).
 pub(super) fn file_contains_any(path: &Path, needles: &[Vec<u8>]) -> io::Result<bool> {
     let longest = needles.iter().map(Vec::len).max().unwrap_or(0);
-    let mut file = std::fs::File::open(path)?;
+    let mut file = crate::files::open_regular(path)?;
     let mut window: Vec<u8> = Vec::new();
     let mut piece = vec![0u8; 1 << 20];
     loop {
