@@ -362,7 +362,13 @@ impl ChatStore {
         let needles = [clean_title(&name), name.clone()].map(|n| serde_json::to_vec(&n).expect("a string encodes"));
         for (id, e) in unreadable {
             let path = self.record_path(&id);
-            if sweep::file_contains_any(&path, &needles).unwrap_or(true) {
+            // What cannot be read may hold the name, unless it is no file at all (a
+            // folder, a FIFO: `open_regular` says InvalidInput).
+            let may_hold = match sweep::file_contains_any(&path, &needles) {
+                Ok(holds) => holds,
+                Err(e) => e.kind() != std::io::ErrorKind::InvalidInput,
+            };
+            if may_hold {
                 let why = match e {
                     ChatStoreError::Unreadable { why, .. } => why,
                     other => other.to_string(),

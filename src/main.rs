@@ -722,7 +722,7 @@ fn list_chats(args: &ChatsArgs) -> Result<()> {
     }
     for c in &chats {
         if let Some(why) = &c.unreadable {
-            println!("{}  unreadable: {why}", c.id);
+            outln!("{}  unreadable: {}", c.id, printable(why));
             continue;
         }
         let cache = if c.cache_bytes > 0 {

@@ -262,8 +262,8 @@ fn a_cache_one_turn_ahead_of_its_record_is_restored_and_the_record_gets_the_turn
     assert!(resumed, "the cache ahead of its record was restored");
     assert_eq!(messages, 4, "with the turn the record missed");
     assert!(tokens > 0);
-    chats.shutdown();
     assert!(store.cache_bytes_of(&first.0) >= cache_bytes, "the cache was kept");
+    chats.shutdown();
     let users: Vec<String> = store
         .load(&first.0)
         .unwrap()

@@ -674,7 +674,8 @@ impl RateMeter {
             _ => 0.0,
         };
         let eta = match total {
-            Some(t) if rate > 0.0 => Some(Duration::from_secs_f64(t.saturating_sub(bytes) as f64 / rate)),
+            // A hostile total (up to u64::MAX) at a crawl must not overflow a Duration.
+            Some(t) if rate > 0.0 => Duration::try_from_secs_f64(t.saturating_sub(bytes) as f64 / rate).ok(),
             _ => None,
         };
         Progress { bytes, total, bytes_per_sec: rate, eta, verifying: false }

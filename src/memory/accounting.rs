@@ -56,8 +56,9 @@ pub enum PrefillAttention {
     /// positions and the chunk.
     Fused { window: Option<usize> },
     /// candle's ops on every layer (`--kernel candle`, Metal, head sizes the fused
-    /// kernel does not take): score matrices over the whole context.
-    Materialized,
+    /// kernel does not take): score matrices over the whole context. With sliding-window
+    /// layers, their mask (over the window and the chunk) is alive beside the global one.
+    Materialized { window: Option<usize> },
 }
 
 /// What a prefill's activations depend on: the model's attention and layer widths.
@@ -83,6 +84,7 @@ pub struct PrefillShape {
 /// chunk · (8 · max(width, heads · head_dim) + 4 · ffn) · 4 B
 ///   + (2 · heads · chunk · L + group · chunk · L + 2 · kv_heads · L · head_dim) · 4 B
 /// L = budget (Materialized), window + chunk (Fused with a window), 0 (Fused)
+///   + group · chunk · (window + chunk) · 4 B (Materialized with a window: its own mask)
 /// Gemma 3 270M, 256-token chunks, 8,192 tokens: 16.8 + 67.1 + 33.6 + 16.8 = 134.2 MB
 /// ```
 ///
@@ -96,7 +98,7 @@ pub fn prefill_scratch_bytes(chunk: usize, shape: &PrefillShape, budget: usize) 
     let span = match shape.attention {
         PrefillAttention::Fused { window: None } => 0,
         PrefillAttention::Fused { window: Some(w) } => (w as u64).saturating_add(chunk),
-        PrefillAttention::Materialized => budget,
+        PrefillAttention::Materialized { .. } => budget,
     };
     let group = (heads / kv_heads).max(1);
     let per_position = 2u64
@@ -104,7 +106,13 @@ pub fn prefill_scratch_bytes(chunk: usize, shape: &PrefillShape, budget: usize) 
         .saturating_add(group)
         .saturating_mul(chunk)
         .saturating_add(2u64.saturating_mul(kv_heads).saturating_mul(head_dim));
-    activations.saturating_add(span.saturating_mul(per_position)).saturating_mul(4)
+    let window_mask = match shape.attention {
+        PrefillAttention::Materialized { window: Some(w) } => {
+            group.saturating_mul(chunk).saturating_mul(w as u64 + chunk)
+        }
+        _ => 0,
+    };
+    activations.saturating_add(span.saturating_mul(per_position)).saturating_add(window_mask).saturating_mul(4)
 }
 
 /// The token budget for this turn: the tier's budget, lowered when the live headroom
@@ -190,7 +198,7 @@ mod tests {
 
     #[test]
     fn candle_attention_holds_two_score_matrices_the_mask_and_f32_kv() {
-        let candle = smollm2(PrefillAttention::Materialized);
+        let candle = smollm2(PrefillAttention::Materialized { window: None });
         let activations = 256 * (8 * 576 + 4 * 1536) * 4;
         let per_position = (2 * 9 * 256 + 3 * 256 + 2 * 3 * 64) * 4;
         assert_eq!(prefill_scratch_bytes(256, &candle, 4096), activations + 4096 * per_position);
@@ -208,15 +216,18 @@ mod tests {
             head_dim: 256,
             width: 640,
             ffn: 2048,
-            attention: PrefillAttention::Materialized,
+            attention: PrefillAttention::Materialized { window: None },
         };
         let expected = 256 * (8 * 1024 + 4 * 2048) * 4 + 8192 * (2 * 4 * 256 + 4 * 256 + 2 * 256) * 4;
         assert_eq!(prefill_scratch_bytes(256, &gemma, 8192), expected);
+        // Its sliding-window layers' mask (window 512) is alive beside the global one.
+        let windowed = PrefillShape { attention: PrefillAttention::Materialized { window: Some(512) }, ..gemma };
+        assert_eq!(prefill_scratch_bytes(256, &windowed, 8192), expected + 4 * 256 * (512 + 256) * 4);
     }
 
     #[test]
     fn prefill_scratch_saturates_instead_of_overflowing() {
-        let huge = PrefillShape { heads: usize::MAX, ..smollm2(PrefillAttention::Materialized) };
+        let huge = PrefillShape { heads: usize::MAX, ..smollm2(PrefillAttention::Materialized { window: Some(512) }) };
         assert_eq!(prefill_scratch_bytes(usize::MAX, &huge, usize::MAX), u64::MAX);
     }
 

@@ -182,7 +182,7 @@ mod tests {
                 head_dim: 256,
                 width: 2304,
                 ffn: 9216,
-                attention: PrefillAttention::Materialized,
+                attention: PrefillAttention::Materialized { window: None },
             },
         }
     }

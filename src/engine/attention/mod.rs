@@ -58,7 +58,7 @@ pub(crate) fn prefill_attention(
     if on_cpu && kernels.isa().is_some() && fused_head_dim(head_dim) {
         PrefillAttention::Fused { window }
     } else {
-        PrefillAttention::Materialized
+        PrefillAttention::Materialized { window }
     }
 }
 

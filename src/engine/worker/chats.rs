@@ -25,6 +25,7 @@ impl Worker {
             Some(id) => match store.lock(&id).and_then(|()| store.load(&id)) {
                 Ok(record) => Some(record),
                 Err(e) => {
+                    store.unlock(&id);
                     self.notice(format!("{e}; starting a new chat."));
                     self.create_chat(&store)
                 }
@@ -91,8 +92,11 @@ impl Worker {
         let Some(store) = self.store() else { return };
         match store.rename(id, title) {
             Ok(record) => {
+                // The open chat is saved whole after each reply: it must carry the new
+                // name too, or the next save would put the old one back.
                 if let Some(active) = self.active.as_mut().filter(|a| a.id == id) {
                     active.title = record.title;
+                    active.name = record.name;
                 }
             }
             Err(e) => self.notice(format!("The chat could not be renamed: {e}")),
