@@ -361,10 +361,15 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
     let mut chunk = vec![0u8; per_tensor];
     let unreadable = |e: std::io::Error| StateFileError::Unreadable(Cause::new(e));
     let mut body = Body::open(f, version, header_len, tensors).map_err(unreadable)?;
+    // The checksum speaks first: an altered file is "altered", whatever its values.
+    let mut values = Ok(());
     while body.next(&mut chunk).map_err(unreadable)? {
-        check_values(&chunk)?;
+        if values.is_ok() {
+            values = check_values(&chunk);
+        }
     }
     body.check_sum()?;
+    values?;
     let device = session.state.device().clone();
     let tensor = |chunk: &[u8]| -> Result<Tensor, StateFileError> {
         let data: Vec<half::f16> = chunk.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]])).collect();
