@@ -428,7 +428,6 @@ impl EngineArgs {
 /// Exit codes: 0 success, 1 a runtime error (printed once, plain), 2 a usage error
 /// (clap's message, with a suggestion for a misspelled flag).
 fn main() -> ExitCode {
-    memory::return_large_buffers_when_freed();
     let ansi = std::io::stderr().is_terminal();
     tracing_subscriber::fmt()
         .with_env_filter(

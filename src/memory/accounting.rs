@@ -10,11 +10,12 @@ use super::MIB;
 /// Memory the process needs besides weights, KV cache and a prefill's activations: the
 /// binary and libraries, the tokenizer, thread stacks, allocator slack. Measured with
 /// `pocketchat chat --stats` on SmolLM2-135M and Gemma 3 270M (2026-12-02, every kernel
-/// path, prompts cut to budgets of 2,912–8,192 tokens): the peak RSS was at most 51 MB
-/// above what the other terms count (candle's kernels, and a 2 MB pasted line); the rest
-/// is kept for what differs between machines (CPU, allocator timing: a0cca04 peaked 50
-/// MB higher on an AVX2 machine than here) and for a UI beside the engine.
-pub const RUNTIME_OVERHEAD_BYTES: u64 = 96 * MIB;
+/// path, prompts cut to budgets of 2,912–8,192 tokens): the peak RSS was at most 85 MB
+/// above what the other terms count (candle's kernels, whose freed score matrices glibc
+/// keeps as fragments); about 50 MB more is kept for what differs between machines
+/// (a0cca04 peaked 50 MB higher on an AVX2 machine than here) and for a UI beside the
+/// engine.
+pub const RUNTIME_OVERHEAD_BYTES: u64 = 128 * MIB;
 
 /// Headroom kept free when sizing a turn from live headroom, so that the allocation
 /// spikes of a forward pass do not cross the OS limit.

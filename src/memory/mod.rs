@@ -31,9 +31,7 @@ pub use detect::{tier_from_env, TIER_ENV};
 pub use fit::{fit, BudgetLimit, Fit, FitClass, ModelFacts};
 pub use monitor::{MemoryMonitor, MonitorConfig};
 pub use policy::{Policy, WeightQuant};
-pub use process::{
-    available_bytes, footprint_bytes, peak_rss_bytes, release_free_memory, return_large_buffers_when_freed, rss_bytes,
-};
+pub use process::{available_bytes, footprint_bytes, peak_rss_bytes, release_free_memory, rss_bytes};
 pub use tier::{classify, RamTier, TierReport};
 
 pub const MIB: u64 = 1024 * 1024;

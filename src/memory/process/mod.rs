@@ -95,30 +95,6 @@ pub fn release_free_memory() {
     }
 }
 
-/// Buffers of this size and more get their own mapping from glibc (see
-/// [`return_large_buffers_when_freed`]).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-const OWN_MAPPING_BYTES: libc::c_int = 4 << 20;
-
-/// Makes the allocator give every large buffer (a prefill's score matrices, activations,
-/// K/V copies: 4 MiB and more) its own mapping, returned to the OS when it is freed.
-/// glibc otherwise raises its mmap threshold to the size of each such buffer freed (up
-/// to 32 MiB), after which the next prefill's buffers come from its arenas and stay
-/// resident as fragments: the same Gemma 3 prefill peaked at 595–614 MB from run to run,
-/// 591 MB with this, and candle's attention on SmolLM2 at 439 against 404 MB. Call it
-/// once, first thing in `main`. A no-op elsewhere (Darwin's allocator returns large
-/// blocks on its own).
-pub fn return_large_buffers_when_freed() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: mallopt only sets a glibc tunable; setting M_MMAP_THRESHOLD also turns
-        // off its dynamic adjustment.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, OWN_MAPPING_BYTES);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
