@@ -30,6 +30,9 @@ mod fetch;
 pub mod listing;
 mod quantize;
 
+/// Gemma 3's widest sliding window (1B, 4B, 12B, 27B), for the fit of catalog entries.
+const GEMMA3_WIDEST_WINDOW: usize = 1024;
+
 pub use download::{download, file_name_of_url, DownloadError, DownloadOptions, DownloadRequest, Progress};
 pub use fetch::{download_entry, fetch_default, fetch_entry};
 pub use quantize::{quantize, quantize_q8_0, quantize_to, QuantizeReport, Replace, QUANT_TYPES};
@@ -178,9 +181,9 @@ impl ModelEntry {
     /// (the engine's defaults).
     pub fn facts(&self) -> ModelFacts {
         let s = &self.shape;
-        // The catalog does not give Gemma 3's sliding window: the whole context is the
-        // upper bound of what its window layers attend to.
-        let window = (self.arch == "gemma3").then_some(s.context);
+        // The catalog does not give Gemma 3's sliding window: 1,024 positions, the widest
+        // of the family's published configurations (270M: 512).
+        let window = (self.arch == "gemma3").then_some(GEMMA3_WIDEST_WINDOW);
         let attention = crate::engine::attention::prefill_attention(Kernels::default(), true, s.head_dim, window);
         ModelFacts {
             weights_bytes: self.estimated_bytes(),
