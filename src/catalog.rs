@@ -187,6 +187,7 @@ impl ModelEntry {
         let attention = crate::engine::attention::prefill_attention(Kernels::default(), true, s.head_dim, window);
         ModelFacts {
             weights_bytes: self.estimated_bytes(),
+            mapped_bytes: 0,
             kv_bytes_per_token: crate::memory::kv_bytes_per_token(s.layers, s.kv_heads, s.head_dim, 2),
             context: s.context,
             prefill: PrefillShape {

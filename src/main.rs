@@ -670,7 +670,7 @@ fn converse(args: &ChatArgs, handle: &pocketchat::engine::EngineHandle, events: 
                     turn += 1;
                     if show_stats {
                         eprintln!(
-                            "[turn {turn}] generated {} · context {}/{} tokens · kv {} B · rss {} B · footprint {} B · peak_rss {} B · predicted {} B · ttft {:.0} ms · prefill {} tok in {:.0} ms · decode {:.1} tok/s",
+                            "[turn {turn}] generated {} · context {}/{} tokens · kv {} B · rss {} B · footprint {} B · peak_rss {} B · predicted {} B · mapped {} B · ttft {:.0} ms · prefill {} tok in {:.0} ms · decode {:.1} tok/s",
                             s.generated_tokens,
                             s.context_tokens,
                             s.budget,
@@ -679,6 +679,7 @@ fn converse(args: &ChatArgs, handle: &pocketchat::engine::EngineHandle, events: 
                             memory::process::footprint_bytes().unwrap_or(0),
                             memory::process::peak_rss_bytes().unwrap_or(0),
                             s.predicted_footprint_bytes,
+                            s.mapped_weights_bytes,
                             s.ttft_ms,
                             s.prefill_tokens,
                             s.prefill_ms,
@@ -963,6 +964,10 @@ fn bench(args: &BenchArgs) -> Result<()> {
         "context_tokens": state.len(),
         "kv_bytes": state.bytes(),
         "peak_rss_bytes": memory::process::peak_rss_bytes(),
+        "footprint_bytes": memory::process::footprint_bytes(),
+        "heap_weight_bytes": model.config.heap_weight_bytes,
+        "mapped_weight_bytes": model.config.mapped_weight_bytes,
+        "copied_matrices": model.config.copied_matrices,
         "first_generated_ids": first_ids,
     });
     if args.json {

@@ -30,6 +30,7 @@ pub use session::{DraftExtent, DraftFed, Session, TrimMode, DRAFT_STEP};
 pub use state::State;
 pub use tokenizer::SUPPORTED_PRE_TOKENIZERS;
 pub mod qlinear;
+pub mod weights;
 mod worker;
 
 pub use worker::{

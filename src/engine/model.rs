@@ -33,6 +33,7 @@ use candle_core::{DType, Device, Tensor, D};
 use super::kernels::Kernels;
 use super::qlinear::QLinear as Linear;
 use super::state::State;
+use super::weights::{MappedFile, MappedTensor};
 use super::{Cause, EngineError, Result};
 use crate::memory::{ModelFacts, PrefillShape};
 
@@ -76,9 +77,16 @@ pub struct ModelConfig {
     /// Set when the file says it was requantized from another type (our `quantize`).
     pub requantized_from: Option<String>,
     pub file_bytes: u64,
-    /// The weights as held in memory: the file's bytes plus what rewriting Q4_0 / Q4_K / Q5_0
-    /// matrices for our kernels added (`qlinear::repack`).
-    pub resident_bytes: u64,
+    /// Weights copied into the process's own memory: matrices our kernels do not read in
+    /// the file's layout (rewritten by `qlinear::repack`, or run by candle), the vectors,
+    /// and everything on a GPU.
+    pub heap_weight_bytes: u64,
+    /// Weights read in place from the mapped file (`engine::weights`): clean pages the OS
+    /// may drop and read again, not counted by jetsam.
+    pub mapped_weight_bytes: u64,
+    /// The matrices copied to the heap rather than read in place, with their types: the
+    /// named exceptions to the mapping (empty when everything runs in place).
+    pub copied_matrices: Vec<String>,
 }
 
 struct Layer {
@@ -142,11 +150,32 @@ impl Rope {
     }
 }
 
+/// The token-embedding table, looked up a row per token.
+enum Embeddings {
+    /// Rows dequantized straight from the mapped file (the CPU).
+    Mapped(MappedTensor),
+    /// candle's copy on a GPU (shared with a tied output layer there).
+    Owned(Arc<QTensor>),
+}
+
+impl Embeddings {
+    /// `(ids.len(), width)` f32 rows on `device`.
+    fn lookup(&self, ids: &[u32], device: &Device) -> candle_core::Result<Tensor> {
+        match self {
+            Embeddings::Mapped(t) => {
+                let width = t.dims()[1];
+                Tensor::from_vec(t.rows_f32(ids)?, (ids.len(), width), device)
+            }
+            Embeddings::Owned(q) => q.embedding(&Tensor::new(ids, device)?),
+        }
+    }
+}
+
 pub struct Model {
     pub config: ModelConfig,
     path: PathBuf,
     device: Device,
-    embeddings: Arc<QTensor>,
+    embeddings: Embeddings,
     layers: Vec<Layer>,
     output_norm: Tensor,
     output: Linear,
@@ -193,10 +222,10 @@ pub struct FileFacts {
 /// Reads [`FileFacts`] from the header of the GGUF at `path`, for a KV cache of `kv` and
 /// the CPU running `kernels`.
 pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts> {
-    let (content, mut reader) = read_gguf(path)?;
+    let (content, _) = read_gguf(path)?;
     let arch = architecture(path, &content)?;
     // The loader's own metadata readers (and defaults); nothing is loaded.
-    let ld = Loader { path, content: &content, reader: &mut reader, device: &Device::Cpu, arch };
+    let ld = Loader { path, content: &content, map: None, device: &Device::Cpu, arch };
     let heads = ld.meta_u32("attention.head_count")?;
     let kv_heads = ld.meta_u32("attention.head_count_kv").unwrap_or(heads);
     let layers = ld.meta_u32("block_count")?;
@@ -213,20 +242,36 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
         .unwrap_or(4 * width);
     let weights: u64 = content.tensor_infos.values().map(|t| t.shape.elem_count() as u64).sum();
     let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    // What the engine will hold: matrices it rewrites for its kernels grow a little.
-    let grown: u64 = content
-        .tensor_infos
-        .values()
-        .filter(|t| t.shape.dims().len() == 2)
-        .map(|t| super::qlinear::growth_bytes(t.ggml_dtype, t.shape.elem_count() as u64))
-        .sum();
+    // What the engine will copy to its heap: the matrices its kernels do not read in the
+    // file's layout (as rewritten for them), and the vectors (as f32). The embedding table
+    // is looked up in place; tied to the output layer, that layer may copy it too.
+    let tied = !content.tensor_infos.contains_key("output.weight");
+    let (mut heap, mut mapped) = (0u64, 0u64);
+    for (name, t) in &content.tensor_infos {
+        let elements = t.shape.elem_count() as u64;
+        let file = elements / t.ggml_dtype.block_size() as u64 * t.ggml_dtype.type_size() as u64;
+        let [_, columns] = *t.shape.dims() else {
+            heap += elements * 4;
+            continue;
+        };
+        let copied = super::qlinear::heap_bytes(t.ggml_dtype, elements, columns, kernels, true);
+        if name == "token_embd.weight" {
+            mapped += file;
+            heap += if tied { copied } else { 0 };
+        } else if copied == 0 {
+            mapped += file;
+        } else {
+            heap += copied;
+        }
+    }
     let window = match ld.arch.as_str() {
         "gemma3" => Some(ld.meta_u32("attention.sliding_window")?.max(1)),
         _ => None,
     };
     let attention = super::attention::prefill_attention(kernels, true, head_dim, window);
     let facts = ModelFacts {
-        weights_bytes: file_bytes.saturating_add(grown),
+        weights_bytes: heap,
+        mapped_bytes: mapped,
         kv_bytes_per_token: crate::memory::kv_bytes_per_token(layers, kv_heads, head_dim, kv.size_in_bytes()),
         context,
         prefill: PrefillShape { heads, kv_heads, head_dim, width, ffn, attention },
@@ -247,7 +292,8 @@ fn architecture(path: &Path, content: &gguf_file::Content) -> Result<String> {
 struct Loader<'a> {
     path: &'a Path,
     content: &'a gguf_file::Content,
-    reader: &'a mut BufReader<File>,
+    /// The file's tensors (`None` when only the metadata is read).
+    map: Option<Arc<MappedFile>>,
     device: &'a Device,
     arch: String,
 }
@@ -318,16 +364,21 @@ impl Loader<'_> {
         self.content.tensor_infos.contains_key(name)
     }
 
-    fn qtensor(&mut self, name: &str) -> Result<QTensor> {
+    /// Tensor `name` in the mapped file.
+    fn mapped(&self, name: &str) -> Result<MappedTensor> {
         let Some(info) = self.content.tensor_infos.get(name) else {
             return Err(self.bad(format!("missing tensor `{name}`")));
         };
-        let read = if self.device.is_cpu() {
-            read_in_place(info, self.content.tensor_data_offset, self.reader)
-        } else {
-            self.content.tensor(self.reader, name, self.device)
-        };
-        read.map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
+        let map = self.map.as_ref().ok_or_else(|| self.bad("the file's tensors are not mapped"))?;
+        map.tensor(info, self.content.tensor_data_offset).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
+    }
+
+    /// Tensor `name`, copied to the device.
+    fn qtensor(&mut self, name: &str) -> Result<QTensor> {
+        let t = self.mapped(name)?;
+        let copy = t.to_qtensor(self.device).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))?;
+        t.release_pages();
+        Ok(copy)
     }
 
     fn vector(&mut self, name: &str) -> Result<Tensor> {
@@ -355,78 +406,43 @@ impl Loader<'_> {
     }
 
     fn linear(&mut self, name: &str, kernels: Kernels) -> Result<Linear> {
-        let q = self.qtensor(name)?;
-        Linear::new(Arc::new(q), kernels).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
+        Linear::mapped(self.mapped(name)?, kernels, self.device).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
     }
 }
 
-/// Reads a tensor straight into the blocks candle keeps on the CPU. candle's own reader
-/// reads the bytes into one buffer and copies them into the blocks: for the 178 MB
-/// embedding table of Gemma 3 270M that doubled the table in memory while it loaded
-/// (peak RSS 406 MB for a 253 MB file).
-fn read_in_place(
-    info: &gguf_file::TensorInfo,
-    data_offset: u64,
-    reader: &mut BufReader<File>,
-) -> candle_core::Result<QTensor> {
-    use candle_core::quantized::k_quants::*;
-    use candle_core::quantized::QStorage;
-    use std::io::{Read, Seek, SeekFrom};
-
-    fn blocks<T: GgmlType + Send + Sync + 'static>(
-        reader: &mut impl Read,
-        bytes: usize,
-    ) -> candle_core::Result<QStorage> {
-        let size = std::mem::size_of::<T>();
-        if !bytes.is_multiple_of(size) {
-            candle_core::bail!("{bytes} bytes are not whole blocks of {size}")
+/// The copied matrices as "Q6_K: output, blk.0.ffn_down, … (9)": per type, the first few
+/// names and the count.
+fn summarize_copied(copied: impl Iterator<Item = (String, GgmlDType)>) -> Vec<String> {
+    let mut by_type: Vec<(GgmlDType, Vec<String>)> = Vec::new();
+    for (name, dtype) in copied {
+        match by_type.iter_mut().find(|(d, _)| *d == dtype) {
+            Some((_, names)) => names.push(name),
+            None => by_type.push((dtype, vec![name])),
         }
-        let mut data = vec![T::zeros(); bytes / size];
-        // SAFETY: the blocks are plain old data (scales and quants, any bit pattern valid),
-        // `bytes` long, and initialised (zeroed) before they are overwritten.
-        let raw = unsafe { std::slice::from_raw_parts_mut(data.as_mut_ptr() as *mut u8, bytes) };
-        reader.read_exact(raw)?;
-        Ok(QStorage::Cpu(Box::new(data)))
     }
-
-    let dtype = info.ggml_dtype;
-    let elements = info.shape.elem_count();
-    if !elements.is_multiple_of(dtype.block_size()) {
-        candle_core::bail!("{elements} values are not whole blocks of {}", dtype.block_size())
-    }
-    let bytes = elements / dtype.block_size() * dtype.type_size();
-    reader.seek(SeekFrom::Start(data_offset.saturating_add(info.offset)))?;
-    let storage = match dtype {
-        GgmlDType::F32 => blocks::<f32>(reader, bytes)?,
-        GgmlDType::F16 => blocks::<half::f16>(reader, bytes)?,
-        GgmlDType::BF16 => blocks::<half::bf16>(reader, bytes)?,
-        GgmlDType::Q4_0 => blocks::<BlockQ4_0>(reader, bytes)?,
-        GgmlDType::Q4_1 => blocks::<BlockQ4_1>(reader, bytes)?,
-        GgmlDType::Q5_0 => blocks::<BlockQ5_0>(reader, bytes)?,
-        GgmlDType::Q5_1 => blocks::<BlockQ5_1>(reader, bytes)?,
-        GgmlDType::Q8_0 => blocks::<BlockQ8_0>(reader, bytes)?,
-        GgmlDType::Q8_1 => blocks::<BlockQ8_1>(reader, bytes)?,
-        GgmlDType::Q2K => blocks::<BlockQ2K>(reader, bytes)?,
-        GgmlDType::Q3K => blocks::<BlockQ3K>(reader, bytes)?,
-        GgmlDType::Q4K => blocks::<BlockQ4K>(reader, bytes)?,
-        GgmlDType::Q5K => blocks::<BlockQ5K>(reader, bytes)?,
-        GgmlDType::Q6K => blocks::<BlockQ6K>(reader, bytes)?,
-        GgmlDType::Q8K => blocks::<BlockQ8K>(reader, bytes)?,
-    };
-    QTensor::new(storage, info.shape.clone())
+    by_type
+        .into_iter()
+        .map(|(dtype, names)| {
+            let shown = names.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
+            let more = if names.len() > 3 { ", …" } else { "" };
+            format!("{dtype:?}: {shown}{more} ({})", names.len())
+        })
+        .collect()
 }
 
 impl Model {
     /// Loads a GGUF file. `progress` is called with values in 0.0..=1.0 while tensors load.
     pub fn load(path: &Path, device: &Device, kernels: Kernels, mut progress: impl FnMut(f32)) -> Result<Model> {
         let _span = tracing::info_span!("load", path = %path.display()).entered();
-        let (content, mut reader) = read_gguf(path)?;
+        let (content, reader) = read_gguf(path)?;
         let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         let arch = architecture(path, &content)?;
         if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
             return Err(EngineError::UnsupportedArchitecture(arch));
         }
-        let mut ld = Loader { path, content: &content, reader: &mut reader, device, arch: arch.clone() };
+        let map = MappedFile::map(reader.get_ref())
+            .map_err(|e| EngineError::ModelLoad { path: path.to_path_buf(), source: Cause::new(e) })?;
+        let mut ld = Loader { path, content: &content, map: Some(map), device, arch: arch.clone() };
 
         let n_heads = ld.meta_u32("attention.head_count")?;
         let n_kv_heads = ld.meta_u32("attention.head_count_kv").unwrap_or(n_heads);
@@ -458,8 +474,8 @@ impl Model {
 
         ld.check_shapes(n_layers, embedding_length, n_heads * head_dim, n_kv_heads * head_dim)?;
         let ffn_length = content.tensor_infos["blk.0.ffn_up.weight"].shape.dims()[0];
-        let embeddings = Arc::new(ld.qtensor("token_embd.weight")?);
-        let vocab_size = embeddings.shape().dims()[0];
+        let embeddings = ld.mapped("token_embd.weight")?;
+        let vocab_size = embeddings.dims()[0];
         progress(0.05);
         let mut layers = Vec::with_capacity(n_layers);
         let mut weights_dtype = None;
@@ -491,15 +507,21 @@ impl Model {
             progress(0.05 + 0.9 * (i + 1) as f32 / n_layers as f32);
         }
         let output_norm = ld.vector("output_norm.weight")?;
-        // Tied embeddings: the output projection shares the (quantized) embedding table,
-        // the lookups use the output layer's copy (rewritten for its kernels where that
-        // applies), so the original is not kept beside it.
-        let (output, embeddings) = if ld.has("output.weight") {
-            (ld.linear("output.weight", kernels)?, embeddings)
+        // Tied embeddings: the output projection reads the embedding table. On the CPU the
+        // lookups read the mapped table; on a GPU they share the output layer's copy.
+        let output = if ld.has("output.weight") {
+            ld.linear("output.weight", kernels)?
         } else {
-            let output = Linear::new(embeddings, kernels)?;
-            let shared = output.weight().clone();
-            (output, shared)
+            Linear::mapped(embeddings.clone(), kernels, device).map_err(|e| ld.bad(format!("token_embd: {e}")))?
+        };
+        let embeddings = match output.owned_weight() {
+            _ if device.is_cpu() => Embeddings::Mapped(embeddings),
+            Some(w) if !ld.has("output.weight") => Embeddings::Owned(w.clone()),
+            _ => {
+                let copy = embeddings.to_qtensor(device).map_err(|e| ld.bad(format!("token_embd: {e}")))?;
+                embeddings.release_pages();
+                Embeddings::Owned(Arc::new(copy))
+            }
         };
         let positions = context_length.clamp(1, MAX_ROPE_POSITIONS);
         // Llama 3.x files carry per-frequency factors; linear scaling applies to the
@@ -520,12 +542,45 @@ impl Model {
             .and_then(|v| v.to_string().ok())
             .cloned()
             .unwrap_or_else(|| path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default());
-        let grown: u64 = layers
+        let matrices = || {
+            layers
+                .iter()
+                .enumerate()
+                .flat_map(|(i, l): (usize, &Layer)| {
+                    [
+                        ("attn_q", &l.wq),
+                        ("attn_k", &l.wk),
+                        ("attn_v", &l.wv),
+                        ("attn_output", &l.wo),
+                        ("ffn_gate", &l.w_gate),
+                        ("ffn_up", &l.w_up),
+                        ("ffn_down", &l.w_down),
+                    ]
+                    .map(|(name, l)| (format!("blk.{i}.{name}"), l))
+                })
+                .chain([("output".to_string(), &output)])
+        };
+        let vectors: u64 = layers
             .iter()
-            .flat_map(|l: &Layer| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down])
-            .chain([&output])
-            .map(|l| l.grown_bytes())
+            .flat_map(|l| {
+                [Some(&l.attn_norm), Some(&l.ffn_norm), l.q_norm.as_ref(), l.k_norm.as_ref()]
+                    .into_iter()
+                    .chain([l.post_attn_norm.as_ref(), l.post_ffn_norm.as_ref()])
+                    .chain([l.bq.as_ref(), l.bk.as_ref(), l.bv.as_ref()])
+            })
+            .chain([Some(&output_norm)])
+            .flatten()
+            .map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
             .sum();
+        let (embeddings_heap, embeddings_mapped) = match &embeddings {
+            Embeddings::Owned(w) if ld.has("output.weight") => (w.storage_size_in_bytes() as u64, 0),
+            Embeddings::Owned(_) => (0, 0),
+            Embeddings::Mapped(_) if output.is_mapped() && !ld.has("output.weight") => (0, 0),
+            Embeddings::Mapped(t) => (0, t.bytes().len() as u64),
+        };
+        let mapped_weight_bytes = matrices().map(|(_, l)| l.mapped_bytes()).sum::<u64>() + embeddings_mapped;
+        let heap_weight_bytes = matrices().map(|(_, l)| l.heap_bytes()).sum::<u64>() + vectors + embeddings_heap;
+        let copied_matrices = summarize_copied(matrices().filter(|(_, l)| !l.is_mapped()).map(|(n, l)| (n, l.dtype())));
         let requantized_from = content.metadata.get("general.quantized_from").and_then(|v| v.to_string().ok()).cloned();
         progress(1.0);
         let config = ModelConfig {
@@ -546,9 +601,18 @@ impl Model {
             weights_dtype: weights_dtype.unwrap_or(GgmlDType::F32),
             requantized_from,
             file_bytes,
-            resident_bytes: file_bytes.saturating_add(grown),
+            heap_weight_bytes,
+            mapped_weight_bytes,
+            copied_matrices,
         };
-        tracing::info!(?config.weights_dtype, n_layers, "model loaded");
+        tracing::info!(
+            ?config.weights_dtype,
+            n_layers,
+            heap_weight_bytes = config.heap_weight_bytes,
+            mapped_weight_bytes = config.mapped_weight_bytes,
+            copied = ?config.copied_matrices,
+            "model loaded"
+        );
         Ok(Model {
             config,
             path: path.to_path_buf(),
@@ -589,7 +653,8 @@ impl Model {
         let attention =
             super::attention::prefill_attention(self.kernels, self.device.is_cpu(), c.head_dim, c.sliding_window);
         ModelFacts {
-            weights_bytes: c.resident_bytes,
+            weights_bytes: c.heap_weight_bytes,
+            mapped_bytes: c.mapped_weight_bytes,
             kv_bytes_per_token: self.kv_bytes_per_token(kv),
             context: self.max_positions(),
             prefill: PrefillShape {
@@ -657,8 +722,7 @@ impl Model {
             return Err(EngineError::ContextFull { budget: state.max_tokens() });
         }
         state.reserve(pos + n)?;
-        let ids = Tensor::new(tokens, &self.device)?;
-        let mut x = self.embeddings.embedding(&ids)?; // (n, d)
+        let mut x = self.embeddings.lookup(tokens, &self.device)?; // (n, d)
         if let Some(scale) = self.embedding_scale {
             x = (x * scale)?;
         }

@@ -156,8 +156,13 @@ pub struct Stats {
     pub budget_note: Option<String>,
     /// Bytes of the KV cache buffers now allocated.
     pub kv_bytes: u64,
-    /// Predicted footprint: weights + KV at full budget + runtime overhead.
+    /// Predicted footprint, the dirty memory jetsam counts: weights copied to the heap +
+    /// KV at full budget + the prefill's activations + runtime overhead.
     pub predicted_footprint_bytes: u64,
+    /// The process's dirty memory now (`RssAnon`; `phys_footprint` on Apple; 0 when unknown).
+    pub footprint_bytes: u64,
+    /// Weights read in place from the mapped file: clean pages, outside the footprint.
+    pub mapped_weights_bytes: u64,
     /// The tier's memory ceiling.
     pub ceiling_bytes: u64,
     /// Resident set size of the process now (0 when unknown).

@@ -2,18 +2,21 @@
 //! model's own size and shape instead of fixed per tier.
 //!
 //! ```text
-//! usable  = ceiling × 90 %                      (10 % kept for what no model predicts)
-//! fixed   = weights + runtime overhead + the prefill's per-layer activations
-//! memory  = (usable − fixed) / (KV bytes per token + the prefill's attention per token)
-//! cap     = the tier's KV allowance / KV bytes per token
-//! budget  = min(model context, cap, memory)
+//! usable   = ceiling × 90 %                     (10 % kept for what no model predicts)
+//! fixed    = weights in the heap + runtime overhead + the prefill's per-layer activations
+//! per_tok  = KV bytes per token + the prefill's attention per token
+//! memory   = (usable − fixed) / per_tok          (dirty memory: what jetsam counts)
+//! resident = (usable − fixed − mapped weights) / per_tok
+//! cap      = the tier's KV allowance / KV bytes per token
+//! budget   = min(model context, cap, memory)
 //! ```
 //!
-//! A model whose `memory` is below [`MIN_CHAT_TOKENS`] does not fit. Among a model's
-//! variants the app takes the most bits that fit. The allowance is what a class of
-//! device gives the cache: 128 MiB on a 6 GB phone (about 1K tokens for a ~2.5B model,
-//! the seed's rule), 384 MiB on an 8 GB one (2K for a ~1.8B), 1 GiB on a desktop; a small
-//! model's cheap tokens let it reach its full context.
+//! A model whose `resident` is below [`MIN_CHAT_TOKENS`] does not fit: weights read in
+//! place from the mapped file are not dirty, but they must stay resident to run at speed.
+//! Among a model's variants the app takes the most bits that fit. The allowance is what a
+//! class of device gives the cache: 128 MiB on a 6 GB phone (about 1K tokens for a ~2.5B
+//! model, the seed's rule), 384 MiB on an 8 GB one (2K for a ~1.8B), 1 GiB on a desktop; a
+//! small model's cheap tokens let it reach its full context.
 
 use super::{PrefillShape, RamTier, GIB, MIB};
 
@@ -29,8 +32,12 @@ const PREFILL_CHUNK: usize = 256;
 /// downloaded, from the file once it is loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModelFacts {
-    /// Bytes of the weights (the GGUF file's size is a close upper bound).
+    /// Bytes of the weights in the process's own (dirty) memory: what is copied out of
+    /// the file. Jetsam counts these.
     pub weights_bytes: u64,
+    /// Bytes of the weights read in place from the mapped file: clean pages, resident
+    /// when touched but not counted by jetsam and dropped by the OS under pressure.
+    pub mapped_bytes: u64,
     /// KV cache bytes per token (see [`super::kv_bytes_per_token`]).
     pub kv_bytes_per_token: u64,
     /// The model's own context length.
@@ -130,15 +137,20 @@ pub fn fit(model: &ModelFacts, tier: RamTier) -> Fit {
     // are linear in the budget.
     let fixed = footprint_at(model, 0);
     let per_token = footprint_at(model, 1).saturating_sub(fixed).max(1);
+    // Tokens are budgeted against dirty memory, what jetsam counts. Whether the model fits
+    // at all also counts its mapped weights: they must stay resident to run at speed (a
+    // model whose pages the OS keeps dropping reads its weights from flash every token).
     let memory = usize::try_from(usable.saturating_sub(fixed) / per_token).unwrap_or(usize::MAX);
+    let with_mapped = fixed.saturating_add(model.mapped_bytes);
+    let resident = usize::try_from(usable.saturating_sub(with_mapped) / per_token).unwrap_or(usize::MAX);
     let cap = usize::try_from(kv_allowance_bytes(tier) / model.kv_bytes_per_token.max(1)).unwrap_or(usize::MAX);
     let (budget, limit) =
         [(model.context, BudgetLimit::ModelContext), (cap, BudgetLimit::TierCap), (memory, BudgetLimit::Memory)]
             .into_iter()
             .min_by_key(|(tokens, _)| *tokens)
             .expect("three candidates");
-    if memory < MIN_CHAT_TOKENS.min(model.context) {
-        let footprint_bytes = footprint_at(model, MIN_CHAT_TOKENS);
+    if resident < MIN_CHAT_TOKENS.min(model.context) {
+        let footprint_bytes = footprint_at(model, MIN_CHAT_TOKENS).saturating_add(model.mapped_bytes);
         return Fit {
             class: FitClass::TooLarge,
             budget: 0,
@@ -173,6 +185,7 @@ mod tests {
     fn gemma2_2b(weights_bytes: u64) -> ModelFacts {
         ModelFacts {
             weights_bytes,
+            mapped_bytes: 0,
             kv_bytes_per_token: kv_bytes_per_token(26, 4, 256, 2),
             context: 8192,
             // 256-wide heads: candle's attention ops, over the whole context.
@@ -192,6 +205,7 @@ mod tests {
     fn smollm2_1_7b(weights_bytes: u64) -> ModelFacts {
         ModelFacts {
             weights_bytes,
+            mapped_bytes: 0,
             kv_bytes_per_token: kv_bytes_per_token(24, 32, 64, 2),
             context: 8192,
             prefill: PrefillShape {
@@ -208,6 +222,7 @@ mod tests {
     fn smollm2_135m() -> ModelFacts {
         ModelFacts {
             weights_bytes: 98_362_432,
+            mapped_bytes: 0,
             kv_bytes_per_token: kv_bytes_per_token(30, 3, 64, 2),
             context: 8192,
             prefill: PrefillShape {

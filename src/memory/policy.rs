@@ -111,6 +111,7 @@ mod tests {
     fn a_model_gets_the_budget_its_fit_allows_and_says_why() {
         let small = ModelFacts {
             weights_bytes: 100_000_000,
+            mapped_bytes: 0,
             kv_bytes_per_token: crate::memory::kv_bytes_per_token(30, 3, 64, 2),
             context: 8192,
             prefill: crate::memory::PrefillShape {

@@ -142,7 +142,7 @@ fn ContextSection(state: ReadSignal<ChatState>) -> Element {
             }
             Meter {
                 name: "footprint",
-                label: "Predicted footprint",
+                label: "Predicted footprint (dirty)",
                 used: stats.predicted_footprint_bytes as f64,
                 total: ceiling as f64,
                 text: "{format_bytes(stats.predicted_footprint_bytes)} of {format_bytes(ceiling)}",
@@ -156,6 +156,16 @@ fn ContextSection(state: ReadSignal<ChatState>) -> Element {
                 }
             }
             Figure { name: "kv-bytes", label: "KV cache", value: format_bytes(stats.kv_bytes) }
+            Figure {
+                name: "dirty",
+                label: "Dirty memory (counted by the OS)",
+                value: if stats.footprint_bytes > 0 { format_bytes(stats.footprint_bytes) } else { "—".to_string() },
+            }
+            Figure {
+                name: "mapped",
+                label: "Weights mapped from the file (clean)",
+                value: format_bytes(stats.mapped_weights_bytes),
+            }
             Figure {
                 name: "rss",
                 label: "Resident memory",

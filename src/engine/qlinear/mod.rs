@@ -53,10 +53,13 @@ mod tests;
 
 use blocks::{Acts, BlockQ4_1, BlockQ8_0, QK};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
-use candle_core::{DType, Module, Result, Tensor};
+use candle_core::{DType, Device, Module, Result, Tensor};
 pub(crate) use repack::growth_bytes;
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::sync::Arc;
+
+use crate::engine::weights::MappedTensor;
 
 use crate::engine::kernels::{Isa, Kernels};
 use crate::engine::pool::{self, SendPtr};
@@ -148,18 +151,54 @@ impl Kind {
     }
 }
 
+/// `bytes` hold exactly the `n * k / 32` blocks of an `n x k` weight of `kind`, aligned for
+/// their f16 scales.
+fn layout_ok(bytes: &[u8], n: usize, k: usize, kind: Kind) -> bool {
+    k.is_multiple_of(QK)
+        && bytes.len() == n * (k / QK) * kind.block_bytes()
+        && (bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<half::f16>())
+}
+
 enum Backend {
     Ours { kind: Kind, isa: Isa },
     Float { kind: float::FloatKind, isa: Isa },
     Candle(QMatMul),
 }
 
+/// Where a layer's weight bytes live.
+#[derive(Clone)]
+enum Weight {
+    /// In the mapped GGUF file, read in place: clean pages, not the process's own memory.
+    Mapped(MappedTensor),
+    /// In candle's storage on the heap (or a GPU): rewritten for our kernels, or run by
+    /// candle.
+    Owned(Arc<QTensor>),
+}
+
+impl Weight {
+    fn dtype(&self) -> GgmlDType {
+        match self {
+            Weight::Mapped(t) => t.dtype(),
+            Weight::Owned(w) => w.dtype(),
+        }
+    }
+
+    /// The weight's blocks (borrowed: a CPU tensor's storage or the mapping).
+    fn bytes(&self) -> Result<Cow<'_, [u8]>> {
+        match self {
+            Weight::Mapped(t) => Ok(Cow::Borrowed(t.bytes())),
+            Weight::Owned(w) => w.data(),
+        }
+    }
+}
+
 /// A linear layer `y = x W^T` over a quantized GGUF weight `W` (`out_features x in_features`),
 /// without bias.
 pub struct QLinear {
-    w: Arc<QTensor>,
-    /// Bytes the weight grew by when rewritten for our kernels (0 when it was not).
-    grown_bytes: u64,
+    w: Weight,
+    /// Bytes of the weight held in the process's own memory (0 when it is read in place
+    /// from the mapped file).
+    heap_bytes: u64,
     backend: Backend,
     out_features: usize,
     in_features: usize,
@@ -173,6 +212,7 @@ impl std::fmt::Debug for QLinear {
         };
         f.debug_struct("QLinear")
             .field("dtype", &self.w.dtype())
+            .field("mapped", &matches!(self.w, Weight::Mapped(_)))
             .field("out_features", &self.out_features)
             .field("in_features", &self.in_features)
             .field("backend", &backend)
@@ -185,20 +225,65 @@ const UNIT_ROWS: usize = 16;
 /// Activation values below which the rows are quantized on the calling thread.
 const PAR_MIN_QUANT: usize = 64 * 1024;
 
+/// Whether a `rows x columns` weight of `dtype` runs in place from the mapped file on the CPU
+/// under `kernels`: our kernels read its blocks as the file lays them out. Otherwise it is
+/// copied to the heap (rewritten for our kernels, or for candle's).
+pub(crate) fn runs_in_place(dtype: GgmlDType, columns: usize, kernels: Kernels) -> bool {
+    kernels.isa().is_some()
+        && ((Kind::of(dtype).is_some() && columns.is_multiple_of(dtype.block_size()))
+            || float::FloatKind::of(dtype).is_some())
+}
+
+/// Bytes a `rows x columns` weight of `dtype` takes in the process's own memory: none when
+/// it runs in place ([`runs_in_place`]), else its size after any rewrite for our kernels.
+pub(crate) fn heap_bytes(dtype: GgmlDType, elements: u64, columns: usize, kernels: Kernels, on_cpu: bool) -> u64 {
+    if on_cpu && runs_in_place(dtype, columns, kernels) {
+        return 0;
+    }
+    let file = elements / dtype.block_size() as u64 * dtype.type_size() as u64;
+    let grown = if kernels.isa().is_some() { growth_bytes(dtype, elements) } else { 0 };
+    file + grown
+}
+
 impl QLinear {
+    /// A layer over a weight in the mapped GGUF file: read in place where our kernels take
+    /// its layout on the CPU ([`runs_in_place`]), else copied once to `device` and built as
+    /// [`QLinear::new`] does.
+    pub fn mapped(t: MappedTensor, kernels: Kernels, device: &Device) -> Result<Self> {
+        let &[out_features, in_features] = t.dims() else {
+            candle_core::bail!("a weight matrix expected, found shape {:?}", t.dims())
+        };
+        if let (true, Some(isa)) = (device.is_cpu(), kernels.isa()) {
+            let bytes = t.bytes();
+            let backend = match (Kind::of(t.dtype()), float::FloatKind::of(t.dtype())) {
+                (Some(kind), _) if layout_ok(bytes, out_features, in_features, kind) => {
+                    Some(Backend::Ours { kind, isa })
+                }
+                (_, Some(kind)) if (bytes.as_ptr() as usize).is_multiple_of(kind.bytes()) => {
+                    Some(Backend::Float { kind, isa })
+                }
+                _ => None,
+            };
+            if let Some(backend) = backend {
+                return Ok(Self { w: Weight::Mapped(t), heap_bytes: 0, backend, out_features, in_features });
+            }
+        }
+        let copy = t.to_qtensor(device)?;
+        t.release_pages();
+        Self::new(Arc::new(copy), kernels)
+    }
+
     /// Takes ownership of a GGUF weight (`out_features x in_features`); ours runs where
     /// `kernels` and the weight allow it, candle's `QMatMul` elsewhere.
     pub fn new(w: Arc<QTensor>, kernels: Kernels) -> Result<Self> {
         let (out_features, in_features) = w.shape().dims2()?;
         // Q4_0 and Q4_K run on our Q4_1 kernels, Q5_0 on our Q8_0 ones, rewritten once
         // here (see `repack`).
-        let (w, grown_bytes) = match kernels.isa().map(|_| repack::for_our_kernels(&w)).transpose()?.flatten() {
-            Some(r) => {
-                let grown = (r.storage_size_in_bytes() as u64).saturating_sub(w.storage_size_in_bytes() as u64);
-                (r, grown)
-            }
-            None => (w, 0),
+        let w = match kernels.isa().map(|_| repack::for_our_kernels(&w)).transpose()?.flatten() {
+            Some(r) => r,
+            None => w,
         };
+        let heap_bytes = w.storage_size_in_bytes() as u64;
         let ours = match (kernels.isa(), Kind::of(w.dtype()), float::FloatKind::of(w.dtype())) {
             (Some(isa), Some(kind), _) if Self::storage_ok(&w, kind)? => Some(Backend::Ours { kind, isa }),
             (Some(isa), _, Some(kind)) if w.device().is_cpu() => Some(Backend::Float { kind, isa }),
@@ -208,7 +293,7 @@ impl QLinear {
             Some(b) => b,
             None => Backend::Candle(QMatMul::from_arc(w.clone())?),
         };
-        Ok(Self { w, grown_bytes, backend, out_features, in_features })
+        Ok(Self { w: Weight::Owned(w), heap_bytes, backend, out_features, in_features })
     }
 
     /// CPU storage holding exactly `n * k / 32` blocks, aligned for f16 reads.
@@ -217,10 +302,7 @@ impl QLinear {
             return Ok(false);
         }
         let (n, k) = w.shape().dims2()?;
-        let data = w.data()?;
-        Ok(k.is_multiple_of(QK)
-            && data.len() == n * (k / QK) * kind.block_bytes()
-            && (data.as_ptr() as usize).is_multiple_of(std::mem::align_of::<half::f16>()))
+        Ok(layout_ok(&w.data()?, n, k, kind))
     }
 
     /// `x`: `(.., in_features)` on any device; returns `(.., out_features)` in `x`'s dtype.
@@ -268,7 +350,7 @@ impl QLinear {
         let xs: Vec<f32> = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
         let m = xs.len() / k;
         let mut dst = vec![0f32; m * n];
-        float::matmul(kind, isa, &self.w.data()?, n, k, &xs, m, &mut dst);
+        float::matmul(kind, isa, &self.w.bytes()?, n, k, &xs, m, &mut dst);
         let mut out_dims = dims[..dims.len() - 1].to_vec();
         out_dims.push(n);
         Tensor::from_vec(dst, out_dims, &candle_core::Device::Cpu)?.to_dtype(in_dtype)
@@ -286,14 +368,31 @@ impl QLinear {
         self.in_features
     }
 
-    /// Bytes the weight grew by when it was rewritten for our kernels.
-    pub fn grown_bytes(&self) -> u64 {
-        self.grown_bytes
+    /// Bytes of the weight held in the process's own memory: 0 when it is read in place
+    /// from the mapped file, else its size (after any rewrite for our kernels).
+    pub fn heap_bytes(&self) -> u64 {
+        self.heap_bytes
     }
 
-    /// The weight this layer runs (rewritten for our kernels where that applies).
-    pub fn weight(&self) -> &Arc<QTensor> {
-        &self.w
+    /// Whether the weight is read in place from the mapped file.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.w, Weight::Mapped(_))
+    }
+
+    /// Bytes of the weight read in place from the mapped file (0 when copied).
+    pub fn mapped_bytes(&self) -> u64 {
+        match &self.w {
+            Weight::Mapped(t) => t.bytes().len() as u64,
+            Weight::Owned(_) => 0,
+        }
+    }
+
+    /// The weight in candle's storage, when it was copied there (not read in place).
+    pub fn owned_weight(&self) -> Option<&Arc<QTensor>> {
+        match &self.w {
+            Weight::Owned(w) => Some(w),
+            Weight::Mapped(_) => None,
+        }
     }
 
     /// Whether this layer runs our kernels (false: candle's `QMatMul`).
@@ -385,7 +484,7 @@ fn matmul_many(layers: &[&QLinear], isa: Isa, x: &[f32], m: usize, dsts: &mut [V
     for (l, dst) in layers.iter().zip(dsts.iter()) {
         assert_eq!(l.in_features, k);
         assert_eq!(dst.len(), m * l.out_features);
-        let data = l.w.data()?;
+        let data = l.w.bytes()?;
         debug_assert_eq!(data.len(), l.out_features * nb * l.kind().block_bytes());
         datas.push(data);
     }
@@ -492,7 +591,7 @@ struct DecodeRows {
 
 struct DecodeLayer {
     /// Keeps `data` alive.
-    _w: Arc<QTensor>,
+    _w: Weight,
     data: SendPtr<u8>,
     kind: Kind,
 }
@@ -506,10 +605,10 @@ impl DecodeRows {
         let mut owned = Vec::with_capacity(layers.len());
         for l in layers {
             assert_eq!(l.in_features, k);
-            let data = l.w.data()?;
+            let data = l.w.bytes()?;
             debug_assert_eq!(data.len(), l.out_features * nb * l.kind().block_bytes());
             owned.push(DecodeLayer {
-                // CPU storage: `data` borrows the tensor's own bytes, alive as long as `_w`.
+                // CPU storage or the mapping: `data` borrows bytes alive as long as `_w`.
                 data: SendPtr(data.as_ptr() as *mut u8),
                 _w: l.w.clone(),
                 kind: l.kind(),

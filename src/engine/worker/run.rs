@@ -69,8 +69,8 @@ impl Worker {
         if self.config.q8_variant.is_none() || own == WeightQuant::Q8 {
             return own;
         }
-        let q8_bytes = file.facts.weights_bytes as f64 * Q8_BITS_PER_WEIGHT / file.bits_per_weight.max(1.0);
-        let q8 = memory::ModelFacts { weights_bytes: q8_bytes as u64, ..file.facts };
+        let q8_bytes = file.facts.mapped_bytes as f64 * Q8_BITS_PER_WEIGHT / file.bits_per_weight.max(1.0);
+        let q8 = memory::ModelFacts { mapped_bytes: q8_bytes as u64, ..file.facts };
         match memory::fit::best_variant(&[(4, file.facts), (8, q8)], self.report.effective()) {
             Some((1, _)) => WeightQuant::Q8,
             _ => WeightQuant::Q4,
@@ -285,6 +285,7 @@ impl Worker {
         s.tier_budget = self.tier_budget();
         s.ceiling_bytes = self.policy.ceiling_bytes;
         s.rss_bytes = rss_bytes().unwrap_or(0);
+        s.footprint_bytes = memory::footprint_bytes().unwrap_or(0);
         s.compute_threads = pool::global().threads();
         s.available_cores = pool::available_cores();
         if let Some(l) = &self.loaded {
@@ -292,6 +293,7 @@ impl Worker {
             s.kv_bytes = l.session.state.bytes();
             let facts = l.model.facts(self.config.kv_dtype.dtype());
             s.predicted_footprint_bytes = memory::fit::footprint_at(&facts, s.tier_budget);
+            s.mapped_weights_bytes = facts.mapped_bytes;
         }
         s
     }
