@@ -1,9 +1,10 @@
 //! Every quantization type the engine reads, on the real default model: the Q4_1 file is
 //! requantized to each type with `catalog::quantize_to` (candle's quantizer; K-quants fall
 //! back per tensor where rows are not whole 256-blocks, as llama.cpp's quantizer does),
-//! loaded by the engine with its fast kernels (Q4_0 and Q4_K rewritten as Q4_1 for them),
-//! and its logits compared with candle-transformers' reference llama on the same file. The files are not llama.cpp's
-//! own (that comparison needs llama-cpp-python; issue 12).
+//! loaded by the engine with its fast kernels (Q4_0 rewritten as Q4_1 for them, Q5_0 and
+//! Q5_1 as Q8_0, Q4_K read as it is), and its logits compared with candle-transformers'
+//! reference llama on the same file. The files are not llama.cpp's own (that comparison
+//! needs llama-cpp-python; issue 12).
 
 mod common;
 

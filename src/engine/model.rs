@@ -76,7 +76,7 @@ pub struct ModelConfig {
     /// Set when the file says it was requantized from another type (our `quantize`).
     pub requantized_from: Option<String>,
     pub file_bytes: u64,
-    /// The weights as held in memory: the file's bytes plus what rewriting Q4_0 / Q4_K / Q5_0
+    /// The weights as held in memory: the file's bytes plus what rewriting Q4_0 / Q5_0 / Q5_1
     /// matrices for our kernels added (`qlinear::repack`).
     pub resident_bytes: u64,
 }

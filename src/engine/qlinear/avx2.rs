@@ -173,11 +173,28 @@ pub(super) struct Q4K<D>(PhantomData<D>);
 /// unpacking shuffle leaves them in the order 0, 1, 4, 5, 2, 3, 6, 7 (its own inverse).
 const Q4K_LANE: [usize; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
 
+/// [`BlockQ4K::scales_mins`] in one register, computed there: the eight 6-bit scales in
+/// bytes 0..8, the mins in 8..16.
+#[inline(always)]
+pub(super) unsafe fn q4k_scales_mins(blk: *const BlockQ4K) -> __m128i {
+    // the 12 bytes q0..q12 of `scales` (and 4 bytes of `qs`, unused)
+    let q = _mm_loadu_si128((*blk).scales.as_ptr() as *const __m128i);
+    // scales 0..4: q0..4 & 63; 4..8: (q8..12 & 15) | (q0..4 >> 6) << 4
+    // mins 0..4:   q4..8 & 63; 4..8: (q8..12 >> 4) | (q4..8 >> 6) << 4
+    let low = _mm_shuffle_epi8(q, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    let top = _mm_shuffle_epi8(q, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    let keep = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0);
+    let keep_shifted = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15);
+    let low = _mm_or_si128(_mm_and_si128(low, keep), _mm_and_si128(_mm_srli_epi16::<4>(low), keep_shifted));
+    // (x >> 6) << 4 of each byte: bits 6..8 moved to 4..6
+    _mm_or_si128(low, _mm_and_si128(_mm_srli_epi16::<2>(top), _mm_set1_epi8(0x30)))
+}
+
 /// A super-block's eight `d * sc_j` and eight `dmin * m_j`, in the lane order `Q4K_LANE`.
 #[inline(always)]
 unsafe fn q4k_weight_scales(blk: *const BlockQ4K) -> (__m256, __m256) {
     let order = _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15);
-    let sm = _mm_shuffle_epi8(_mm_loadu_si128((*blk).scales_mins().as_ptr() as *const __m128i), order);
+    let sm = _mm_shuffle_epi8(q4k_scales_mins(blk), order);
     let dd = load_f16_pair(blk as *const u8);
     let sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm));
     let mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(sm)));

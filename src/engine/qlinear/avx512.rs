@@ -26,7 +26,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::avx2::PREFETCH_BYTES;
+use super::avx2::{q4k_scales_mins, PREFETCH_BYTES};
 use super::blocks::{drive, Acts, BlockQ4K, BlockQ4_1, TileKernel, QK, QK_K};
 use std::arch::x86_64::*;
 
@@ -135,7 +135,7 @@ struct Q4K;
 /// activations' `(d_a, s_a)` pairs.
 #[inline(always)]
 unsafe fn q4k_weight_scales(blk: *const BlockQ4K) -> __m512 {
-    let sm = _mm_loadu_si128((*blk).scales_mins().as_ptr() as *const __m128i);
+    let sm = q4k_scales_mins(blk);
     // [sc_0, m_0, sc_1, m_1, …]
     let pairs = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(sm, _mm_srli_si128::<8>(sm))));
     let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(blk as *const i32)));

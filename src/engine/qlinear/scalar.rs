@@ -139,7 +139,7 @@ impl TileKernel for ScalarQ4K {
 
 /// The 6-bit scale and min of sub-block `j` (0..8): ggml's `get_scale_min_k4`, spelled
 /// out one sub-block at a time (the SIMD kernels use [`BlockQ4K::scales_mins`]).
-fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
+pub fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {

@@ -233,6 +233,39 @@ fn q4_k_every_instruction_set_agrees_with_scalar() {
     }
 }
 
+/// The SIMD kernels' unpacking of Q4_K's 6-bit scales and mins, all eight at once, gives
+/// ggml's `get_scale_min_k4` for every bit pattern of every byte.
+#[test]
+fn q4_k_scales_and_mins_unpack_as_ggml_does() {
+    let mut rng = Rng(0x5eed_000f);
+    for trial in 0..2000 {
+        let mut blk = BlockQ4K { d: half::f16::ONE, dmin: half::f16::ONE, scales: [0; 12], qs: [0; 128] };
+        for (i, b) in blk.scales.iter_mut().enumerate() {
+            *b = match trial {
+                0 => 0xFF,
+                1 => 1 << (i % 8),
+                _ => rng.next_u64() as u8,
+            };
+        }
+        let expected: Vec<(u8, u8)> = (0..8).map(|j| scalar::scale_min_k4(j, &blk.scales)).collect();
+        let sm = blk.scales_mins();
+        let ours: Vec<(u8, u8)> = (0..8).map(|j| (sm[j], sm[8 + j])).collect();
+        assert_eq!(ours, expected, "scales {:?}", blk.scales);
+        #[cfg(target_arch = "x86_64")]
+        if Isa::detect().has_avx2() {
+            #[target_feature(enable = "avx2")]
+            unsafe fn unpack(blk: &BlockQ4K, out: &mut [u8; 16]) {
+                use std::arch::x86_64::*;
+                _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, avx2::q4k_scales_mins(blk));
+            }
+            let mut x86 = [0u8; 16];
+            // SAFETY: the CPU has AVX2 (which includes SSSE3's byte shuffle).
+            unsafe { unpack(&blk, &mut x86) };
+            assert_eq!(x86, sm, "scales {:?}", blk.scales);
+        }
+    }
+}
+
 /// `w` with every nibble zeroed: candle dequantizes it to `-dmin * m_j` throughout each
 /// sub-block `j`, the min term alone.
 fn q4_k_mins_only(w: &QTensor) -> QTensor {
