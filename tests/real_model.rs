@@ -1,6 +1,7 @@
 //! The engine on the real default model (SmolLM2-135M-Instruct Q4_1): tokenization equal
 //! to llama.cpp's, greedy decoding equal to candle-transformers', sensible answers, and the
-//! engine thread's behaviour (per-turn feeding, Stop, bad input, over-long prompts).
+//! engine thread's behaviour (per-turn feeding, Stop, bad input, over-long prompts). Also
+//! Gemma 3 270M Q4_K_M's greedy decoding on our kernels against candle's.
 
 mod common;
 
@@ -158,6 +159,27 @@ fn greedy_decoding_equals_candle_transformers_and_answers_paris() {
     let same = fast_ids.iter().zip(&reference).take_while(|(a, b)| a == b).count();
     println!("fast kernel: first {same} of 32 greedy tokens equal the reference");
     assert!(same >= 8, "fast kernel diverged from the reference after {same} tokens");
+}
+
+/// Gemma 3 270M Q4_K_M on our kernels (its attention outputs and half its FFN downs are
+/// Q4_K, read in the file's layout; most other matrices Q5_0 and Q8_0) and on candle's:
+/// the same greedy answer.
+#[test]
+fn gemma_q4_k_m_greedy_tokens_equal_on_our_kernels_and_candles() {
+    let path = pocketchat::catalog::models_dir().join("gemma-3-270m-q4_k_m.gguf");
+    assert!(path.is_file(), "{} is missing: run `scripts/fetch-model.sh gemma-3-270m-q4_k_m`", path.display());
+    let (content, _) = read_gguf(&path).unwrap();
+    let tok = TextTokenizer::from_gguf(&content).unwrap();
+    let src = content.metadata["tokenizer.chat_template"].to_string().unwrap().clone();
+    let template = ChatTemplate::new(Some(&src), tok.bos_token(), tok.eos_token());
+    for question in ["Which city is the capital of France?", "Write a haiku about the sea."] {
+        let prompt = tok.encode(&template.render(&[Message::new(Role::User, question)], true).unwrap()).unwrap();
+        let answer = |kernels| greedy(&Model::load(&path, &Device::Cpu, kernels, |_| {}).unwrap(), &prompt, 32);
+        let (theirs, ours) = (answer(Kernels::Candle), answer(Kernels::Fast));
+        println!("{question:?}: {:?}", tok.decode(&ours).unwrap());
+        let same = ours.iter().zip(&theirs).take_while(|(a, b)| a == b).count();
+        assert_eq!(same, 32, "{question:?}: ours {:?}, candle's {:?}", tok.decode(&ours), tok.decode(&theirs));
+    }
 }
 
 /// Reads events until the answer to one command is complete: Done/Failed/Evicted, then

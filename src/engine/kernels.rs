@@ -9,7 +9,7 @@
 /// The kernels a model runs with (`--kernel`, or `POCKETCHAT_KERNELS` read by main).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Kernels {
-    /// pocketchat's kernels (Q4_1 and Q8_0 matmuls, attention) at the best instruction set
+    /// pocketchat's kernels (Q4_1, Q8_0 and Q4_K matmuls, attention) at the best instruction set
     /// this CPU has; candle's for everything else.
     #[default]
     Fast,

@@ -6,10 +6,16 @@
 //! f32 and accumulated with the product of the two block scales. The Q4_1 offset term
 //! `m * s` rides along in a 128-bit accumulator: one `mul` of the packed `(d_w, m_w)` pair
 //! with the packed `(d_a, s_a)` pair gives both the scale and the offset product.
+//!
+//! Q4_K is read in the file's layout: a 64-value group's 32 bytes are masked into the
+//! low-nibble sub-block and shifted and masked into the high-nibble one, each against the
+//! 32 activation bytes under it. The eight `d * sc_j * d_a` factors of a super-block are
+//! computed with one multiply per weight row and activation row, and the eight
+//! `dmin * m_j * s_a` offsets subtracted from the accumulator's lanes with one more.
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::blocks::{drive, Acts, BlockQ4_1, BlockQ8_0, TileKernel, QK};
+use super::blocks::{drive, Acts, BlockQ4K, BlockQ4_1, BlockQ8_0, TileKernel, QK, QK_K};
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
 
@@ -159,6 +165,138 @@ impl<D: DotU8I8> TileKernel for Q8_0<D> {
         }
         out
     }
+}
+
+pub(super) struct Q4K<D>(PhantomData<D>);
+
+/// Where sub-block `j`'s factor sits in the 8 lanes of [`q4k_act_scales`]'s output: the
+/// unpacking shuffle leaves them in the order 0, 1, 4, 5, 2, 3, 6, 7 (its own inverse).
+const Q4K_LANE: [usize; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
+
+/// [`BlockQ4K::scales_mins`] in one register, computed there: the eight 6-bit scales in
+/// bytes 0..8, the mins in 8..16.
+#[inline(always)]
+pub(super) unsafe fn q4k_scales_mins(blk: *const BlockQ4K) -> __m128i {
+    // the 12 bytes q0..q12 of `scales` (and 4 bytes of `qs`, unused)
+    let q = _mm_loadu_si128((*blk).scales.as_ptr() as *const __m128i);
+    // scales 0..4: q0..4 & 63; 4..8: (q8..12 & 15) | (q0..4 >> 6) << 4
+    // mins 0..4:   q4..8 & 63; 4..8: (q8..12 >> 4) | (q4..8 >> 6) << 4
+    let low = _mm_shuffle_epi8(q, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    let top = _mm_shuffle_epi8(q, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    let keep = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0);
+    let keep_shifted = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15);
+    let low = _mm_or_si128(_mm_and_si128(low, keep), _mm_and_si128(_mm_srli_epi16::<4>(low), keep_shifted));
+    // (x >> 6) << 4 of each byte: bits 6..8 moved to 4..6
+    _mm_or_si128(low, _mm_and_si128(_mm_srli_epi16::<2>(top), _mm_set1_epi8(0x30)))
+}
+
+/// A super-block's eight `d * sc_j` and eight `dmin * m_j`, in the lane order `Q4K_LANE`.
+#[inline(always)]
+unsafe fn q4k_weight_scales(blk: *const BlockQ4K) -> (__m256, __m256) {
+    let order = _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15);
+    let sm = _mm_shuffle_epi8(q4k_scales_mins(blk), order);
+    let dd = load_f16_pair(blk as *const u8);
+    let sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm));
+    let mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(sm)));
+    (_mm256_mul_ps(sc, _mm256_broadcastss_ps(dd)), _mm256_mul_ps(mn, _mm256_broadcastss_ps(_mm_movehdup_ps(dd))))
+}
+
+/// The `d_a` and `s_a` of a super-block's eight activation blocks, in the lane order
+/// `Q4K_LANE`.
+#[inline(always)]
+unsafe fn q4k_act_scales(ds: *const [f32; 2]) -> (__m256, __m256) {
+    // [d0 s0 d1 s1 | d2 s2 d3 s3] and [d4 s4 d5 s5 | d6 s6 d7 s7]
+    let (v0, v1) = (_mm256_loadu_ps(ds as *const f32), _mm256_loadu_ps(ds.add(4) as *const f32));
+    (_mm256_shuffle_ps::<0b10_00_10_00>(v0, v1), _mm256_shuffle_ps::<0b11_01_11_01>(v0, v1))
+}
+
+impl<D: DotU8I8> TileKernel for Q4K<D> {
+    type Block = BlockQ4K;
+    const SUB_BLOCKS: usize = QK_K / QK;
+
+    #[inline(always)]
+    unsafe fn tile<const R: usize, const C: usize>(
+        w: [*const BlockQ4K; R],
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        nb: usize,
+    ) -> [[f32; C]; R] {
+        let mask = _mm256_set1_epi8(0x0F);
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        for b in 0..nb {
+            // d_w * sc_j * d_a per weight row, activation row and sub-block (lane order
+            // `Q4K_LANE`), read back one at a time as broadcasts
+            let mut scale = [[[0f32; 8]; C]; R];
+            let mut wsc = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
+            for r in 0..R {
+                let blk = w[r].add(b);
+                let p = (blk as *const i8).wrapping_add(PREFETCH_BYTES);
+                _mm_prefetch::<_MM_HINT_T0>(p);
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128));
+                wsc[r] = q4k_weight_scales(blk);
+            }
+            for c in 0..C {
+                let (da, sa) = q4k_act_scales(ds[c].add(b * Self::SUB_BLOCKS));
+                for r in 0..R {
+                    _mm256_storeu_ps(scale[r][c].as_mut_ptr(), _mm256_mul_ps(wsc[r].0, da));
+                    acc[r][c] = _mm256_fnmadd_ps(wsc[r].1, sa, acc[r][c]);
+                }
+            }
+            for g in 0..QK_K / 64 {
+                let mut lo = [_mm256_setzero_si256(); R];
+                let mut hi = [_mm256_setzero_si256(); R];
+                for r in 0..R {
+                    let raw = _mm256_loadu_si256((*w[r].add(b)).qs.as_ptr().add(QK * g) as *const __m256i);
+                    lo[r] = _mm256_and_si256(raw, mask);
+                    hi[r] = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), mask);
+                }
+                for c in 0..C {
+                    let a = qs[c].add(b * QK_K + 2 * QK * g);
+                    let (a0, a1) =
+                        (_mm256_loadu_si256(a as *const __m256i), _mm256_loadu_si256(a.add(QK) as *const __m256i));
+                    for r in 0..R {
+                        let (s0, s1) = (scale[r][c][Q4K_LANE[2 * g]], scale[r][c][Q4K_LANE[2 * g + 1]]);
+                        let p0 = _mm256_cvtepi32_ps(D::dot(lo[r], a0));
+                        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(s0), p0, acc[r][c]);
+                        let p1 = _mm256_cvtepi32_ps(D::dot(hi[r], a1));
+                        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(s1), p1, acc[r][c]);
+                    }
+                }
+            }
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                out[r][c] = hsum(acc[r][c]);
+            }
+        }
+        out
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q4k_rows(
+    w: *const BlockQ4K,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q4K<Madd>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(super) unsafe fn q4k_rows_vnni(
+    w: *const BlockQ4K,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q4K<Vnni>>(w, nb, rows, acts, dst, ldd)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

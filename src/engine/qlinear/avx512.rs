@@ -12,11 +12,22 @@
 //! Five instructions per 64 multiply-adds where the AVX2 kernel spends six per 32: the
 //! Q4_1 offset term rides in two spare lanes of the accumulator instead of a register of
 //! its own, and the tile's 16 lanes are summed once at the end.
+//!
+//! Q4_K, in the file's layout: a 64-value group's 32 bytes, broadcast to both halves of a
+//! register and the upper half shifted right by 4, are the group's two sub-blocks in the
+//! order of their 64 activation bytes. Per super-block, weight row and activation row:
+//!
+//! ```text
+//!   f     = [d·sc_j, dmin·m_j]_j · [d_a, s_a]_j              16 lanes, one multiply
+//!   acc  -= f                                               odd lanes: the offsets
+//!   per group g:
+//!   acc  += f32(vpdpbusd(nibbles, activation bytes)) · (f's d·sc·d_a of 2g, 2g+1 spread)
+//! ```
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::avx2::PREFETCH_BYTES;
-use super::blocks::{drive, Acts, BlockQ4_1, TileKernel, QK};
+use super::avx2::{q4k_scales_mins, PREFETCH_BYTES};
+use super::blocks::{drive, Acts, BlockQ4K, BlockQ4_1, TileKernel, QK, QK_K};
 use std::arch::x86_64::*;
 
 struct Q4_1;
@@ -116,4 +127,97 @@ pub(super) unsafe fn q4_1_rows(
     ldd: usize,
 ) {
     drive::<Q4_1>(w, nb, rows, acts, dst, ldd)
+}
+
+struct Q4K;
+
+/// A super-block's `[d·sc_0, dmin·m_0, d·sc_1, dmin·m_1, …]`, the layout of the
+/// activations' `(d_a, s_a)` pairs.
+#[inline(always)]
+unsafe fn q4k_weight_scales(blk: *const BlockQ4K) -> __m512 {
+    let sm = q4k_scales_mins(blk);
+    // [sc_0, m_0, sc_1, m_1, …]
+    let pairs = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(sm, _mm_srli_si128::<8>(sm))));
+    let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(blk as *const i32)));
+    _mm512_mul_ps(pairs, _mm512_castpd_ps(_mm512_broadcastsd_pd(_mm_castps_pd(dd))))
+}
+
+/// Group `g`'s 32 bytes as 64 quants (0..=15): sub-block `2g` (low nibbles) in the lower
+/// 256 bits, `2g + 1` (high nibbles) in the upper.
+#[inline(always)]
+unsafe fn q4k_group_quants(blk: *const BlockQ4K, g: usize) -> __m512i {
+    let raw = _mm512_broadcast_i64x4(_mm256_loadu_si256((*blk).qs.as_ptr().add(QK * g) as *const __m256i));
+    let shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+    _mm512_and_si512(_mm512_srlv_epi64(raw, shift), _mm512_set1_epi8(0x0F))
+}
+
+impl TileKernel for Q4K {
+    type Block = BlockQ4K;
+    const SUB_BLOCKS: usize = QK_K / QK;
+    const PREFILL_COLS: usize = 8;
+
+    #[inline(always)]
+    unsafe fn tile<const R: usize, const C: usize>(
+        w: [*const BlockQ4K; R],
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        nb: usize,
+    ) -> [[f32; C]; R] {
+        // group g's scale: lanes 0-7 take element 4g (d·sc·d_a of sub-block 2g), 8-15
+        // element 4g + 2 (of sub-block 2g + 1)
+        let spread: [__m512i; 4] = std::array::from_fn(|g| {
+            let (a, b) = (4 * g as i32, 4 * g as i32 + 2);
+            _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+        });
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        for b in 0..nb {
+            let mut f = [[_mm512_setzero_ps(); C]; R];
+            let mut wsc = [_mm512_setzero_ps(); R];
+            for r in 0..R {
+                let blk = w[r].add(b);
+                let p = (blk as *const i8).wrapping_add(PREFETCH_BYTES);
+                _mm_prefetch::<_MM_HINT_T0>(p);
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128));
+                wsc[r] = q4k_weight_scales(blk);
+            }
+            for c in 0..C {
+                let dsa = _mm512_loadu_ps(ds[c].add(b * Self::SUB_BLOCKS) as *const f32);
+                for r in 0..R {
+                    f[r][c] = _mm512_mul_ps(wsc[r], dsa);
+                    // odd lanes: dmin·m_j·s_a
+                    acc[r][c] = _mm512_mask_sub_ps(acc[r][c], 0xAAAA, acc[r][c], f[r][c]);
+                }
+            }
+            for (g, spread) in spread.iter().enumerate() {
+                let qx: [__m512i; R] = std::array::from_fn(|r| q4k_group_quants(w[r].add(b), g));
+                for c in 0..C {
+                    let qy = _mm512_loadu_si512(qs[c].add(b * QK_K + 2 * QK * g) as *const __m512i);
+                    for r in 0..R {
+                        let dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), qx[r], qy));
+                        acc[r][c] = _mm512_fmadd_ps(dot, _mm512_permutexvar_ps(*spread, f[r][c]), acc[r][c]);
+                    }
+                }
+            }
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                out[r][c] = _mm512_reduce_add_ps(acc[r][c]);
+            }
+        }
+        out
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn q4k_rows(
+    w: *const BlockQ4K,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q4K>(w, nb, rows, acts, dst, ldd)
 }

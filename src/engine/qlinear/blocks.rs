@@ -6,8 +6,10 @@
 
 use half::f16;
 
-/// Values per quantization block (Q4_1, Q8_0, Q8_1).
+/// Values per quantization block (Q4_1, Q8_0, Q8_1) and per K-quant sub-block.
 pub const QK: usize = 32;
+/// Values per K-quant super-block.
+pub const QK_K: usize = 256;
 
 /// `block_q4_1`: `w = d * q + m`, `q` in 0..=15; low nibbles hold values 0..16, high 16..32.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -27,6 +29,41 @@ pub struct BlockQ8_0 {
     pub qs: [i8; QK],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
+
+/// `block_q4_K`: 256 values in eight sub-blocks of 32; sub-block `j`'s values are
+/// `d * sc_j * q - dmin * m_j` with 6-bit `sc_j`, `m_j` packed into `scales` (ggml's
+/// `get_scale_min_k4`) and `q` in 0..=15. The 32 bytes of `qs` at `32 * g` hold sub-block
+/// `2g` in their low nibbles and `2g + 1` in their high ones, value `i` in byte `i`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct BlockQ4K {
+    pub d: f16,
+    pub dmin: f16,
+    pub scales: [u8; 12],
+    pub qs: [u8; QK_K / 2],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
+
+impl BlockQ4K {
+    /// The eight 6-bit scales (bytes 0..8) and the eight mins (bytes 8..16), in sub-block
+    /// order: ggml's `get_scale_min_k4` for all eight at once, in 32-bit words.
+    #[inline(always)]
+    pub fn scales_mins(&self) -> [u8; 16] {
+        const LOW6: u32 = 0x3f3f_3f3f;
+        const LOW4: u32 = 0x0f0f_0f0f;
+        const LOW2: u32 = 0x0303_0303;
+        let word =
+            |i: usize| u32::from_le_bytes([self.scales[i], self.scales[i + 1], self.scales[i + 2], self.scales[i + 3]]);
+        let (a, b, c) = (word(0), word(4), word(8));
+        let scales = [a & LOW6, (c & LOW4) | (((a >> 6) & LOW2) << 4)];
+        let mins = [b & LOW6, ((c >> 4) & LOW4) | (((b >> 6) & LOW2) << 4)];
+        let mut out = [0u8; 16];
+        for (i, w) in scales.iter().chain(&mins).enumerate() {
+            out[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+}
 
 /// `m` activation rows of `k = nb * 32` values, quantized once per forward:
 ///
@@ -63,12 +100,15 @@ impl Acts<'_> {
 /// Returns the `R x C` dot products.
 pub trait TileKernel {
     type Block;
+    /// 32-value activation blocks per weight block (8 for a K-quant super-block).
+    const SUB_BLOCKS: usize = 1;
     /// Activation rows per prefill tile (4 or 8): as many as keep the tile's accumulators
     /// in registers.
     const PREFILL_COLS: usize = 4;
     /// # Safety
-    /// Every `w[r]` points at `nb` blocks, every `qs[c]` at `32 * nb` quants and every
-    /// `ds[c]` at `nb` scale pairs; the CPU supports the kernel's instruction set.
+    /// Every `w[r]` points at `nb` weight blocks, every `qs[c]` at `32 * SUB_BLOCKS * nb`
+    /// quants and every `ds[c]` at `SUB_BLOCKS * nb` scale pairs; the CPU supports the
+    /// kernel's instruction set.
     unsafe fn tile<const R: usize, const C: usize>(
         w: [*const Self::Block; R],
         qs: [*const i8; C],
@@ -80,14 +120,16 @@ pub trait TileKernel {
 /// Weight rows per tile for single-row (decode) matmuls: these rows share each activation load.
 pub const DECODE_ROWS: usize = 4;
 
-/// Runs weight rows `rows` against all activation rows, writing `dst[i * ldd + r]`.
+/// Runs weight rows `rows` (each `nb` 32-value blocks long, `nb / K::SUB_BLOCKS` of
+/// `K::Block`) against all activation rows, writing `dst[i * ldd + r]`.
 ///
 /// Decode (`m == 1`) walks the rows four at a time so that one activation load serves four
 /// weight rows; prefill keeps a tile of `K::PREFILL_COLS` activation rows hot in L1 and
 /// walks the rows of this unit in pairs, so each weight block is unpacked once per tile.
 ///
 /// # Safety
-/// `w` points at `rows.end * nb` blocks; `dst` is valid for writes at every
+/// `nb` is a multiple of `K::SUB_BLOCKS`; `w` points at `rows.end * nb / K::SUB_BLOCKS`
+/// blocks; `dst` is valid for writes at every
 /// `i * ldd + r` (`i < acts.m`, `r` in `rows`) and no other thread writes those elements;
 /// the CPU supports `K`'s instruction set.
 #[inline(always)]
@@ -99,6 +141,8 @@ pub unsafe fn drive<K: TileKernel>(
     dst: *mut f32,
     ldd: usize,
 ) {
+    debug_assert!(nb.is_multiple_of(K::SUB_BLOCKS));
+    let nb = nb / K::SUB_BLOCKS;
     let wrow = |r: usize| w.add(r * nb);
     let m = acts.m;
     if m == 1 {

@@ -2,14 +2,14 @@
 //!
 //! candle 0.11 has SIMD dot kernels for Q4_0, Q8_0 and the K-quants but none for Q4_1, the
 //! format of the default model, so its Q4_1 matmul runs ggml's scalar reference code.
-//! [`QLinear`] runs its own kernels for Q4_1 (and Q8_0) weights on the CPU and hands every
-//! other case to candle's [`QMatMul`]:
+//! [`QLinear`] runs its own kernels for Q4_1, Q8_0 and Q4_K weights on the CPU and hands
+//! every other case to candle's [`QMatMul`]:
 //!
 //! ```text
 //! x (m x k, f32) --quantize each row once--> Q8_1 / Q8_0 rows  (ggml's rounding, bit-exact)
 //!                                               |
-//! W (n x k, Q4_1 / Q8_0) -- rows split across the engine's pool (`engine::pool`, large matmuls
-//!                            only; decode as a detached job, `DecodeRows`)
+//! W (n x k, Q4_1 / Q8_0 / Q4_K) -- rows split across the engine's pool (`engine::pool`,
+//!                            large matmuls only; decode as a detached job, `DecodeRows`)
 //!                                               v
 //!        decode (m = 1): 4 weight rows share every activation load, each weight byte is
 //!                        read once;
@@ -21,16 +21,23 @@
 //!
 //! Kernels: AVX2 (+ AVX-VNNI when present, and software prefetch 4 KiB ahead of each
 //! weight row, which took decode from ~150 to ~230 tok/s on our EPYC) and AVX-512 VNNI
-//! for Q4_1 (two blocks per register: prefill matmuls ~1.75x the AVX-VNNI kernel) on x86-64, NEON
-//! (+ `sdot` when present) on aarch64, and a portable scalar path that reproduces
-//! candle's `vec_dot_unopt` arithmetic term for term. Results agree with candle's to float
-//! rounding (the SIMD paths sum the 32 products of a block in a different order; see the
-//! tests).
+//! (two blocks per register: Q4_1 prefill matmuls ~1.75x the AVX-VNNI kernel) on x86-64,
+//! NEON (+ `sdot` when present) on aarch64, and a portable scalar path. For Q4_1 and Q8_0
+//! the scalar path reproduces candle's `vec_dot_unopt` arithmetic term for term, and the
+//! SIMD paths agree with it to float rounding (they sum the 32 products of a block in a
+//! different order; see the tests).
 //!
-//! Q4_0 and Q4_K weights are rewritten as Q4_1 when the layer is built (exactly for Q4_0,
-//! to f16 rounding of the scales for Q4_K; `repack`) and run on the Q4_1 kernels; Q5_0 and
-//! Q5_1 as Q8_0. F32, F16 and BF16 weights are read in place by `float` (candle would keep
-//! an f32 copy of them).
+//! Q4_K is read in the file's own layout (144-byte super-blocks of 256 values), against
+//! the same 32-value Q8_1 activations: each 32-value sub-block `j` gives
+//! `d * sc_j * d_a * sum(q * a) - dmin * m_j * s_a`. Candle instead quantizes the
+//! activations per 256 values (Q8_K), so the two agree to the activations' 8-bit rounding,
+//! not bit for bit; ours is the finer of the two. A layer is a weight's rows as
+//! `nb = k / 32` units of `Kind::block_bytes` bytes whatever its kind, so a Q4_K row's
+//! `k / 256` super-blocks are `nb` units of 18 bytes.
+//!
+//! Q4_0 weights are rewritten as Q4_1 (exactly) when the layer is built and run on the
+//! Q4_1 kernels, Q5_0 (exactly) and Q5_1 (to 8-bit rounding) as Q8_0 (`repack`). F32, F16
+//! and BF16 weights are read in place by `float` (candle would keep an f32 copy of them).
 //!
 //! Which of these runs is the model's [`Kernels`] choice: `fast` (the best this CPU
 //! supports, detected at run time), `portable` (the scalar kernel) or `candle` (always
@@ -51,7 +58,7 @@ mod neon;
 #[cfg(test)]
 mod tests;
 
-use blocks::{Acts, BlockQ4_1, BlockQ8_0, QK};
+use blocks::{Acts, BlockQ4K, BlockQ4_1, BlockQ8_0, QK, QK_K};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Result, Tensor};
 pub(crate) use repack::growth_bytes;
@@ -90,7 +97,7 @@ impl Isa {
         ldd: usize,
     ) {
         use blocks::drive;
-        let (w41, w80) = (w as *const BlockQ4_1, w as *const BlockQ8_0);
+        let (w41, w80, w4k) = (w as *const BlockQ4_1, w as *const BlockQ8_0, w as *const BlockQ4K);
         match (self, kind) {
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx2, Kind::Q4_1) => avx2::q4_1_rows(w41, nb, rows, acts, dst, ldd),
@@ -98,6 +105,12 @@ impl Isa {
             (Isa::AvxVnni, Kind::Q4_1) => avx2::q4_1_rows_vnni(w41, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q4_1) => avx512::q4_1_rows(w41, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2, Kind::Q4K) => avx2::q4k_rows(w4k, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::AvxVnni, Kind::Q4K) => avx2::q4k_rows_vnni(w4k, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512Vnni, Kind::Q4K) => avx512::q4k_rows(w4k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx2, Kind::Q8_0) => avx2::q8_0_rows(w80, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
@@ -113,11 +126,16 @@ impl Isa {
             #[cfg(target_arch = "aarch64")]
             (Isa::NeonDot, Kind::Q4_1) => neon::q4_1_rows_dot(w41, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "aarch64")]
+            (Isa::Neon, Kind::Q4K) => neon::q4k_rows(w4k, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "aarch64")]
+            (Isa::NeonDot, Kind::Q4K) => neon::q4k_rows_dot(w4k, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "aarch64")]
             (Isa::Neon, Kind::Q8_0) => neon::q8_0_rows(w80, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "aarch64")]
             (Isa::NeonDot, Kind::Q8_0) => neon::q8_0_rows_dot(w80, nb, rows, acts, dst, ldd),
             (_, Kind::Q4_1) => drive::<scalar::ScalarQ4_1>(w41, nb, rows, acts, dst, ldd),
             (_, Kind::Q8_0) => drive::<scalar::ScalarQ8_0>(w80, nb, rows, acts, dst, ldd),
+            (_, Kind::Q4K) => drive::<scalar::ScalarQ4K>(w4k, nb, rows, acts, dst, ldd),
         }
     }
 }
@@ -129,6 +147,9 @@ enum Kind {
     Q4_1,
     /// Q8_0 weights against Q8_0 activations.
     Q8_0,
+    /// Q4_K weights (256-value super-blocks, in the file's layout) against Q8_1
+    /// activations, one activation block per 32-value sub-block.
+    Q4K,
 }
 
 impl Kind {
@@ -136,25 +157,36 @@ impl Kind {
         match dtype {
             GgmlDType::Q4_1 => Some(Kind::Q4_1),
             GgmlDType::Q8_0 => Some(Kind::Q8_0),
+            GgmlDType::Q4K => Some(Kind::Q4K),
             _ => None,
         }
     }
+    /// Weight bytes per 32 values, so that a row of `nb` activation blocks is
+    /// `nb * block_bytes` bytes (a Q4_K super-block's 144 bytes cover 8 of them).
     fn block_bytes(self) -> usize {
         match self {
             Kind::Q4_1 => std::mem::size_of::<BlockQ4_1>(),
             Kind::Q8_0 => std::mem::size_of::<BlockQ8_0>(),
+            Kind::Q4K => std::mem::size_of::<BlockQ4K>() / (QK_K / QK),
         }
     }
-    /// Q8_1 activations carry `s = d * sum(q)` for the Q4_1 offset term.
+    /// Values per weight block: a row's length must be a multiple of it.
+    fn block_values(self) -> usize {
+        match self {
+            Kind::Q4_1 | Kind::Q8_0 => QK,
+            Kind::Q4K => QK_K,
+        }
+    }
+    /// Q8_1 activations carry `s = d * sum(q)` for the Q4_1 offset and Q4_K min terms.
     fn with_sum(self) -> bool {
-        self == Kind::Q4_1
+        matches!(self, Kind::Q4_1 | Kind::Q4K)
     }
 }
 
-/// `bytes` hold exactly the `n * k / 32` blocks of an `n x k` weight of `kind`, aligned for
-/// their f16 scales.
+/// `bytes` hold exactly the rows of an `n x k` weight of `kind` (rows whole blocks of it),
+/// aligned for their f16 scales.
 fn layout_ok(bytes: &[u8], n: usize, k: usize, kind: Kind) -> bool {
-    k.is_multiple_of(QK)
+    k.is_multiple_of(kind.block_values())
         && bytes.len() == n * (k / QK) * kind.block_bytes()
         && (bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<half::f16>())
 }
@@ -277,7 +309,7 @@ impl QLinear {
     /// `kernels` and the weight allow it, candle's `QMatMul` elsewhere.
     pub fn new(w: Arc<QTensor>, kernels: Kernels) -> Result<Self> {
         let (out_features, in_features) = w.shape().dims2()?;
-        // Q4_0 and Q4_K run on our Q4_1 kernels, Q5_0 on our Q8_0 ones, rewritten once
+        // Q4_0 runs on our Q4_1 kernels, Q5_0 and Q5_1 on our Q8_0 ones, rewritten once
         // here (see `repack`).
         let w = match kernels.isa().map(|_| repack::for_our_kernels(&w)).transpose()?.flatten() {
             Some(r) => r,
@@ -296,7 +328,8 @@ impl QLinear {
         Ok(Self { w: Weight::Owned(w), heap_bytes, backend, out_features, in_features })
     }
 
-    /// CPU storage holding exactly `n * k / 32` blocks, aligned for f16 reads.
+    /// CPU storage holding exactly `n` rows of `k / 32` blocks' bytes, rows a whole
+    /// number of the kind's blocks, aligned for f16 reads.
     fn storage_ok(w: &QTensor, kind: Kind) -> Result<bool> {
         if !w.device().is_cpu() {
             return Ok(false);

@@ -6,10 +6,14 @@
 //!
 //! Per 32-value block the dot product is split into two 16-lane halves (low and high
 //! nibbles for Q4_1), giving four i32 partial sums that are scaled and accumulated in f32.
+//! Q4_K is read in the file's layout: a 64-value group's 32 bytes, masked and shifted,
+//! are its two sub-blocks; the eight `d * sc_j * d_a` factors of a super-block take two
+//! vector multiplies per weight row and activation row, and the `dmin * m_j * s_a`
+//! offsets are subtracted from the accumulator's lanes with two more.
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::blocks::{drive, Acts, BlockQ4_1, BlockQ8_0, TileKernel, QK};
+use super::blocks::{drive, Acts, BlockQ4K, BlockQ4_1, BlockQ8_0, TileKernel, QK, QK_K};
 use std::arch::aarch64::*;
 use std::marker::PhantomData;
 
@@ -144,6 +148,105 @@ impl<D: DotI8> TileKernel for Q8_0<D> {
         }
         out
     }
+}
+
+pub(super) struct Q4K<D>(PhantomData<D>);
+
+/// Eight 6-bit values (bytes) times `x`, as two f32 vectors.
+#[inline(always)]
+unsafe fn scaled_bytes(v: uint8x8_t, x: f32) -> [float32x4_t; 2] {
+    let h = vmovl_u8(v);
+    [vmulq_n_f32(vcvtq_f32_u32(vmovl_u16(vget_low_u16(h))), x), vmulq_n_f32(vcvtq_f32_u32(vmovl_high_u16(h)), x)]
+}
+
+impl<D: DotI8> TileKernel for Q4K<D> {
+    type Block = BlockQ4K;
+    const SUB_BLOCKS: usize = QK_K / QK;
+
+    #[inline(always)]
+    unsafe fn tile<const R: usize, const C: usize>(
+        w: [*const BlockQ4K; R],
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        nb: usize,
+    ) -> [[f32; C]; R] {
+        let mask = vdupq_n_u8(0x0F);
+        let mut acc = [[vdupq_n_f32(0.0); C]; R];
+        for b in 0..nb {
+            // d_w * sc_j * d_a per weight row, activation row and sub-block j
+            let mut scale = [[[0f32; 8]; C]; R];
+            let mut dsc = [[vdupq_n_f32(0.0); 2]; R];
+            let mut dmn = [[vdupq_n_f32(0.0); 2]; R];
+            for r in 0..R {
+                let blk = &*w[r].add(b);
+                let sm = vld1q_u8(blk.scales_mins().as_ptr());
+                dsc[r] = scaled_bytes(vget_low_u8(sm), blk.d.to_f32());
+                dmn[r] = scaled_bytes(vget_high_u8(sm), blk.dmin.to_f32());
+            }
+            for c in 0..C {
+                let p = ds[c].add(b * Self::SUB_BLOCKS) as *const f32;
+                // (d_a, s_a) of sub-blocks 0..4 and 4..8, deinterleaved
+                let (lo, hi) = (vld2q_f32(p), vld2q_f32(p.add(8)));
+                for r in 0..R {
+                    vst1q_f32(scale[r][c].as_mut_ptr(), vmulq_f32(dsc[r][0], lo.0));
+                    vst1q_f32(scale[r][c].as_mut_ptr().add(4), vmulq_f32(dsc[r][1], hi.0));
+                    acc[r][c] = vfmsq_f32(acc[r][c], dmn[r][0], lo.1);
+                    acc[r][c] = vfmsq_f32(acc[r][c], dmn[r][1], hi.1);
+                }
+            }
+            for g in 0..QK_K / 64 {
+                let mut lo = [[vdupq_n_s8(0); 2]; R];
+                let mut hi = [[vdupq_n_s8(0); 2]; R];
+                for r in 0..R {
+                    let q = (*w[r].add(b)).qs.as_ptr().add(QK * g);
+                    let (raw0, raw1) = (vld1q_u8(q), vld1q_u8(q.add(16)));
+                    lo[r] = [vreinterpretq_s8_u8(vandq_u8(raw0, mask)), vreinterpretq_s8_u8(vandq_u8(raw1, mask))];
+                    hi[r] = [vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw0)), vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw1))];
+                }
+                for c in 0..C {
+                    let a = qs[c].add(b * QK_K + 2 * QK * g);
+                    let y: [int8x16_t; 4] = std::array::from_fn(|i| vld1q_s8(a.add(16 * i)));
+                    for r in 0..R {
+                        let p0 = vcvtq_f32_s32(D::dot(lo[r][0], y[0], lo[r][1], y[1]));
+                        acc[r][c] = vfmaq_n_f32(acc[r][c], p0, scale[r][c][2 * g]);
+                        let p1 = vcvtq_f32_s32(D::dot(hi[r][0], y[2], hi[r][1], y[3]));
+                        acc[r][c] = vfmaq_n_f32(acc[r][c], p1, scale[r][c][2 * g + 1]);
+                    }
+                }
+            }
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                out[r][c] = vaddvq_f32(acc[r][c]);
+            }
+        }
+        out
+    }
+}
+
+#[target_feature(enable = "neon,dotprod")]
+pub(super) unsafe fn q4k_rows_dot(
+    w: *const BlockQ4K,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q4K<Sdot>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn q4k_rows(
+    w: *const BlockQ4K,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q4K<Mull>>(w, nb, rows, acts, dst, ldd)
 }
 
 #[target_feature(enable = "neon,dotprod")]

@@ -2,6 +2,7 @@
 //! paths, and the activation quantization against candle's bit for bit.
 
 use super::*;
+use blocks::BlockQ4K;
 use candle_core::quantized::k_quants::{self, GgmlType};
 use candle_core::{Device, IndexOp};
 
@@ -210,6 +211,122 @@ fn every_instruction_set_agrees_with_scalar() {
     }
 }
 
+/// Q4_K: every instruction set's kernel against the scalar one, at every remainder of the
+/// decode tile (4 rows), the prefill tiles (2 weight rows x 4 or 8 activation rows) and
+/// the 16-row work units, with rows of one to four super-blocks.
+#[test]
+fn q4_k_every_instruction_set_agrees_with_scalar() {
+    let mut rng = Rng(0x5eed_000c);
+    for (n, k) in [(6, 256), (37, 512), (35, 768), (130, 1024)] {
+        let w = random_weight(&mut rng, n, k, GgmlDType::Q4K);
+        let lin = QLinear::new(w, Kernels::Fast).unwrap();
+        assert_eq!(lin.dtype(), GgmlDType::Q4K, "runs in the file's layout");
+        assert!(lin.uses_own_kernel());
+        for m in (1..=9).chain([14, 17, 130]) {
+            let x = tensor(random_acts(&mut rng, m, k), &[m, k]);
+            let scalar = forward_with(&lin, Isa::Scalar, &x);
+            for isa in Isa::all_supported() {
+                let err = rel_err(&forward_with(&lin, isa, &x), &scalar);
+                assert!(err <= 1e-5, "Q4_K {isa:?} n={n} k={k} m={m}: {err:e}");
+            }
+        }
+    }
+}
+
+/// The SIMD kernels' unpacking of Q4_K's 6-bit scales and mins, all eight at once, gives
+/// ggml's `get_scale_min_k4` for every bit pattern of every byte.
+#[test]
+fn q4_k_scales_and_mins_unpack_as_ggml_does() {
+    let mut rng = Rng(0x5eed_000f);
+    for trial in 0..2000 {
+        let mut blk = BlockQ4K { d: half::f16::ONE, dmin: half::f16::ONE, scales: [0; 12], qs: [0; 128] };
+        for (i, b) in blk.scales.iter_mut().enumerate() {
+            *b = match trial {
+                0 => 0xFF,
+                1 => 1 << (i % 8),
+                _ => rng.next_u64() as u8,
+            };
+        }
+        let expected: Vec<(u8, u8)> = (0..8).map(|j| scalar::scale_min_k4(j, &blk.scales)).collect();
+        let sm = blk.scales_mins();
+        let ours: Vec<(u8, u8)> = (0..8).map(|j| (sm[j], sm[8 + j])).collect();
+        assert_eq!(ours, expected, "scales {:?}", blk.scales);
+        #[cfg(target_arch = "x86_64")]
+        if Isa::detect().has_avx2() {
+            #[target_feature(enable = "avx2")]
+            unsafe fn unpack(blk: &BlockQ4K, out: &mut [u8; 16]) {
+                use std::arch::x86_64::*;
+                _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, avx2::q4k_scales_mins(blk));
+            }
+            let mut x86 = [0u8; 16];
+            // SAFETY: the CPU has AVX2 (which includes SSSE3's byte shuffle).
+            unsafe { unpack(&blk, &mut x86) };
+            assert_eq!(x86, sm, "scales {:?}", blk.scales);
+        }
+    }
+}
+
+/// `w` with every nibble zeroed: candle dequantizes it to `-dmin * m_j` throughout each
+/// sub-block `j`, the min term alone.
+fn q4_k_mins_only(w: &QTensor) -> QTensor {
+    let mut bytes = w.data().unwrap().into_owned();
+    for sb in bytes.chunks_exact_mut(std::mem::size_of::<BlockQ4K>()) {
+        sb[16..].fill(0);
+    }
+    let storage = candle_core::quantized::QStorage::from_data(bytes.into(), &Device::Cpu, GgmlDType::Q4K).unwrap();
+    QTensor::new(storage, w.shape().clone()).unwrap()
+}
+
+/// The scalar Q4_K kernel against candle's own Q4_K dequantization and f32 matmuls:
+///
+/// - `exact`: the same math from candle's values, `sum((w - w_min) * d_a * q_a) +
+///   sum_j w_min_j * s_a_j` with `w_min` the weight's min terms alone (its nibbles zeroed)
+///   and `(d_a, q_a, s_a)` our activation blocks: equal to f32 summation order (1e-5);
+/// - `rounded`: `w` times the activations rounded as ours are (`d_a * q_a`); this differs
+///   from `exact` by the f16 rounding of `s_a = d_a * sum(q_a)` in the min term (relative
+///   2^-11 of that term, measured up to 3e-4 of the largest output): within 1e-3;
+/// - `float`: `w` times the activations as they were, which adds the activations' 8-bit
+///   rounding (measured 5e-3 to 1.4e-2 with this test's outlier channels): no further off
+///   than candle's own Q4_K kernel, which rounds the activations per 256 values (Q8_K;
+///   measured 9e-3 to 3e-2).
+#[test]
+fn q4_k_scalar_matches_candles_dequantized_weights() {
+    let mut rng = Rng(0x5eed_000d);
+    for (n, k) in [(64, 256), (576, 1024), (130, 2048)] {
+        let w = random_weight(&mut rng, n, k, GgmlDType::Q4K);
+        let lin = QLinear::new(w.clone(), Kernels::Portable).unwrap();
+        assert!(lin.uses_own_kernel() && lin.dtype() == GgmlDType::Q4K);
+        let wf = w.dequantize(&Device::Cpu).unwrap();
+        let w_min = q4_k_mins_only(&w).dequantize(&Device::Cpu).unwrap();
+        // one min per 32-value block: (nb, n)
+        let mins = w_min.reshape((n, k / QK, QK)).unwrap().i((.., .., 0)).unwrap().t().unwrap();
+        for m in [1, 3, 17] {
+            let xs = random_acts(&mut rng, m, k);
+            let (mut xq, mut s) = (vec![], vec![]);
+            for row in xs.chunks(k) {
+                let (qs, ds) = our_quantize(Isa::Scalar, row, true);
+                xq.extend(qs.iter().enumerate().map(|(i, &q)| q as f32 * ds[i / QK][0]));
+                s.extend(ds.iter().map(|d| d[1]));
+            }
+            let (xq, s) = (tensor(xq, &[m, k]), tensor(s, &[m, k / QK]));
+            let x = tensor(xs, &[m, k]);
+            let ours = forward_with(&lin, Isa::Scalar, &x);
+            let wt = wf.t().unwrap();
+            let exact = (xq.matmul(&(&wf - &w_min).unwrap().t().unwrap()).unwrap() + s.matmul(&mins).unwrap()).unwrap();
+            let (err_exact, err_rounded) = (rel_err(&ours, &exact), rel_err(&ours, &xq.matmul(&wt).unwrap()));
+            let float = x.matmul(&wt).unwrap();
+            let (err_float, err_candle) = (rel_err(&ours, &float), rel_err(&candle_forward(&w, &x), &float));
+            eprintln!(
+                "Q4_K {n}x{k} m={m}: exact {err_exact:.1e}, rounded acts {err_rounded:.1e}, \
+                 f32 acts {err_float:.1e} (candle {err_candle:.1e})"
+            );
+            assert!(err_exact <= 1e-5, "Q4_K n={n} k={k} m={m}: {err_exact:e} against the same math");
+            assert!(err_rounded <= 1e-3, "Q4_K n={n} k={k} m={m}: {err_rounded:e} against d * q activations");
+            assert!(err_float <= err_candle, "Q4_K n={n} k={k} m={m}: {err_float:e}, candle {err_candle:e}");
+        }
+    }
+}
+
 /// Q8_0 against the ggml reference (candle's Q8_0 activation quantization and scalar dot):
 /// candle's own forward takes other routes on some CPUs (an AVX512-VNNI repacked kernel
 /// with Q8_K activations when k is a multiple of 256), so it is compared where it does not.
@@ -272,6 +389,38 @@ fn real_gguf_tensors_match_candle() {
     }
 }
 
+/// Gemma 3 270M's Q4_K matrices (attention outputs, k = 1024; half the FFN downs,
+/// k = 2048; the rest of its matrices have rows of 640) run in the file's layout, closer to the f32 product than candle's kernel.
+#[test]
+fn real_q4_k_tensors_run_in_place_and_match_candle() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/models/gemma-3-270m-q4_k_m.gguf");
+    let mut file = std::fs::File::open(path)
+        .unwrap_or_else(|e| panic!("{path}: {e} — run scripts/fetch-model.sh gemma-3-270m-q4_k_m"));
+    let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
+    let mut rng = Rng(0x5eed_000e);
+    for name in ["blk.0.attn_output.weight", "blk.2.ffn_down.weight"] {
+        let w = Arc::new(content.tensor(&mut file, name, &Device::Cpu).unwrap());
+        assert_eq!(w.dtype(), GgmlDType::Q4K, "{name}");
+        let lin = QLinear::new(w.clone(), Kernels::Fast).unwrap();
+        assert!(lin.uses_own_kernel() && lin.dtype() == GgmlDType::Q4K, "{name}");
+        assert_eq!(lin.grown_bytes(), 0);
+        let k = lin.in_features();
+        let wt = w.dequantize(&Device::Cpu).unwrap().t().unwrap();
+        for m in [1, 7, 33] {
+            let x = tensor(random_acts(&mut rng, m, k), &[m, k]);
+            let float = x.matmul(&wt).unwrap();
+            let ours = lin.forward(&x).unwrap();
+            let (err, err_candle) = (rel_err(&ours, &float), rel_err(&candle_forward(&w, &x), &float));
+            eprintln!("{name} {:?} m={m}: rel err {err:.1e} (candle {err_candle:.1e})", w.shape());
+            assert!(err <= err_candle, "{name} m={m}: {err:e}, candle {err_candle:e}");
+            for isa in Isa::all_supported() {
+                let err = rel_err(&forward_with(&lin, isa, &x), &forward_with(&lin, Isa::Scalar, &x));
+                assert!(err <= 1e-5, "{name} {isa:?} m={m}: {err:e} from the scalar kernel");
+            }
+        }
+    }
+}
+
 #[test]
 fn shapes_dtypes_and_layouts() {
     let mut rng = Rng(0x5eed_0007);
@@ -306,16 +455,18 @@ fn shapes_dtypes_and_layouts() {
 }
 
 #[test]
-fn other_formats_and_the_candle_switch_use_candle_and_q4_0_q4_k_are_rewritten_floats_read_in_place() {
+fn other_formats_and_the_candle_switch_use_candle_q4_0_is_rewritten_q4_k_and_floats_read_in_place() {
     let mut rng = Rng(0x5eed_0008);
     let x = tensor(rng.vec(3 * 256, 1.0), &[3, 256]);
-    // Q4_0 and Q4_K are rewritten as Q4_1 and run on our kernels (`repack`): close to
-    // candle's own kernels for them (activations quantized per 32 instead of per 256).
-    for dtype in [GgmlDType::Q4_0, GgmlDType::Q4K] {
+    // Q4_0 is rewritten as Q4_1 and runs on our kernels (`repack`); Q4_K runs on ours as it
+    // is. Both close to candle's own kernels for them (activations quantized per 32
+    // instead of per 256).
+    for (dtype, runs_as) in [(GgmlDType::Q4_0, GgmlDType::Q4_1), (GgmlDType::Q4K, GgmlDType::Q4K)] {
         let w = random_weight(&mut rng, 32, 256, dtype);
         let lin = QLinear::new(w.clone(), Kernels::Fast).unwrap();
         assert!(lin.uses_own_kernel(), "{dtype:?}");
-        assert_eq!(lin.dtype(), GgmlDType::Q4_1);
+        assert_eq!(lin.dtype(), runs_as);
+        assert_eq!(lin.grown_bytes(), if dtype == GgmlDType::Q4K { 0 } else { 32 * 256 / 32 * 2 });
         let err = rel_err(&lin.forward(&x).unwrap(), &candle_forward(&w, &x));
         assert!(err <= 1e-2, "{dtype:?}: {err}");
     }
