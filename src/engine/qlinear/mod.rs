@@ -2,14 +2,15 @@
 //!
 //! candle 0.11 has SIMD dot kernels for Q4_0, Q8_0 and the K-quants but none for Q4_1, the
 //! format of the default model, so its Q4_1 matmul runs ggml's scalar reference code.
-//! [`QLinear`] runs its own kernels for Q4_1 (and Q8_0) weights on the CPU and hands every
-//! other case to candle's [`QMatMul`]:
+//! [`QLinear`] runs its own kernels for Q4_0, Q4_1, Q5_0, Q8_0 and Q6_K weights on the CPU,
+//! each read in the file's own block layout, and hands every other case to candle's
+//! [`QMatMul`]:
 //!
 //! ```text
 //! x (m x k, f32) --quantize each row once--> Q8_1 / Q8_0 rows  (ggml's rounding, bit-exact)
 //!                                               |
-//! W (n x k, Q4_1 / Q8_0) -- rows split across the engine's pool (`engine::pool`, large matmuls
-//!                            only; decode as a detached job, `DecodeRows`)
+//! W (n x k, GGUF blocks) -- rows split across the engine's pool (`engine::pool`, large
+//!                           matmuls only; decode as a detached job, `DecodeRows`)
 //!                                               v
 //!        decode (m = 1): 4 weight rows share every activation load, each weight byte is
 //!                        read once;
@@ -25,12 +26,12 @@
 //! (+ `sdot` when present) on aarch64, and a portable scalar path that reproduces
 //! candle's `vec_dot_unopt` arithmetic term for term. Results agree with candle's to float
 //! rounding (the SIMD paths sum the 32 products of a block in a different order; see the
-//! tests).
+//! tests). Q6_K runs against Q8_0 activations quantized per 32 values, where candle's
+//! kernel quantizes them per 256 (Q8_K): a little more precise, so not bit-equal to candle.
 //!
-//! Q4_0 and Q4_K weights are rewritten as Q4_1 when the layer is built (exactly for Q4_0,
-//! to f16 rounding of the scales for Q4_K; `repack`) and run on the Q4_1 kernels; Q5_0 and
-//! Q5_1 as Q8_0. F32, F16 and BF16 weights are read in place by `float` (candle would keep
-//! an f32 copy of them).
+//! Q4_K weights are rewritten as Q4_1 when the layer is built (to f16 rounding of the
+//! scales; `repack`) and run on the Q4_1 kernels; Q5_1 as Q8_0. F32, F16 and BF16 weights
+//! are read in place by `float` (candle would keep an f32 copy of them).
 //!
 //! Which of these runs is the model's [`Kernels`] choice: `fast` (the best this CPU
 //! supports, detected at run time), `portable` (the scalar kernel) or `candle` (always
@@ -51,7 +52,7 @@ mod neon;
 #[cfg(test)]
 mod tests;
 
-use blocks::{Acts, BlockQ4_1, BlockQ8_0, QK};
+use blocks::{Acts, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, QK, QK_K};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Module, Result, Tensor};
 pub(crate) use repack::growth_bytes;
@@ -88,6 +89,9 @@ impl Isa {
     ) {
         use blocks::drive;
         let (w41, w80) = (w as *const BlockQ4_1, w as *const BlockQ8_0);
+        let (w40, w50, w6k) = (w as *const BlockQ4_0, w as *const BlockQ5_0, w as *const BlockQ6K);
+        #[cfg(target_arch = "x86_64")]
+        let vnni = self == Isa::AvxVnni || (self == Isa::Avx512Vnni && is_x86_feature_detected!("avxvnni"));
         match (self, kind) {
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx2, Kind::Q4_1) => avx2::q4_1_rows(w41, nb, rows, acts, dst, ldd),
@@ -95,16 +99,27 @@ impl Isa {
             (Isa::AvxVnni, Kind::Q4_1) => avx2::q4_1_rows_vnni(w41, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q4_1) => avx512::q4_1_rows(w41, nb, rows, acts, dst, ldd),
+            // the signed-weight kernels: AVX-VNNI where present (also on AVX-512 CPUs)
             #[cfg(target_arch = "x86_64")]
-            (Isa::Avx2, Kind::Q8_0) => avx2::q8_0_rows(w80, nb, rows, acts, dst, ldd),
-            #[cfg(target_arch = "x86_64")]
-            (Isa::AvxVnni, Kind::Q8_0) => avx2::q8_0_rows_vnni(w80, nb, rows, acts, dst, ldd),
-            #[cfg(target_arch = "x86_64")]
-            (Isa::Avx512Vnni, Kind::Q8_0) if is_x86_feature_detected!("avxvnni") => {
+            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q8_0) if vnni => {
                 avx2::q8_0_rows_vnni(w80, nb, rows, acts, dst, ldd)
             }
             #[cfg(target_arch = "x86_64")]
-            (Isa::Avx512Vnni, Kind::Q8_0) => avx2::q8_0_rows(w80, nb, rows, acts, dst, ldd),
+            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q8_0) => avx2::q8_0_rows(w80, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q4_0) if vnni => {
+                avx2::q4_0_rows_vnni(w40, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q4_0) => avx2::q4_0_rows(w40, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q5_0) if vnni => {
+                avx2::q5_0_rows_vnni(w50, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q5_0) => avx2::q5_0_rows(w50, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q6K) => avx2::q6_k_rows(w6k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "aarch64")]
             (Isa::Neon, Kind::Q4_1) => neon::q4_1_rows(w41, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "aarch64")]
@@ -113,19 +128,40 @@ impl Isa {
             (Isa::Neon, Kind::Q8_0) => neon::q8_0_rows(w80, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "aarch64")]
             (Isa::NeonDot, Kind::Q8_0) => neon::q8_0_rows_dot(w80, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "aarch64")]
+            (Isa::Neon, Kind::Q4_0) => neon::q4_0_rows(w40, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "aarch64")]
+            (Isa::NeonDot, Kind::Q4_0) => neon::q4_0_rows_dot(w40, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "aarch64")]
+            (Isa::Neon, Kind::Q5_0) => neon::q5_0_rows(w50, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "aarch64")]
+            (Isa::NeonDot, Kind::Q5_0) => neon::q5_0_rows_dot(w50, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "aarch64")]
+            (Isa::Neon, Kind::Q6K) => neon::q6_k_rows(w6k, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "aarch64")]
+            (Isa::NeonDot, Kind::Q6K) => neon::q6_k_rows_dot(w6k, nb, rows, acts, dst, ldd),
             (_, Kind::Q4_1) => drive::<scalar::ScalarQ4_1>(w41, nb, rows, acts, dst, ldd),
             (_, Kind::Q8_0) => drive::<scalar::ScalarQ8_0>(w80, nb, rows, acts, dst, ldd),
+            (_, Kind::Q4_0) => drive::<scalar::ScalarQ4_0>(w40, nb, rows, acts, dst, ldd),
+            (_, Kind::Q5_0) => drive::<scalar::ScalarQ5_0>(w50, nb, rows, acts, dst, ldd),
+            (_, Kind::Q6K) => drive::<scalar::ScalarQ6K>(w6k, nb, rows, acts, dst, ldd),
         }
     }
 }
 
-/// Weight formats with our own kernels.
+/// Weight formats with our own kernels, each read in the file's own block layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     /// Q4_1 weights against Q8_1 activations.
     Q4_1,
     /// Q8_0 weights against Q8_0 activations.
     Q8_0,
+    /// Q4_0 weights against Q8_0 activations.
+    Q4_0,
+    /// Q5_0 weights against Q8_0 activations.
+    Q5_0,
+    /// Q6_K weights (256-value super-blocks) against Q8_0 activations.
+    Q6K,
 }
 
 impl Kind {
@@ -133,14 +169,32 @@ impl Kind {
         match dtype {
             GgmlDType::Q4_1 => Some(Kind::Q4_1),
             GgmlDType::Q8_0 => Some(Kind::Q8_0),
+            GgmlDType::Q4_0 => Some(Kind::Q4_0),
+            GgmlDType::Q5_0 => Some(Kind::Q5_0),
+            GgmlDType::Q6K => Some(Kind::Q6K),
             _ => None,
         }
     }
-    fn block_bytes(self) -> usize {
+    /// Values per block of the format (a row holds whole blocks).
+    fn block_values(self) -> usize {
         match self {
+            Kind::Q6K => QK_K,
+            Kind::Q4_1 | Kind::Q8_0 | Kind::Q4_0 | Kind::Q5_0 => QK,
+        }
+    }
+    /// Bytes of a weight row of `nb` 32-value blocks (`nb` a multiple of
+    /// `block_values() / 32`).
+    fn row_bytes(self, nb: usize) -> usize {
+        let per = self.block_values() / QK;
+        debug_assert!(nb.is_multiple_of(per));
+        let block = match self {
             Kind::Q4_1 => std::mem::size_of::<BlockQ4_1>(),
             Kind::Q8_0 => std::mem::size_of::<BlockQ8_0>(),
-        }
+            Kind::Q4_0 => std::mem::size_of::<BlockQ4_0>(),
+            Kind::Q5_0 => std::mem::size_of::<BlockQ5_0>(),
+            Kind::Q6K => std::mem::size_of::<BlockQ6K>(),
+        };
+        nb / per * block
     }
     /// Q8_1 activations carry `s = d * sum(q)` for the Q4_1 offset term.
     fn with_sum(self) -> bool {
@@ -190,8 +244,8 @@ impl QLinear {
     /// `kernels` and the weight allow it, candle's `QMatMul` elsewhere.
     pub fn new(w: Arc<QTensor>, kernels: Kernels) -> Result<Self> {
         let (out_features, in_features) = w.shape().dims2()?;
-        // Q4_0 and Q4_K run on our Q4_1 kernels, Q5_0 on our Q8_0 ones, rewritten once
-        // here (see `repack`).
+        // Q4_K runs on our Q4_1 kernels, Q5_1 on our Q8_0 ones, rewritten once here (see
+        // `repack`).
         let (w, grown_bytes) = match kernels.isa().map(|_| repack::for_our_kernels(&w)).transpose()?.flatten() {
             Some(r) => {
                 let grown = (r.storage_size_in_bytes() as u64).saturating_sub(w.storage_size_in_bytes() as u64);
@@ -211,15 +265,15 @@ impl QLinear {
         Ok(Self { w, grown_bytes, backend, out_features, in_features })
     }
 
-    /// CPU storage holding exactly `n * k / 32` blocks, aligned for f16 reads.
+    /// CPU storage holding exactly `n` rows of whole blocks, aligned for f16 reads.
     fn storage_ok(w: &QTensor, kind: Kind) -> Result<bool> {
         if !w.device().is_cpu() {
             return Ok(false);
         }
         let (n, k) = w.shape().dims2()?;
         let data = w.data()?;
-        Ok(k.is_multiple_of(QK)
-            && data.len() == n * (k / QK) * kind.block_bytes()
+        Ok(k.is_multiple_of(kind.block_values())
+            && data.len() == n * kind.row_bytes(k / QK)
             && (data.as_ptr() as usize).is_multiple_of(std::mem::align_of::<half::f16>()))
     }
 
@@ -386,7 +440,7 @@ fn matmul_many(layers: &[&QLinear], isa: Isa, x: &[f32], m: usize, dsts: &mut [V
         assert_eq!(l.in_features, k);
         assert_eq!(dst.len(), m * l.out_features);
         let data = l.w.data()?;
-        debug_assert_eq!(data.len(), l.out_features * nb * l.kind().block_bytes());
+        debug_assert_eq!(data.len(), l.out_features * l.kind().row_bytes(nb));
         datas.push(data);
     }
     let weights: Vec<SendPtr<u8>> = datas.iter().map(|d| SendPtr(d.as_ptr() as *mut u8)).collect();
@@ -507,7 +561,7 @@ impl DecodeRows {
         for l in layers {
             assert_eq!(l.in_features, k);
             let data = l.w.data()?;
-            debug_assert_eq!(data.len(), l.out_features * nb * l.kind().block_bytes());
+            debug_assert_eq!(data.len(), l.out_features * l.kind().row_bytes(nb));
             owned.push(DecodeLayer {
                 // CPU storage: `data` borrows the tensor's own bytes, alive as long as `_w`.
                 data: SendPtr(data.as_ptr() as *mut u8),
@@ -538,7 +592,7 @@ impl pool::Detachable for DecodeRows {
         let acts = Acts { qs: &self.qs, ds: &self.ds, m: 1, nb: self.nb };
         for (j, rows) in self.units.rows_of(units) {
             let l = &self.layers[j];
-            let row_bytes = self.nb * l.kind.block_bytes();
+            let row_bytes = l.kind.row_bytes(self.nb);
             // SAFETY: layer j's weight holds its rows of nb blocks of its kind (checked at
             // construction) and `_w` keeps it alive; `rows` lie within them; their outputs
             // are `out[row_start[j] + rows.start - base ..][..rows.len()]`, inside `out`
