@@ -1,7 +1,7 @@
 //! Every quantization type the engine reads, on the real default model: the Q4_1 file is
 //! requantized to each type with `catalog::quantize_to` (candle's quantizer; K-quants fall
 //! back per tensor where rows are not whole 256-blocks, as llama.cpp's quantizer does),
-//! loaded by the engine with its fast kernels (Q4_0 and Q4_K rewritten as Q4_1 for them),
+//! loaded by the engine with its fast kernels (Q4_K rewritten as Q4_1 for them),
 //! and its logits compared with candle-transformers' reference llama on the same file. The files are not llama.cpp's
 //! own (that comparison needs llama-cpp-python; issue 12).
 
