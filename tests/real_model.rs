@@ -162,8 +162,8 @@ fn greedy_decoding_equals_candle_transformers_and_answers_paris() {
 }
 
 /// Gemma 3 270M Q4_K_M (the base model) on our kernels (its attention outputs and half its
-/// FFN downs are Q4_K, read in the file's layout; most other matrices Q5_0 and Q8_0) and on
-/// candle's: the same greedy continuation until a near-tie. Measured: "The capital of
+/// FFN downs are Q4_K, the other FFN downs Q6_K, most other matrices Q5_0 and Q8_0, all
+/// read in the file's layout) and on candle's: the same greedy continuation until a near-tie. Measured: "The capital of
 /// France is" agrees for 11 tokens, then ours repeats "It is the capital of the country of
 /// France" where candle's goes on "It is the largest city in France" (this base model's
 /// logits are close there; the kernels sum in other orders and round the activations per

@@ -244,7 +244,7 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
     let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     // What the engine will copy to its heap: the matrices its kernels do not read in the
     // file's layout (as rewritten for them), and the vectors (as f32). The embedding table
-    // is looked up in place; tied to the output layer, that layer may copy it too.
+    // is looked up in place, unless it is tied to an output layer that copies it.
     let tied = !content.tensor_infos.contains_key("output.weight");
     let (mut heap, mut mapped) = (0u64, 0u64);
     for (name, t) in &content.tensor_infos {
@@ -255,9 +255,10 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
             continue;
         };
         let copied = super::qlinear::heap_bytes(t.ggml_dtype, elements, columns, kernels, true);
-        if name == "token_embd.weight" {
+        if name == "token_embd.weight" && tied && copied > 0 {
+            heap += copied; // looked up in the output layer's copy
+        } else if name == "token_embd.weight" {
             mapped += file;
-            heap += if tied { copied } else { 0 };
         } else if copied == 0 {
             mapped += file;
         } else {
@@ -507,16 +508,21 @@ impl Model {
             progress(0.05 + 0.9 * (i + 1) as f32 / n_layers as f32);
         }
         let output_norm = ld.vector("output_norm.weight")?;
-        // Tied embeddings: the output projection reads the embedding table. On the CPU the
-        // lookups read the mapped table; on a GPU they share the output layer's copy.
+        // Tied embeddings: the output projection reads the embedding table. The lookups
+        // read the mapped table, or the output layer's copy where it made one.
         let output = if ld.has("output.weight") {
             ld.linear("output.weight", kernels)?
         } else {
             Linear::mapped(embeddings.clone(), kernels, device).map_err(|e| ld.bad(format!("token_embd: {e}")))?
         };
         let embeddings = match output.owned_weight() {
+            // A tied table the output layer copied anyway: look up in that copy, so the
+            // mapped table's pages need not stay resident beside it.
+            Some(w) if !ld.has("output.weight") => {
+                embeddings.release_pages();
+                Embeddings::Owned(w.clone())
+            }
             _ if device.is_cpu() => Embeddings::Mapped(embeddings),
-            Some(w) if !ld.has("output.weight") => Embeddings::Owned(w.clone()),
             _ => {
                 let copy = embeddings.to_qtensor(device).map_err(|e| ld.bad(format!("token_embd: {e}")))?;
                 embeddings.release_pages();
@@ -574,6 +580,7 @@ impl Model {
             .sum();
         let (embeddings_heap, embeddings_mapped) = match &embeddings {
             Embeddings::Owned(w) if ld.has("output.weight") => (w.storage_size_in_bytes() as u64, 0),
+            // the output layer's copy, counted there
             Embeddings::Owned(_) => (0, 0),
             Embeddings::Mapped(_) if output.is_mapped() && !ld.has("output.weight") => (0, 0),
             Embeddings::Mapped(t) => (0, t.bytes().len() as u64),

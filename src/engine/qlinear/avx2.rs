@@ -15,7 +15,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::blocks::{drive, Acts, BlockQ4K, BlockQ4_1, BlockQ8_0, TileKernel, QK, QK_K};
+use super::blocks::{drive, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel, QK, QK_K};
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
 
@@ -121,14 +121,63 @@ impl<D: DotU8I8> TileKernel for Q4_1<D> {
     }
 }
 
-pub(super) struct Q8_0<D>(PhantomData<D>);
+/// A weight format whose 32-value blocks unpack to signed bytes `q` under one f16 scale
+/// `d` (`w = d * q`), in the order of the activation bytes.
+pub(super) trait SignedBlock {
+    type Block;
+    /// The 32 signed quants of `blk`.
+    unsafe fn quants(blk: *const Self::Block) -> __m256i;
+}
 
-impl<D: DotU8I8> TileKernel for Q8_0<D> {
+impl SignedBlock for BlockQ8_0 {
     type Block = BlockQ8_0;
+    #[inline(always)]
+    unsafe fn quants(blk: *const BlockQ8_0) -> __m256i {
+        _mm256_loadu_si256((*blk).qs.as_ptr() as *const __m256i)
+    }
+}
+
+/// The 32 nibbles (0..=15) of a Q4_0 / Q5_0 block, low nibbles then high ones.
+#[inline(always)]
+unsafe fn nibbles(qs: *const u8) -> __m256i {
+    let raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(qs as *const __m128i));
+    _mm256_and_si256(_mm256_srlv_epi64(raw, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F))
+}
+
+impl SignedBlock for BlockQ4_0 {
+    type Block = BlockQ4_0;
+    #[inline(always)]
+    unsafe fn quants(blk: *const BlockQ4_0) -> __m256i {
+        _mm256_sub_epi8(nibbles((*blk).qs.as_ptr()), _mm256_set1_epi8(8))
+    }
+}
+
+impl SignedBlock for BlockQ5_0 {
+    type Block = BlockQ5_0;
+    /// ggml's trick: byte `i` all ones where bit `i` of `qh` is set; the nibble OR 0xF0
+    /// where it is not is the nibble - 16 as a signed byte.
+    #[inline(always)]
+    unsafe fn quants(blk: *const BlockQ5_0) -> __m256i {
+        let qh = std::ptr::read_unaligned((*blk).qh.as_ptr() as *const i32);
+        let spread = _mm256_setr_epi64x(0, 0x0101_0101_0101_0101, 0x0202_0202_0202_0202, 0x0303_0303_0303_0303);
+        let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
+        let set = _mm256_cmpeq_epi8(
+            _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe)),
+            _mm256_set1_epi64x(-1),
+        );
+        _mm256_or_si256(nibbles((*blk).qs.as_ptr()), _mm256_andnot_si256(set, _mm256_set1_epi8(0xF0u8 as i8)))
+    }
+}
+
+/// Signed-weight tiles (Q8_0, Q4_0, Q5_0) against Q8_0 activations.
+pub(super) struct Signed<W, D>(PhantomData<(W, D)>);
+
+impl<W: SignedBlock, D: DotU8I8> TileKernel for Signed<W, D> {
+    type Block = W::Block;
 
     #[inline(always)]
     unsafe fn tile<const R: usize, const C: usize>(
-        w: [*const BlockQ8_0; R],
+        w: [*const W::Block; R],
         qs: [*const i8; C],
         ds: [*const [f32; 2]; C],
         nb: usize,
@@ -141,9 +190,10 @@ impl<D: DotU8I8> TileKernel for Q8_0<D> {
             for r in 0..R {
                 let blk = w[r].add(b);
                 _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(PREFETCH_BYTES));
-                qx[r] = _mm256_loadu_si256((*blk).qs.as_ptr() as *const __m256i);
+                qx[r] = W::quants(blk);
                 ax[r] = _mm256_sign_epi8(qx[r], qx[r]);
-                // lane 0 is d; lane 1 (the first two quants read as f16) is never used
+                // every block starts with d; lane 1 (the next two bytes read as f16) is
+                // never used
                 dw[r] = load_f16_pair(blk as *const u8);
             }
             for c in 0..C {
@@ -154,6 +204,76 @@ impl<D: DotU8I8> TileKernel for Q8_0<D> {
                     let p = _mm256_cvtepi32_ps(D::dot(ax[r], _mm256_sign_epi8(qy, qx[r])));
                     let scale = _mm256_broadcastss_ps(_mm_mul_ss(dw[r], dy));
                     acc[r][c] = _mm256_fmadd_ps(scale, p, acc[r][c]);
+                }
+            }
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                out[r][c] = hsum(acc[r][c]);
+            }
+        }
+        out
+    }
+}
+
+/// Q6_K tiles against Q8_0 activations. Per 32-value block, for each weight row:
+///
+/// ```text
+///   q    = low nibbles | high bits << 4          32 bytes, 0..=63
+///   p16  = maddubs(q, a) - maddubs(32, a)        16 x i16 pair sums of (q - 32) * a, exact
+///                                                (|.| <= 2 * 63 * 127); the second term is
+///                                                the activation's, shared by all rows
+///   p32  = madd(p16, [sc_a x 8, sc_b x 8])       8 x i32: lanes 0-3 the first 16 values
+///   acc += f32(p32) * d * d_a
+/// ```
+pub(super) struct Q6K;
+
+impl TileKernel for Q6K {
+    type Block = BlockQ6K;
+    const BLOCKS_PER: usize = 8;
+
+    #[inline(always)]
+    unsafe fn tile<const R: usize, const C: usize>(
+        w: [*const BlockQ6K; R],
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        nb: usize,
+    ) -> [[f32; C]; R] {
+        let low4 = _mm256_set1_epi8(0x0F);
+        let low2 = _mm256_set1_epi8(0x03);
+        let offset = _mm256_set1_epi8(32);
+        // bytes 0-7 take scale 0, bytes 8-15 scale 1
+        let spread = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        for b in 0..nb {
+            let (sb, j) = (b / 8, b % 8);
+            let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
+            let (ql_shift, qh_shift) = (_mm_cvtsi32_si128(ql_shift as i32), _mm_cvtsi32_si128(qh_shift as i32));
+            let mut qx = [_mm256_setzero_si256(); R];
+            let mut sc = [_mm256_setzero_si256(); R];
+            let mut dw = [_mm256_setzero_ps(); R];
+            for r in 0..R {
+                let blk = w[r].add(sb);
+                // 8 blocks' prefetches 27 bytes apart touch every line of the 210 bytes
+                _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(PREFETCH_BYTES + 27 * j));
+                let ql = (*blk).ql.as_ptr().add(ql_at);
+                let lo = _mm256_and_si256(_mm256_srl_epi16(_mm256_loadu_si256(ql as *const __m256i), ql_shift), low4);
+                let qh = _mm256_loadu_si256((*blk).qh.as_ptr().add(qh_at) as *const __m256i);
+                let hi = _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, qh_shift), low2));
+                qx[r] = _mm256_or_si256(lo, hi);
+                let pair = std::ptr::read_unaligned((*blk).scales.as_ptr().add(2 * j) as *const u16);
+                sc[r] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_cvtsi32_si128(pair as i32), spread));
+                dw[r] = _mm256_set1_ps((*blk).d.to_f32());
+            }
+            for c in 0..C {
+                let qy = _mm256_loadu_si256(qs[c].add(b * QK) as *const __m256i);
+                let off = _mm256_maddubs_epi16(offset, qy);
+                let dy = _mm256_broadcast_ss(&*(ds[c].add(b) as *const f32));
+                for r in 0..R {
+                    let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(qx[r], qy), off);
+                    let p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, sc[r]));
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dy), p, acc[r][c]);
                 }
             }
         }
@@ -212,7 +332,7 @@ unsafe fn q4k_act_scales(ds: *const [f32; 2]) -> (__m256, __m256) {
 
 impl<D: DotU8I8> TileKernel for Q4K<D> {
     type Block = BlockQ4K;
-    const SUB_BLOCKS: usize = QK_K / QK;
+    const BLOCKS_PER: usize = QK_K / QK;
 
     #[inline(always)]
     unsafe fn tile<const R: usize, const C: usize>(
@@ -221,6 +341,8 @@ impl<D: DotU8I8> TileKernel for Q4K<D> {
         ds: [*const [f32; 2]; C],
         nb: usize,
     ) -> [[f32; C]; R] {
+        // `nb` counts 32-value blocks; the loops below walk super-blocks.
+        let nb = nb / Self::BLOCKS_PER;
         let mask = _mm256_set1_epi8(0x0F);
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         for b in 0..nb {
@@ -237,7 +359,7 @@ impl<D: DotU8I8> TileKernel for Q4K<D> {
                 wsc[r] = q4k_weight_scales(blk);
             }
             for c in 0..C {
-                let (da, sa) = q4k_act_scales(ds[c].add(b * Self::SUB_BLOCKS));
+                let (da, sa) = q4k_act_scales(ds[c].add(b * Self::BLOCKS_PER));
                 for r in 0..R {
                     _mm256_storeu_ps(scale[r][c].as_mut_ptr(), _mm256_mul_ps(wsc[r].0, da));
                     acc[r][c] = _mm256_fnmadd_ps(wsc[r].1, sa, acc[r][c]);
@@ -332,7 +454,7 @@ pub(super) unsafe fn q8_0_rows(
     dst: *mut f32,
     ldd: usize,
 ) {
-    drive::<Q8_0<Madd>>(w, nb, rows, acts, dst, ldd)
+    drive::<Signed<BlockQ8_0, Madd>>(w, nb, rows, acts, dst, ldd)
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
@@ -344,7 +466,67 @@ pub(super) unsafe fn q8_0_rows_vnni(
     dst: *mut f32,
     ldd: usize,
 ) {
-    drive::<Q8_0<Vnni>>(w, nb, rows, acts, dst, ldd)
+    drive::<Signed<BlockQ8_0, Vnni>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q4_0_rows(
+    w: *const BlockQ4_0,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Signed<BlockQ4_0, Madd>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(super) unsafe fn q4_0_rows_vnni(
+    w: *const BlockQ4_0,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Signed<BlockQ4_0, Vnni>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q5_0_rows(
+    w: *const BlockQ5_0,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Signed<BlockQ5_0, Madd>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(super) unsafe fn q5_0_rows_vnni(
+    w: *const BlockQ5_0,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Signed<BlockQ5_0, Vnni>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q6_k_rows(
+    w: *const BlockQ6K,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q6K>(w, nb, rows, acts, dst, ldd)
 }
 
 /// AVX2 twin of [`super::scalar::quantize_row`], bit-identical to it: same `amax`, same

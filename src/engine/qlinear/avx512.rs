@@ -153,7 +153,7 @@ unsafe fn q4k_group_quants(blk: *const BlockQ4K, g: usize) -> __m512i {
 
 impl TileKernel for Q4K {
     type Block = BlockQ4K;
-    const SUB_BLOCKS: usize = QK_K / QK;
+    const BLOCKS_PER: usize = QK_K / QK;
     const PREFILL_COLS: usize = 8;
 
     #[inline(always)]
@@ -163,6 +163,8 @@ impl TileKernel for Q4K {
         ds: [*const [f32; 2]; C],
         nb: usize,
     ) -> [[f32; C]; R] {
+        // `nb` counts 32-value blocks; the loops below walk super-blocks.
+        let nb = nb / Self::BLOCKS_PER;
         // group g's scale: lanes 0-7 take element 4g (d·sc·d_a of sub-block 2g), 8-15
         // element 4g + 2 (of sub-block 2g + 1)
         let spread: [__m512i; 4] = std::array::from_fn(|g| {
@@ -182,7 +184,7 @@ impl TileKernel for Q4K {
                 wsc[r] = q4k_weight_scales(blk);
             }
             for c in 0..C {
-                let dsa = _mm512_loadu_ps(ds[c].add(b * Self::SUB_BLOCKS) as *const f32);
+                let dsa = _mm512_loadu_ps(ds[c].add(b * Self::BLOCKS_PER) as *const f32);
                 for r in 0..R {
                     f[r][c] = _mm512_mul_ps(wsc[r], dsa);
                     // odd lanes: dmin·m_j·s_a

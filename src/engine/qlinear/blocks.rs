@@ -6,10 +6,56 @@
 
 use half::f16;
 
-/// Values per quantization block (Q4_1, Q8_0, Q8_1) and per K-quant sub-block.
+/// Values per quantization block (Q4_0, Q4_1, Q5_0, Q8_0, Q8_1) and per activation block.
 pub const QK: usize = 32;
-/// Values per K-quant super-block.
+/// Values per K-quant super-block (Q6_K).
 pub const QK_K: usize = 256;
+
+/// `block_q4_0`: `w = d * (q - 8)`, `q` in 0..=15; low nibbles hold values 0..16, high 16..32.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct BlockQ4_0 {
+    pub d: f16,
+    pub qs: [u8; QK / 2],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == 18);
+
+/// `block_q5_0`: `w = d * (q - 16)`, `q` in 0..=31: value `j < 16` is the low nibble of
+/// `qs[j]` with bit `j` of `qh` (little-endian u32) as its fifth bit, value `j + 16` the
+/// high nibble with bit `j + 16`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct BlockQ5_0 {
+    pub d: f16,
+    pub qh: [u8; 4],
+    pub qs: [u8; QK / 2],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ5_0>() == 22);
+
+/// `block_q6_K`: 256 values `w = d * scales[i / 16] * (q - 32)`, `q` in 0..=63. Each
+/// 128-value half `h` holds 64 bytes of `ql` and 32 of `qh`; its 32-value block `j`
+/// (0..4) takes the low (`j < 2`) or high nibbles of `ql[64h + 32 (j % 2)..][..32]` and
+/// bits `2j, 2j + 1` of `qh[32h..][..32]` as bits 4 and 5. So 32-value block `b` (0..8)
+/// of a super-block is 32 bytes of each and the two scales `scales[2b]`, `scales[2b + 1]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct BlockQ6K {
+    pub ql: [u8; QK_K / 2],
+    pub qh: [u8; QK_K / 4],
+    pub scales: [i8; QK_K / 16],
+    pub d: f16,
+}
+const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
+
+impl BlockQ6K {
+    /// Where 32-value block `b` (0..8) finds its low bits (`ql` bytes, nibble shift) and
+    /// its high bits (`qh` bytes, bit shift).
+    #[inline(always)]
+    pub fn sub_block(b: usize) -> (usize, u32, usize, u32) {
+        let (h, j) = (b / 4, b % 4);
+        (64 * h + 32 * (j % 2), 4 * (j / 2) as u32, 32 * h, 2 * j as u32)
+    }
+}
 
 /// `block_q4_1`: `w = d * q + m`, `q` in 0..=15; low nibbles hold values 0..16, high 16..32.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -98,19 +144,19 @@ impl Acts<'_> {
     }
 }
 
-/// A tile kernel: `R` weight rows against `C` activation rows, all `nb` blocks.
+/// A tile kernel: `R` weight rows against `C` activation rows, all `nb` 32-value blocks.
 /// Returns the `R x C` dot products.
 pub trait TileKernel {
     type Block;
-    /// 32-value activation blocks per weight block (8 for a K-quant super-block).
-    const SUB_BLOCKS: usize = 1;
+    /// 32-value blocks per `Block` (8 for the 256-value K-quant super-blocks).
+    const BLOCKS_PER: usize = 1;
     /// Activation rows per prefill tile (4 or 8): as many as keep the tile's accumulators
     /// in registers.
     const PREFILL_COLS: usize = 4;
     /// # Safety
-    /// Every `w[r]` points at `nb` weight blocks, every `qs[c]` at `32 * SUB_BLOCKS * nb`
-    /// quants and every `ds[c]` at `SUB_BLOCKS * nb` scale pairs; the CPU supports the
-    /// kernel's instruction set.
+    /// `nb` counts 32-value blocks and is a multiple of `BLOCKS_PER`; every `w[r]` points at
+    /// `nb / BLOCKS_PER` blocks, every `qs[c]` at `32 * nb` quants and every `ds[c]` at `nb`
+    /// scale pairs; the CPU supports the kernel's instruction set.
     unsafe fn tile<const R: usize, const C: usize>(
         w: [*const Self::Block; R],
         qs: [*const i8; C],
@@ -122,7 +168,7 @@ pub trait TileKernel {
 /// Weight rows per tile for single-row (decode) matmuls: these rows share each activation load.
 pub const DECODE_ROWS: usize = 4;
 
-/// Runs weight rows `rows` (each `nb` 32-value blocks long, `nb / K::SUB_BLOCKS` of
+/// Runs weight rows `rows` (each `nb` 32-value blocks long, `nb / K::BLOCKS_PER` of
 /// `K::Block`) against all activation rows, writing `dst[i * ldd + r]`.
 ///
 /// Decode (`m == 1`) walks the rows four at a time so that one activation load serves four
@@ -130,8 +176,7 @@ pub const DECODE_ROWS: usize = 4;
 /// walks the rows of this unit in pairs, so each weight block is unpacked once per tile.
 ///
 /// # Safety
-/// `nb` is a multiple of `K::SUB_BLOCKS`; `w` points at `rows.end * nb / K::SUB_BLOCKS`
-/// blocks; `dst` is valid for writes at every
+/// `w` points at `rows.end * nb / K::BLOCKS_PER` blocks; `dst` is valid for writes at every
 /// `i * ldd + r` (`i < acts.m`, `r` in `rows`) and no other thread writes those elements;
 /// the CPU supports `K`'s instruction set.
 #[inline(always)]
@@ -143,9 +188,9 @@ pub unsafe fn drive<K: TileKernel>(
     dst: *mut f32,
     ldd: usize,
 ) {
-    debug_assert!(nb.is_multiple_of(K::SUB_BLOCKS));
-    let nb = nb / K::SUB_BLOCKS;
-    let wrow = |r: usize| w.add(r * nb);
+    debug_assert!(nb.is_multiple_of(K::BLOCKS_PER));
+    let row_blocks = nb / K::BLOCKS_PER;
+    let wrow = |r: usize| w.add(r * row_blocks);
     let m = acts.m;
     if m == 1 {
         let (q, d) = (acts.row_qs(0), acts.row_ds(0));

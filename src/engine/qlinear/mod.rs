@@ -2,14 +2,15 @@
 //!
 //! candle 0.11 has SIMD dot kernels for Q4_0, Q8_0 and the K-quants but none for Q4_1, the
 //! format of the default model, so its Q4_1 matmul runs ggml's scalar reference code.
-//! [`QLinear`] runs its own kernels for Q4_1, Q8_0 and Q4_K weights on the CPU and hands
-//! every other case to candle's [`QMatMul`]:
+//! [`QLinear`] runs its own kernels for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights on the
+//! CPU, each read in the file's own block layout (in place from the mapped file, see
+//! `engine::weights`), and hands every other case to candle's [`QMatMul`]:
 //!
 //! ```text
 //! x (m x k, f32) --quantize each row once--> Q8_1 / Q8_0 rows  (ggml's rounding, bit-exact)
 //!                                               |
-//! W (n x k, Q4_1 / Q8_0 / Q4_K) -- rows split across the engine's pool (`engine::pool`,
-//!                            large matmuls only; decode as a detached job, `DecodeRows`)
+//! W (n x k, GGUF blocks) -- rows split across the engine's pool (`engine::pool`, large
+//!                           matmuls only; decode as a detached job, `DecodeRows`)
 //!                                               v
 //!        decode (m = 1): 4 weight rows share every activation load, each weight byte is
 //!                        read once;
@@ -27,17 +28,17 @@
 //! SIMD paths agree with it to float rounding (they sum the 32 products of a block in a
 //! different order; see the tests).
 //!
-//! Q4_K is read in the file's own layout (144-byte super-blocks of 256 values), against
-//! the same 32-value Q8_1 activations: each 32-value sub-block `j` gives
-//! `d * sc_j * d_a * sum(q * a) - dmin * m_j * s_a`. Candle instead quantizes the
+//! The K-quants are read in the file's own layout (super-blocks of 256 values) against
+//! the same 32-value activations: a Q4_K sub-block `j` gives
+//! `d * sc_j * d_a * sum(q * a) - dmin * m_j * s_a`, a Q6_K block of 32 values
+//! `d * d_a * (sc_a * dot(first 16) + sc_b * dot(second 16))`. Candle instead quantizes the
 //! activations per 256 values (Q8_K), so the two agree to the activations' 8-bit rounding,
-//! not bit for bit; ours is the finer of the two. A layer is a weight's rows as
-//! `nb = k / 32` units of `Kind::block_bytes` bytes whatever its kind, so a Q4_K row's
-//! `k / 256` super-blocks are `nb` units of 18 bytes.
+//! not bit for bit; ours is the finer of the two. A layer is a weight's rows of
+//! `nb = k / 32` activation blocks whatever its kind; `Kind::row_bytes` gives a row's bytes.
 //!
-//! Q4_0 weights are rewritten as Q4_1 (exactly) when the layer is built and run on the
-//! Q4_1 kernels, Q5_0 (exactly) and Q5_1 (to 8-bit rounding) as Q8_0 (`repack`). F32, F16
-//! and BF16 weights are read in place by `float` (candle would keep an f32 copy of them).
+//! Only Q5_1 is rewritten when the layer is built, as Q8_0 (to 8-bit rounding; `repack`).
+//! F32, F16 and BF16 weights are read in place by `float` (candle would keep an f32 copy
+//! of them).
 //!
 //! Which of these runs is the model's [`Kernels`] choice: `fast` (the best this CPU
 //! supports, detected at run time), `portable` (the scalar kernel) or `candle` (always
@@ -58,7 +59,7 @@ mod neon;
 #[cfg(test)]
 mod tests;
 
-use blocks::{Acts, BlockQ4K, BlockQ4_1, BlockQ8_0, QK, QK_K};
+use blocks::{Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, QK, QK_K};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Result, Tensor};
 pub(crate) use repack::growth_bytes;
@@ -98,6 +99,9 @@ impl Isa {
     ) {
         use blocks::drive;
         let (w41, w80, w4k) = (w as *const BlockQ4_1, w as *const BlockQ8_0, w as *const BlockQ4K);
+        let (w40, w50, w6k) = (w as *const BlockQ4_0, w as *const BlockQ5_0, w as *const BlockQ6K);
+        #[cfg(target_arch = "x86_64")]
+        let vnni = self == Isa::AvxVnni || (self == Isa::Avx512Vnni && is_x86_feature_detected!("avxvnni"));
         match (self, kind) {
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx2, Kind::Q4_1) => avx2::q4_1_rows(w41, nb, rows, acts, dst, ldd),
@@ -105,6 +109,7 @@ impl Isa {
             (Isa::AvxVnni, Kind::Q4_1) => avx2::q4_1_rows_vnni(w41, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q4_1) => avx512::q4_1_rows(w41, nb, rows, acts, dst, ldd),
+            // the signed-weight kernels: AVX-VNNI where present (also on AVX-512 CPUs)
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx2, Kind::Q4K) => avx2::q4k_rows(w4k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
@@ -112,15 +117,25 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q4K) => avx512::q4k_rows(w4k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
-            (Isa::Avx2, Kind::Q8_0) => avx2::q8_0_rows(w80, nb, rows, acts, dst, ldd),
-            #[cfg(target_arch = "x86_64")]
-            (Isa::AvxVnni, Kind::Q8_0) => avx2::q8_0_rows_vnni(w80, nb, rows, acts, dst, ldd),
-            #[cfg(target_arch = "x86_64")]
-            (Isa::Avx512Vnni, Kind::Q8_0) if is_x86_feature_detected!("avxvnni") => {
+            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q8_0) if vnni => {
                 avx2::q8_0_rows_vnni(w80, nb, rows, acts, dst, ldd)
             }
             #[cfg(target_arch = "x86_64")]
-            (Isa::Avx512Vnni, Kind::Q8_0) => avx2::q8_0_rows(w80, nb, rows, acts, dst, ldd),
+            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q8_0) => avx2::q8_0_rows(w80, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q4_0) if vnni => {
+                avx2::q4_0_rows_vnni(w40, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q4_0) => avx2::q4_0_rows(w40, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q5_0) if vnni => {
+                avx2::q5_0_rows_vnni(w50, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q5_0) => avx2::q5_0_rows(w50, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q6K) => avx2::q6_k_rows(w6k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "aarch64")]
             (Isa::Neon, Kind::Q4_1) => neon::q4_1_rows(w41, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "aarch64")]
@@ -133,14 +148,29 @@ impl Isa {
             (Isa::Neon, Kind::Q8_0) => neon::q8_0_rows(w80, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "aarch64")]
             (Isa::NeonDot, Kind::Q8_0) => neon::q8_0_rows_dot(w80, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "aarch64")]
+            (Isa::Neon, Kind::Q4_0) => neon::q4_0_rows(w40, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "aarch64")]
+            (Isa::NeonDot, Kind::Q4_0) => neon::q4_0_rows_dot(w40, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "aarch64")]
+            (Isa::Neon, Kind::Q5_0) => neon::q5_0_rows(w50, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "aarch64")]
+            (Isa::NeonDot, Kind::Q5_0) => neon::q5_0_rows_dot(w50, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "aarch64")]
+            (Isa::Neon, Kind::Q6K) => neon::q6_k_rows(w6k, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "aarch64")]
+            (Isa::NeonDot, Kind::Q6K) => neon::q6_k_rows_dot(w6k, nb, rows, acts, dst, ldd),
             (_, Kind::Q4_1) => drive::<scalar::ScalarQ4_1>(w41, nb, rows, acts, dst, ldd),
             (_, Kind::Q8_0) => drive::<scalar::ScalarQ8_0>(w80, nb, rows, acts, dst, ldd),
             (_, Kind::Q4K) => drive::<scalar::ScalarQ4K>(w4k, nb, rows, acts, dst, ldd),
+            (_, Kind::Q4_0) => drive::<scalar::ScalarQ4_0>(w40, nb, rows, acts, dst, ldd),
+            (_, Kind::Q5_0) => drive::<scalar::ScalarQ5_0>(w50, nb, rows, acts, dst, ldd),
+            (_, Kind::Q6K) => drive::<scalar::ScalarQ6K>(w6k, nb, rows, acts, dst, ldd),
         }
     }
 }
 
-/// Weight formats with our own kernels.
+/// Weight formats with our own kernels, each read in the file's own block layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     /// Q4_1 weights against Q8_1 activations.
@@ -150,6 +180,12 @@ enum Kind {
     /// Q4_K weights (256-value super-blocks, in the file's layout) against Q8_1
     /// activations, one activation block per 32-value sub-block.
     Q4K,
+    /// Q4_0 weights against Q8_0 activations.
+    Q4_0,
+    /// Q5_0 weights against Q8_0 activations.
+    Q5_0,
+    /// Q6_K weights (256-value super-blocks) against Q8_0 activations.
+    Q6K,
 }
 
 impl Kind {
@@ -157,25 +193,34 @@ impl Kind {
         match dtype {
             GgmlDType::Q4_1 => Some(Kind::Q4_1),
             GgmlDType::Q8_0 => Some(Kind::Q8_0),
+            GgmlDType::Q4_0 => Some(Kind::Q4_0),
+            GgmlDType::Q5_0 => Some(Kind::Q5_0),
             GgmlDType::Q4K => Some(Kind::Q4K),
+            GgmlDType::Q6K => Some(Kind::Q6K),
             _ => None,
         }
     }
-    /// Weight bytes per 32 values, so that a row of `nb` activation blocks is
-    /// `nb * block_bytes` bytes (a Q4_K super-block's 144 bytes cover 8 of them).
-    fn block_bytes(self) -> usize {
-        match self {
-            Kind::Q4_1 => std::mem::size_of::<BlockQ4_1>(),
-            Kind::Q8_0 => std::mem::size_of::<BlockQ8_0>(),
-            Kind::Q4K => std::mem::size_of::<BlockQ4K>() / (QK_K / QK),
-        }
-    }
-    /// Values per weight block: a row's length must be a multiple of it.
+    /// Values per block of the format (a row holds whole blocks).
     fn block_values(self) -> usize {
         match self {
-            Kind::Q4_1 | Kind::Q8_0 => QK,
-            Kind::Q4K => QK_K,
+            Kind::Q4K | Kind::Q6K => QK_K,
+            Kind::Q4_1 | Kind::Q8_0 | Kind::Q4_0 | Kind::Q5_0 => QK,
         }
+    }
+    /// Bytes of a weight row of `nb` 32-value blocks (`nb` a multiple of
+    /// `block_values() / 32`).
+    fn row_bytes(self, nb: usize) -> usize {
+        let per = self.block_values() / QK;
+        debug_assert!(nb.is_multiple_of(per));
+        let block = match self {
+            Kind::Q4_1 => std::mem::size_of::<BlockQ4_1>(),
+            Kind::Q8_0 => std::mem::size_of::<BlockQ8_0>(),
+            Kind::Q4_0 => std::mem::size_of::<BlockQ4_0>(),
+            Kind::Q5_0 => std::mem::size_of::<BlockQ5_0>(),
+            Kind::Q4K => std::mem::size_of::<BlockQ4K>(),
+            Kind::Q6K => std::mem::size_of::<BlockQ6K>(),
+        };
+        nb / per * block
     }
     /// Q8_1 activations carry `s = d * sum(q)` for the Q4_1 offset and Q4_K min terms.
     fn with_sum(self) -> bool {
@@ -187,7 +232,7 @@ impl Kind {
 /// aligned for their f16 scales.
 fn layout_ok(bytes: &[u8], n: usize, k: usize, kind: Kind) -> bool {
     k.is_multiple_of(kind.block_values())
-        && bytes.len() == n * (k / QK) * kind.block_bytes()
+        && bytes.len() == n * kind.row_bytes(k / QK)
         && (bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<half::f16>())
 }
 
@@ -328,14 +373,16 @@ impl QLinear {
         Ok(Self { w: Weight::Owned(w), heap_bytes, backend, out_features, in_features })
     }
 
-    /// CPU storage holding exactly `n` rows of `k / 32` blocks' bytes, rows a whole
-    /// number of the kind's blocks, aligned for f16 reads.
+    /// CPU storage holding exactly `n` rows of whole blocks, aligned for f16 reads.
     fn storage_ok(w: &QTensor, kind: Kind) -> Result<bool> {
         if !w.device().is_cpu() {
             return Ok(false);
         }
         let (n, k) = w.shape().dims2()?;
-        Ok(layout_ok(&w.data()?, n, k, kind))
+        let data = w.data()?;
+        Ok(k.is_multiple_of(kind.block_values())
+            && data.len() == n * kind.row_bytes(k / QK)
+            && (data.as_ptr() as usize).is_multiple_of(std::mem::align_of::<half::f16>()))
     }
 
     /// `x`: `(.., in_features)` on any device; returns `(.., out_features)` in `x`'s dtype.
@@ -518,7 +565,7 @@ fn matmul_many(layers: &[&QLinear], isa: Isa, x: &[f32], m: usize, dsts: &mut [V
         assert_eq!(l.in_features, k);
         assert_eq!(dst.len(), m * l.out_features);
         let data = l.w.bytes()?;
-        debug_assert_eq!(data.len(), l.out_features * nb * l.kind().block_bytes());
+        debug_assert_eq!(data.len(), l.out_features * l.kind().row_bytes(nb));
         datas.push(data);
     }
     let weights: Vec<SendPtr<u8>> = datas.iter().map(|d| SendPtr(d.as_ptr() as *mut u8)).collect();
@@ -639,7 +686,7 @@ impl DecodeRows {
         for l in layers {
             assert_eq!(l.in_features, k);
             let data = l.w.bytes()?;
-            debug_assert_eq!(data.len(), l.out_features * nb * l.kind().block_bytes());
+            debug_assert_eq!(data.len(), l.out_features * l.kind().row_bytes(nb));
             owned.push(DecodeLayer {
                 // CPU storage or the mapping: `data` borrows bytes alive as long as `_w`.
                 data: SendPtr(data.as_ptr() as *mut u8),
@@ -670,7 +717,7 @@ impl pool::Detachable for DecodeRows {
         let acts = Acts { qs: &self.qs, ds: &self.ds, m: 1, nb: self.nb };
         for (j, rows) in self.units.rows_of(units) {
             let l = &self.layers[j];
-            let row_bytes = self.nb * l.kind.block_bytes();
+            let row_bytes = l.kind.row_bytes(self.nb);
             // SAFETY: layer j's weight holds its rows of nb blocks of its kind (checked at
             // construction) and `_w` keeps it alive; `rows` lie within them; their outputs
             // are `out[row_start[j] + rows.start - base ..][..rows.len()]`, inside `out`

@@ -13,13 +13,15 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::blocks::{drive, Acts, BlockQ4K, BlockQ4_1, BlockQ8_0, TileKernel, QK, QK_K};
+use super::blocks::{drive, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel, QK, QK_K};
 use std::arch::aarch64::*;
 use std::marker::PhantomData;
 
 /// Four i32 partial sums of `a . b` over 32 signed bytes given as two 16-byte halves.
 trait DotI8 {
     unsafe fn dot(a0: int8x16_t, b0: int8x16_t, a1: int8x16_t, b1: int8x16_t) -> int32x4_t;
+    /// Four i32 partial sums of `a . b` over 16 signed bytes.
+    unsafe fn dot16(a: int8x16_t, b: int8x16_t) -> int32x4_t;
 }
 
 /// `sdot` (ARMv8.2 dot product).
@@ -40,6 +42,18 @@ impl DotI8 for Sdot {
         );
         acc
     }
+    #[inline(always)]
+    unsafe fn dot16(a: int8x16_t, b: int8x16_t) -> int32x4_t {
+        let mut acc = vdupq_n_s32(0);
+        std::arch::asm!(
+            "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+            acc = inout(vreg) acc,
+            a = in(vreg) a,
+            b = in(vreg) b,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+        acc
+    }
 }
 
 /// Baseline NEON: widening multiplies and pairwise adds (|products| < 2^15, exact).
@@ -55,6 +69,12 @@ impl DotI8 for Mull {
         let s = vpadalq_s16(s, p1);
         let s = vpadalq_s16(s, p2);
         vpadalq_s16(s, p3)
+    }
+    #[inline(always)]
+    unsafe fn dot16(a: int8x16_t, b: int8x16_t) -> int32x4_t {
+        let p0 = vmull_s8(vget_low_s8(a), vget_low_s8(b));
+        let p1 = vmull_high_s8(a, b);
+        vpadalq_s16(vpaddlq_s16(p0), p1)
     }
 }
 
@@ -107,14 +127,74 @@ impl<D: DotI8> TileKernel for Q4_1<D> {
     }
 }
 
-pub(super) struct Q8_0<D>(PhantomData<D>);
+/// A weight format whose 32-value blocks unpack to signed bytes `q` (two 16-byte halves, in
+/// the order of the activation bytes) under one f16 scale `d`: `w = d * q`.
+pub(super) trait SignedBlock {
+    type Block;
+    unsafe fn quants(blk: &Self::Block) -> (int8x16_t, int8x16_t);
+    fn scale(blk: &Self::Block) -> f32;
+}
 
-impl<D: DotI8> TileKernel for Q8_0<D> {
+impl SignedBlock for BlockQ8_0 {
     type Block = BlockQ8_0;
+    #[inline(always)]
+    unsafe fn quants(blk: &BlockQ8_0) -> (int8x16_t, int8x16_t) {
+        (vld1q_s8(blk.qs.as_ptr()), vld1q_s8(blk.qs.as_ptr().add(QK / 2)))
+    }
+    #[inline(always)]
+    fn scale(blk: &BlockQ8_0) -> f32 {
+        blk.d.to_f32()
+    }
+}
+
+impl SignedBlock for BlockQ4_0 {
+    type Block = BlockQ4_0;
+    #[inline(always)]
+    unsafe fn quants(blk: &BlockQ4_0) -> (int8x16_t, int8x16_t) {
+        let raw = vld1q_u8(blk.qs.as_ptr());
+        let eight = vdupq_n_s8(8);
+        (
+            vsubq_s8(vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0F))), eight),
+            vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw)), eight),
+        )
+    }
+    #[inline(always)]
+    fn scale(blk: &BlockQ4_0) -> f32 {
+        blk.d.to_f32()
+    }
+}
+
+impl SignedBlock for BlockQ5_0 {
+    type Block = BlockQ5_0;
+    /// The fifth bits: byte `i` of a half tests bit `i` of its 16 bits of `qh`.
+    #[inline(always)]
+    unsafe fn quants(blk: &BlockQ5_0) -> (int8x16_t, int8x16_t) {
+        let raw = vld1q_u8(blk.qs.as_ptr());
+        let bits = vld1q_u8([1u8, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128].as_ptr());
+        let fifth =
+            |lo: u8, hi: u8| vandq_u8(vtstq_u8(vcombine_u8(vdup_n_u8(lo), vdup_n_u8(hi)), bits), vdupq_n_u8(16));
+        let [h0, h1, h2, h3] = blk.qh;
+        let sixteen = vdupq_n_s8(16);
+        (
+            vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(raw, vdupq_n_u8(0x0F)), fifth(h0, h1))), sixteen),
+            vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8::<4>(raw), fifth(h2, h3))), sixteen),
+        )
+    }
+    #[inline(always)]
+    fn scale(blk: &BlockQ5_0) -> f32 {
+        blk.d.to_f32()
+    }
+}
+
+/// Signed-weight tiles (Q8_0, Q4_0, Q5_0) against Q8_0 activations.
+pub(super) struct Signed<W, D>(PhantomData<(W, D)>);
+
+impl<W: SignedBlock, D: DotI8> TileKernel for Signed<W, D> {
+    type Block = W::Block;
 
     #[inline(always)]
     unsafe fn tile<const R: usize, const C: usize>(
-        w: [*const BlockQ8_0; R],
+        w: [*const W::Block; R],
         qs: [*const i8; C],
         ds: [*const [f32; 2]; C],
         nb: usize,
@@ -126,9 +206,8 @@ impl<D: DotI8> TileKernel for Q8_0<D> {
             let mut dw = [0f32; R];
             for r in 0..R {
                 let blk = &*w[r].add(b);
-                x0[r] = vld1q_s8(blk.qs.as_ptr());
-                x1[r] = vld1q_s8(blk.qs.as_ptr().add(QK / 2));
-                dw[r] = blk.d.to_f32();
+                (x0[r], x1[r]) = W::quants(blk);
+                dw[r] = W::scale(blk);
             }
             for c in 0..C {
                 let y0 = vld1q_s8(qs[c].add(b * QK));
@@ -137,6 +216,64 @@ impl<D: DotI8> TileKernel for Q8_0<D> {
                 for r in 0..R {
                     let p = vcvtq_f32_s32(D::dot(x0[r], y0, x1[r], y1));
                     acc[r][c] = vfmaq_n_f32(acc[r][c], p, dw[r] * dy);
+                }
+            }
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                out[r][c] = vaddvq_f32(acc[r][c]);
+            }
+        }
+        out
+    }
+}
+
+/// Q6_K tiles against Q8_0 activations: per 32-value block, the weight quants less 32 as
+/// signed bytes, each 16-value half's dot product times its scale in i32, then
+/// `acc += f32(sum) * d * d_a`.
+pub(super) struct Q6K<D>(PhantomData<D>);
+
+impl<D: DotI8> TileKernel for Q6K<D> {
+    type Block = BlockQ6K;
+    const BLOCKS_PER: usize = 8;
+
+    #[inline(always)]
+    unsafe fn tile<const R: usize, const C: usize>(
+        w: [*const BlockQ6K; R],
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        nb: usize,
+    ) -> [[f32; C]; R] {
+        let mut acc = [[vdupq_n_f32(0.0); C]; R];
+        for b in 0..nb {
+            let (sb, j) = (b / 8, b % 8);
+            let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
+            // right shifts as negative left shifts
+            let (ql_shift, qh_shift) = (vdupq_n_s8(-(ql_shift as i8)), vdupq_n_s8(-(qh_shift as i8)));
+            let mut x = [[vdupq_n_s8(0); 2]; R];
+            let mut sc = [[0i32; 2]; R];
+            let mut dw = [0f32; R];
+            for r in 0..R {
+                let blk = &*w[r].add(sb);
+                for (h, x) in x[r].iter_mut().enumerate() {
+                    let ql = vld1q_u8(blk.ql.as_ptr().add(ql_at + 16 * h));
+                    let qh = vld1q_u8(blk.qh.as_ptr().add(qh_at + 16 * h));
+                    let lo = vandq_u8(vshlq_u8(ql, ql_shift), vdupq_n_u8(0x0F));
+                    let hi = vshlq_n_u8::<4>(vandq_u8(vshlq_u8(qh, qh_shift), vdupq_n_u8(3)));
+                    *x = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hi)), vdupq_n_s8(32));
+                }
+                sc[r] = [blk.scales[2 * j] as i32, blk.scales[2 * j + 1] as i32];
+                dw[r] = blk.d.to_f32();
+            }
+            for c in 0..C {
+                let y0 = vld1q_s8(qs[c].add(b * QK));
+                let y1 = vld1q_s8(qs[c].add(b * QK + QK / 2));
+                let dy = (*ds[c].add(b))[0];
+                for r in 0..R {
+                    let s = vmulq_n_s32(D::dot16(x[r][0], y0), sc[r][0]);
+                    let s = vmlaq_n_s32(s, D::dot16(x[r][1], y1), sc[r][1]);
+                    acc[r][c] = vfmaq_n_f32(acc[r][c], vcvtq_f32_s32(s), dw[r] * dy);
                 }
             }
         }
@@ -161,7 +298,7 @@ unsafe fn scaled_bytes(v: uint8x8_t, x: f32) -> [float32x4_t; 2] {
 
 impl<D: DotI8> TileKernel for Q4K<D> {
     type Block = BlockQ4K;
-    const SUB_BLOCKS: usize = QK_K / QK;
+    const BLOCKS_PER: usize = QK_K / QK;
 
     #[inline(always)]
     unsafe fn tile<const R: usize, const C: usize>(
@@ -170,6 +307,8 @@ impl<D: DotI8> TileKernel for Q4K<D> {
         ds: [*const [f32; 2]; C],
         nb: usize,
     ) -> [[f32; C]; R] {
+        // `nb` counts 32-value blocks; the loops below walk super-blocks.
+        let nb = nb / Self::BLOCKS_PER;
         let mask = vdupq_n_u8(0x0F);
         let mut acc = [[vdupq_n_f32(0.0); C]; R];
         for b in 0..nb {
@@ -184,7 +323,7 @@ impl<D: DotI8> TileKernel for Q4K<D> {
                 dmn[r] = scaled_bytes(vget_high_u8(sm), blk.dmin.to_f32());
             }
             for c in 0..C {
-                let p = ds[c].add(b * Self::SUB_BLOCKS) as *const f32;
+                let p = ds[c].add(b * Self::BLOCKS_PER) as *const f32;
                 // (d_a, s_a) of sub-blocks 0..4 and 4..8, deinterleaved
                 let (lo, hi) = (vld2q_f32(p), vld2q_f32(p.add(8)));
                 for r in 0..R {
@@ -282,7 +421,7 @@ pub(super) unsafe fn q8_0_rows_dot(
     dst: *mut f32,
     ldd: usize,
 ) {
-    drive::<Q8_0<Sdot>>(w, nb, rows, acts, dst, ldd)
+    drive::<Signed<BlockQ8_0, Sdot>>(w, nb, rows, acts, dst, ldd)
 }
 
 #[target_feature(enable = "neon")]
@@ -294,7 +433,79 @@ pub(super) unsafe fn q8_0_rows(
     dst: *mut f32,
     ldd: usize,
 ) {
-    drive::<Q8_0<Mull>>(w, nb, rows, acts, dst, ldd)
+    drive::<Signed<BlockQ8_0, Mull>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "neon,dotprod")]
+pub(super) unsafe fn q4_0_rows_dot(
+    w: *const BlockQ4_0,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Signed<BlockQ4_0, Sdot>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn q4_0_rows(
+    w: *const BlockQ4_0,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Signed<BlockQ4_0, Mull>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "neon,dotprod")]
+pub(super) unsafe fn q5_0_rows_dot(
+    w: *const BlockQ5_0,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Signed<BlockQ5_0, Sdot>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn q5_0_rows(
+    w: *const BlockQ5_0,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Signed<BlockQ5_0, Mull>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "neon,dotprod")]
+pub(super) unsafe fn q6_k_rows_dot(
+    w: *const BlockQ6K,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q6K<Sdot>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn q6_k_rows(
+    w: *const BlockQ6K,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q6K<Mull>>(w, nb, rows, acts, dst, ldd)
 }
 
 /// NEON twin of [`super::scalar::quantize_row`], bit-identical to it (`vrndaq_f32` rounds

@@ -1,10 +1,10 @@
 //! Portable kernels: the reference the SIMD paths are tested against and the fallback on
-//! CPUs without them. For Q4_1 and Q8_0 the arithmetic is candle's `vec_dot_unopt` term
-//! for term, so this path reproduces candle's CPU results bit for bit; Q4_K (which candle
-//! multiplies against 256-value Q8_K activations) is the plain Q4_K formula against our
-//! 32-value Q8_1 ones.
+//! CPUs without them. For Q4_0, Q4_1, Q5_0 and Q8_0 the arithmetic is candle's
+//! `vec_dot_unopt` term for term, so this path reproduces candle's CPU results bit for bit;
+//! Q4_K and Q6_K (which candle multiplies against 256-value Q8_K activations) are the plain
+//! formulas against our 32-value activations.
 
-use super::blocks::{BlockQ4K, BlockQ4_1, BlockQ8_0, TileKernel, QK, QK_K};
+use super::blocks::{BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel, QK, QK_K};
 use half::f16;
 
 /// Quantizes one row to Q8_1 exactly as candle's `BlockQ8_1::from_float` (ggml's
@@ -31,31 +31,58 @@ pub fn quantize_row(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], with_sum: boo
     }
 }
 
-/// Portable Q4_1 x Q8_1 tiles.
-pub struct ScalarQ4_1;
+/// A portable tile kernel over a row dot product `$dot(weight blocks, quants, scales)`.
+macro_rules! scalar_tiles {
+    ($(#[$doc:meta])* $name:ident, $block:ty, $per:expr, $dot:ident) => {
+        $(#[$doc])*
+        pub struct $name;
 
-impl TileKernel for ScalarQ4_1 {
-    type Block = BlockQ4_1;
+        impl TileKernel for $name {
+            type Block = $block;
+            const BLOCKS_PER: usize = $per;
 
-    #[inline(always)]
-    unsafe fn tile<const R: usize, const C: usize>(
-        w: [*const BlockQ4_1; R],
-        qs: [*const i8; C],
-        ds: [*const [f32; 2]; C],
-        nb: usize,
-    ) -> [[f32; C]; R] {
-        let mut out = [[0f32; C]; R];
-        for (r, w) in w.iter().enumerate() {
-            let w = std::slice::from_raw_parts(*w, nb);
-            for c in 0..C {
-                let q = std::slice::from_raw_parts(qs[c], nb * QK);
-                let ds = std::slice::from_raw_parts(ds[c], nb);
-                out[r][c] = dot_q4_1(w, q, ds);
+            #[inline(always)]
+            unsafe fn tile<const R: usize, const C: usize>(
+                w: [*const $block; R],
+                qs: [*const i8; C],
+                ds: [*const [f32; 2]; C],
+                nb: usize,
+            ) -> [[f32; C]; R] {
+                let mut out = [[0f32; C]; R];
+                for (r, w) in w.iter().enumerate() {
+                    let w = std::slice::from_raw_parts(*w, nb / $per);
+                    for c in 0..C {
+                        let q = std::slice::from_raw_parts(qs[c], nb * QK);
+                        let ds = std::slice::from_raw_parts(ds[c], nb);
+                        out[r][c] = $dot(w, q, ds);
+                    }
+                }
+                out
             }
         }
-        out
-    }
+    };
 }
+
+scalar_tiles!(
+    /// Portable Q4_1 x Q8_1 tiles.
+    ScalarQ4_1, BlockQ4_1, 1, dot_q4_1
+);
+scalar_tiles!(
+    /// Portable Q8_0 x Q8_0 tiles.
+    ScalarQ8_0, BlockQ8_0, 1, dot_q8_0
+);
+scalar_tiles!(
+    /// Portable Q4_0 x Q8_0 tiles.
+    ScalarQ4_0, BlockQ4_0, 1, dot_q4_0
+);
+scalar_tiles!(
+    /// Portable Q5_0 x Q8_0 tiles.
+    ScalarQ5_0, BlockQ5_0, 1, dot_q5_0
+);
+scalar_tiles!(
+    /// Portable Q6_K x Q8_0 tiles.
+    ScalarQ6K, BlockQ6K, 8, dot_q6_k
+);
 
 /// One Q4_1 row against one Q8_1 row; candle's `BlockQ4_1::vec_dot_unopt` term for term.
 #[inline]
@@ -73,32 +100,6 @@ pub fn dot_q4_1(w: &[BlockQ4_1], qs: &[i8], ds: &[[f32; 2]]) -> f32 {
     sumf
 }
 
-/// Portable Q8_0 x Q8_0 tiles.
-pub struct ScalarQ8_0;
-
-impl TileKernel for ScalarQ8_0 {
-    type Block = BlockQ8_0;
-
-    #[inline(always)]
-    unsafe fn tile<const R: usize, const C: usize>(
-        w: [*const BlockQ8_0; R],
-        qs: [*const i8; C],
-        ds: [*const [f32; 2]; C],
-        nb: usize,
-    ) -> [[f32; C]; R] {
-        let mut out = [[0f32; C]; R];
-        for (r, w) in w.iter().enumerate() {
-            let w = std::slice::from_raw_parts(*w, nb);
-            for c in 0..C {
-                let q = std::slice::from_raw_parts(qs[c], nb * QK);
-                let ds = std::slice::from_raw_parts(ds[c], nb);
-                out[r][c] = dot_q8_0(w, q, ds);
-            }
-        }
-        out
-    }
-}
-
 /// One Q8_0 row against one Q8_0 row; candle's `BlockQ8_0::vec_dot_unopt` term for term.
 #[inline]
 pub fn dot_q8_0(w: &[BlockQ8_0], qs: &[i8], ds: &[[f32; 2]]) -> f32 {
@@ -110,12 +111,66 @@ pub fn dot_q8_0(w: &[BlockQ8_0], qs: &[i8], ds: &[[f32; 2]]) -> f32 {
     sumf
 }
 
+/// One Q4_0 row against one Q8_0 row; candle's `BlockQ4_0::vec_dot_unopt` term for term.
+#[inline]
+pub fn dot_q4_0(w: &[BlockQ4_0], qs: &[i8], ds: &[[f32; 2]]) -> f32 {
+    let mut sumf = 0f32;
+    for ((blk, q), &[dy, _]) in w.iter().zip(qs.chunks_exact(QK)).zip(ds) {
+        let mut sumi = 0i32;
+        for j in 0..QK / 2 {
+            let v0 = (blk.qs[j] & 0x0F) as i32 - 8;
+            let v1 = (blk.qs[j] >> 4) as i32 - 8;
+            sumi += v0 * q[j] as i32 + v1 * q[j + QK / 2] as i32;
+        }
+        sumf += sumi as f32 * blk.d.to_f32() * dy;
+    }
+    sumf
+}
+
+/// One Q5_0 row against one Q8_0 row; candle's `BlockQ5_0::vec_dot_unopt` term for term.
+#[inline]
+pub fn dot_q5_0(w: &[BlockQ5_0], qs: &[i8], ds: &[[f32; 2]]) -> f32 {
+    let mut sumf = 0f32;
+    for ((blk, q), &[dy, _]) in w.iter().zip(qs.chunks_exact(QK)).zip(ds) {
+        let qh = u32::from_le_bytes(blk.qh);
+        let mut sumi = 0i32;
+        for j in 0..QK / 2 {
+            let v0 = ((blk.qs[j] & 0x0F) as i32 | (((qh >> j) & 1) << 4) as i32) - 16;
+            let v1 = ((blk.qs[j] >> 4) as i32 | (((qh >> (j + 16)) & 1) << 4) as i32) - 16;
+            sumi += v0 * q[j] as i32 + v1 * q[j + QK / 2] as i32;
+        }
+        sumf += sumi as f32 * blk.d.to_f32() * dy;
+    }
+    sumf
+}
+
+/// One Q6_K row against one Q8_0 row (activations quantized per 32 values, not per 256 as
+/// candle's Q8_K): per 32-value block `d * d_a * (sc_a * dot(first 16) + sc_b * dot(second
+/// 16))`, the integer part exact.
+#[inline]
+pub fn dot_q6_k(w: &[BlockQ6K], qs: &[i8], ds: &[[f32; 2]]) -> f32 {
+    let mut sumf = 0f32;
+    for (b, (q, &[dy, _])) in qs.chunks_exact(QK).zip(ds).enumerate() {
+        let blk = &w[b / 8];
+        let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(b % 8);
+        let value = |l: usize| {
+            let lo = (blk.ql[ql_at + l] >> ql_shift) & 0x0F;
+            let hi = (blk.qh[qh_at + l] >> qh_shift) & 3;
+            (lo | (hi << 4)) as i32 - 32
+        };
+        let half = |from: usize| (from..from + QK / 2).map(|l| value(l) * q[l] as i32).sum::<i32>();
+        let sumi = blk.scales[2 * (b % 8)] as i32 * half(0) + blk.scales[2 * (b % 8) + 1] as i32 * half(QK / 2);
+        sumf += sumi as f32 * (blk.d.to_f32() * dy);
+    }
+    sumf
+}
+
 /// Portable Q4_K x Q8_1 tiles.
 pub struct ScalarQ4K;
 
 impl TileKernel for ScalarQ4K {
     type Block = BlockQ4K;
-    const SUB_BLOCKS: usize = QK_K / QK;
+    const BLOCKS_PER: usize = QK_K / QK;
 
     #[inline(always)]
     unsafe fn tile<const R: usize, const C: usize>(
@@ -124,12 +179,14 @@ impl TileKernel for ScalarQ4K {
         ds: [*const [f32; 2]; C],
         nb: usize,
     ) -> [[f32; C]; R] {
+        // `nb` counts 32-value blocks; the loops below walk super-blocks.
+        let nb = nb / Self::BLOCKS_PER;
         let mut out = [[0f32; C]; R];
         for (r, w) in w.iter().enumerate() {
             let w = std::slice::from_raw_parts(*w, nb);
             for c in 0..C {
                 let q = std::slice::from_raw_parts(qs[c], nb * QK_K);
-                let ds = std::slice::from_raw_parts(ds[c], nb * Self::SUB_BLOCKS);
+                let ds = std::slice::from_raw_parts(ds[c], nb * Self::BLOCKS_PER);
                 out[r][c] = dot_q4_k(w, q, ds);
             }
         }
