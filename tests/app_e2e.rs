@@ -422,11 +422,11 @@ struct CliReply {
 }
 
 /// Runs the terminal chat on `prompt` (its default threads, greedy, `max_tokens`), on the
-/// weights the app loads for this machine's tier (`--follow-policy-quant`, as `app` does).
+/// file the app loads (`--model`, loaded as named by both).
 fn cli_reply(model: &Path, prompt: &str, max_tokens: &str) -> CliReply {
     use std::io::Write;
     let mut child = Command::new(env!("CARGO_BIN_EXE_pocketchat"))
-        .args(["chat", "--stats", "--follow-policy-quant", "--max-tokens", max_tokens, "--model"])
+        .args(["chat", "--stats", "--max-tokens", max_tokens, "--model"])
         .arg(model)
         .env_remove("POCKETCHAT_THREADS")
         .stdin(Stdio::piped())
@@ -574,7 +574,7 @@ fn the_window_streams_what_the_engine_writes_and_reports_its_speed() {
 }
 
 /// The model screen end to end: in the real window, the user opens *Models*, pastes the
-/// URL of a second model (the default model's 8-bit file, served by a local HTTP server
+/// URL of a second model (the default model's Q8_0 copy, served by a local HTTP server
 /// on a slowed link with Hugging Face's checksum header), watches the progress bar (a
 /// screenshot shows it), and once the file is downloaded and verified clicks *Use*: the
 /// app switches to it while it runs and answers on it.
@@ -586,7 +586,11 @@ fn the_app_downloads_verifies_and_switches_to_a_second_model() {
         skip_loudly("xvfb-run is not installed");
         return;
     }
-    let second = pocketchat::catalog::ensure_q8_variant(&model).expect("the 8-bit file of the default model");
+    // The default model's Q8_0 copy, made here on request as `pocketchat quantize` does.
+    let second = pocketchat::catalog::quant_sibling_path(&model, "Q8_0");
+    if !second.is_file() {
+        pocketchat::catalog::quantize_q8_0(&model, &second).expect("the Q8_0 copy of the default model");
+    }
     let bytes = std::sync::Arc::new(fs::read(&second).unwrap());
     let sha = pocketchat::catalog::sha256_file(&second).unwrap();
     const NAME: &str = "SmolLM2-135M-second.Q8_0.gguf";

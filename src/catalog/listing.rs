@@ -1,6 +1,6 @@
 //! The catalog as `pocketchat models` and the app's model screen show it: each entry
-//! with its fit on a tier ([`crate::memory::fit`]), whether it is downloaded, and
-//! whether this engine runs it yet.
+//! with its fit on a tier ([`crate::memory::fit`]), whether it is the file of its model
+//! that the tier gets, whether it is downloaded, and whether this engine runs it yet.
 
 use std::path::Path;
 
@@ -29,6 +29,9 @@ pub struct ModelRow {
     pub budget: usize,
     /// What sets the budget, in words.
     pub budget_limit: &'static str,
+    /// The published file of its model that this tier gets ([`Catalog::for_tier`]): the
+    /// one offered for this device.
+    pub for_this_tier: bool,
     /// Predicted footprint at that budget.
     pub footprint_bytes: u64,
     pub ceiling_bytes: u64,
@@ -43,10 +46,10 @@ pub struct ModelRow {
 
 /// Every entry of `catalog` on `tier`, with downloads looked for in `dir`.
 pub fn rows(catalog: &Catalog, tier: RamTier, dir: &Path) -> Vec<ModelRow> {
-    catalog.models.iter().map(|e| row(e, tier, dir)).collect()
+    catalog.models.iter().map(|e| row(e, catalog.for_tier(e, tier).id == e.id, tier, dir)).collect()
 }
 
-fn row(entry: &ModelEntry, tier: RamTier, dir: &Path) -> ModelRow {
+fn row(entry: &ModelEntry, for_this_tier: bool, tier: RamTier, dir: &Path) -> ModelRow {
     let fit = memory::fit(&entry.facts(), tier);
     let runs = entry.runs_here();
     ModelRow {
@@ -62,6 +65,7 @@ fn row(entry: &ModelEntry, tier: RamTier, dir: &Path) -> ModelRow {
         fit: fit.class.label(),
         budget: fit.budget,
         budget_limit: if fit.fits() { fit.limit.explain() } else { "does not fit" },
+        for_this_tier,
         footprint_bytes: fit.footprint_bytes,
         ceiling_bytes: fit.ceiling_bytes,
         downloaded: entry.path_in(dir).is_file(),
@@ -85,6 +89,11 @@ mod tests {
         assert!(!row("gemma-3-4b-it-q8_0").fits);
         assert_eq!(row("gemma-3-4b-it-q8_0").budget, 0);
         assert!(row("gemma-3-4b-it-q4_k_m").fits);
+        // What the tier gets of each model: Gemma 3 4B's 4-bit file, SmolLM2-360M's 8-bit
+        // one, and the default model's only (4-bit) file.
+        assert!(row("gemma-3-4b-it-q4_k_m").for_this_tier && !row("gemma-3-4b-it-q8_0").for_this_tier);
+        assert!(row("smollm2-360m-instruct-q8_0").for_this_tier && !row("smollm2-360m-instruct-q4_k_m").for_this_tier);
+        assert!(small.for_this_tier);
         // Every shipped family (llama, qwen2, qwen3, gemma3) and tokenizer runs here now.
         assert!(rows.iter().all(|r| r.runs && r.not_yet.is_none()), "{:?}", rows.iter().find(|r| !r.runs));
         let mut other = super::super::entry("gemma-3-1b-it-q4_k_m").unwrap().clone();
@@ -94,7 +103,7 @@ mod tests {
         other.tokenizer = "deepseek-llm".into();
         assert!(other.runs_here().unwrap_err().contains("`deepseek-llm`"));
         let json = serde_json::to_value(small).unwrap();
-        for key in ["id", "name", "params", "bits", "bytes", "fits", "budget"] {
+        for key in ["id", "name", "params", "bits", "bytes", "fits", "budget", "for_this_tier"] {
             assert!(json.get(key).is_some(), "{key} in {json}");
         }
     }

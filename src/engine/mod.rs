@@ -34,5 +34,5 @@ pub mod weights;
 mod worker;
 
 pub use worker::{
-    Engine, EngineConfig, EngineEvents, EngineHandle, EngineThread, HeadroomProbe, KvDtype, Q8Variant, TYPING_PAUSE,
+    Engine, EngineConfig, EngineEvents, EngineHandle, EngineThread, HeadroomProbe, KvDtype, TYPING_PAUSE,
 };

@@ -30,7 +30,7 @@ pub use accounting::{
 pub use detect::{tier_from_env, TIER_ENV};
 pub use fit::{fit, BudgetLimit, Fit, FitClass, ModelFacts};
 pub use monitor::{MemoryMonitor, MonitorConfig};
-pub use policy::{Policy, WeightQuant};
+pub use policy::{choose_variant, Policy, WeightQuant};
 pub use process::{available_bytes, footprint_bytes, peak_rss_bytes, release_free_memory, rss_bytes};
 pub use tier::{classify, RamTier, TierReport};
 

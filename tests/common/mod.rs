@@ -15,6 +15,18 @@ pub fn default_model() -> PathBuf {
     p
 }
 
+/// A second real file for tests that switch models: the default model's Q8_0 copy, made
+/// here on request (as `pocketchat quantize` does) when it is not in the models folder
+/// yet. The app never makes or picks this file by itself.
+pub fn q8_copy_of_default() -> PathBuf {
+    let src = default_model();
+    let copy = pocketchat::catalog::quant_sibling_path(&src, "Q8_0");
+    if !copy.is_file() {
+        pocketchat::catalog::quantize_q8_0(&src, &copy).expect("the Q8_0 copy of the default model");
+    }
+    copy
+}
+
 pub struct TinySpec {
     pub n_layers: usize,
     pub weight_dtype: GgmlDType,

@@ -1,7 +1,7 @@
 //! How the engine is started: the model file, the policy overrides, the KV cache's
 //! element type, the reply limits and where the conversation is saved.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use candle_core::DType;
@@ -10,7 +10,6 @@ use crate::chats::ChatStore;
 use crate::engine::kernels::Kernels;
 use crate::engine::sampler::{SamplingOverrides, DEFAULT_BREAKERS};
 use crate::engine::session::TrimMode;
-use crate::engine::Cause;
 use crate::memory::{self, RamTier};
 
 /// KV cache element type.
@@ -32,14 +31,12 @@ impl KvDtype {
 /// Reads the memory the process may still use (live headroom); `None` when unknown.
 pub type HeadroomProbe = Arc<dyn Fn() -> Option<u64> + Send + Sync>;
 
-/// Finds or makes the 8-bit file beside a 4-bit one (the catalog's requantizer).
-pub type Q8Variant = Arc<dyn Fn(&Path) -> Result<PathBuf, Cause> + Send + Sync>;
-
 /// How to start the engine. Everything the engine needs from outside arrives here: it
 /// reads no environment variable and no catalog itself (main and the app do).
 #[derive(Clone)]
 pub struct EngineConfig {
-    /// The GGUF to load (the 4-bit file; for 8-bit policies the file `q8_variant` gives).
+    /// The GGUF to load: exactly this file, whatever the tier (which of a model's
+    /// published files a tier gets is chosen before, from the catalog).
     pub model_path: PathBuf,
     /// The name the settings panel shows; `None` uses the GGUF's `general.name`.
     pub display_name: Option<String>,
@@ -59,9 +56,6 @@ pub struct EngineConfig {
     /// [`DEFAULT_BREAKERS`] by default, empty for none.
     pub dry_sequence_breakers: Vec<String>,
     pub max_tokens: usize,
-    /// Where the 8-bit weights come from for tiers whose policy says 8-bit; `None`
-    /// always loads `model_path`.
-    pub q8_variant: Option<Q8Variant>,
     pub trim_mode: TrimMode,
     pub kernels: Kernels,
     /// Where the conversation is saved (after each reply, on `Save`, on `Shutdown`) and
@@ -110,7 +104,6 @@ impl EngineConfig {
             sampling: SamplingOverrides::default(),
             dry_sequence_breakers: DEFAULT_BREAKERS.iter().map(|b| b.to_string()).collect(),
             max_tokens: 512,
-            q8_variant: None,
             trim_mode: TrimMode::Shift,
             kernels: Kernels::Fast,
             state_file: None,

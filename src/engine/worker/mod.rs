@@ -29,7 +29,7 @@ use std::sync::{mpsc, Arc};
 
 use futures::channel::mpsc as fmpsc;
 
-pub use config::{EngineConfig, HeadroomProbe, KvDtype, Q8Variant};
+pub use config::{EngineConfig, HeadroomProbe, KvDtype};
 pub use handle::{EngineEvents, EngineHandle};
 pub use typing::TYPING_PAUSE;
 

@@ -21,10 +21,6 @@ use crate::engine::{Command, EngineError, EngineEvent, ModelInfo, Stats};
 use crate::memory::process::{release_free_memory, rss_bytes};
 use crate::memory::{self, FitClass, Policy, RamTier, TierReport, WeightQuant};
 
-/// Bits per weight of a Q8_0 file (34 bytes per block of 32), for the 8-bit variant's
-/// size before it exists.
-const Q8_BITS_PER_WEIGHT: f64 = 8.5;
-
 impl Worker {
     pub(super) fn new(
         config: EngineConfig,
@@ -57,23 +53,20 @@ impl Worker {
         let _ = self.events.unbounded_send(event);
     }
 
-    /// The weights to load. With an 8-bit variant on offer (the catalog's requantizer),
-    /// the most bits that fit this tier, the 8-bit file's size estimated from the 4-bit
-    /// one's; else the file's own.
-    fn choose_quant(&self) -> WeightQuant {
-        let kv = self.config.kv_dtype.dtype();
-        let Ok(file) = file_facts(&self.config.model_path, kv, self.config.kernels) else {
-            return self.policy.quant; // the load reports what is wrong with the file
-        };
-        let own = WeightQuant::from_bits(file.bits_per_weight);
-        if self.config.q8_variant.is_none() || own == WeightQuant::Q8 {
-            return own;
+    /// The weights of the file to load, by its own bits per weight: the engine loads
+    /// exactly `model_path`, never a copy in other bits.
+    fn file_quant(&self) -> WeightQuant {
+        match file_facts(&self.config.model_path, self.config.kv_dtype.dtype(), self.config.kernels) {
+            Ok(file) => WeightQuant::from_bits(file.bits_per_weight),
+            Err(_) => self.policy.quant, // the load reports what is wrong with the file
         }
-        let q8_bytes = file.facts.mapped_bytes as f64 * Q8_BITS_PER_WEIGHT / file.bits_per_weight.max(1.0);
-        let q8 = memory::ModelFacts { mapped_bytes: q8_bytes as u64, ..file.facts };
-        match memory::fit::best_variant(&[(4, file.facts), (8, q8)], self.report.effective()) {
-            Some((1, _)) => WeightQuant::Q8,
-            _ => WeightQuant::Q4,
+    }
+
+    /// Says `warning` (a [`Policy::fit_warning`]) in the log and to the user.
+    fn warn(&self, warning: Option<String>) {
+        if let Some(message) = warning {
+            tracing::warn!("{message}");
+            self.emit(EngineEvent::Notice { message });
         }
     }
 
@@ -179,29 +172,25 @@ impl Worker {
         tracing::info!("engine thread stopped");
     }
 
-    fn model_path_for_policy(&self) -> Result<PathBuf, EngineError> {
-        match &self.config.q8_variant {
-            Some(q8) if self.policy.quant == WeightQuant::Q8 => q8(&self.config.model_path)
-                .map_err(|source| EngineError::ModelLoad { path: self.config.model_path.clone(), source }),
-            _ => Ok(self.config.model_path.clone()),
-        }
-    }
-
     fn load(&mut self) {
         self.loaded = None;
-        self.policy.quant = self.choose_quant();
+        self.policy.quant = self.file_quant();
         self.emit(EngineEvent::Loading { progress: 0.0, message: "Opening the model".into() });
         match self.try_load() {
             Ok(loaded) => {
                 self.emit(EngineEvent::Ready(loaded.info.clone()));
+                let warning = self.policy.fit_warning(&loaded.info.name);
                 self.loaded = Some(loaded);
                 self.emit(EngineEvent::Policy { report: self.report.clone(), policy: self.policy });
                 self.emit_sampling();
                 if self.config.chats.is_some() {
-                    // Reloaded (another quant): the open chat again, else the launch one.
+                    // Reloaded (another model): the open chat again, else the launch one.
                     let open = self.active.take().map(|a| a.id).or(self.config.open_chat.take());
                     self.config.open_chat = open;
                     self.open_initial_chat();
+                    // After the chat's transcript, which would take it off the screen (the
+                    // opening sends the first Stats: the CLI prints what comes before it).
+                    self.warn(warning);
                     return;
                 }
                 if let Some(path) = self.config.state_file.clone() {
@@ -213,6 +202,7 @@ impl Worker {
                         self.restore_or_save_beside(&path);
                     }
                 }
+                self.warn(warning);
                 self.emit_stats();
             }
             Err(error) => {
@@ -224,7 +214,7 @@ impl Worker {
     }
 
     fn try_load(&mut self) -> Result<Loaded, EngineError> {
-        let path = self.model_path_for_policy()?;
+        let path = self.config.model_path.clone();
         let device = pick_device();
         let (content, _) = read_gguf(&path)?;
         let tokenizer = TextTokenizer::from_gguf(&content)?;
@@ -331,16 +321,10 @@ impl Worker {
 
     fn set_policy(&mut self, tier: Option<RamTier>) {
         self.report = self.report.clone().with_override(tier);
-        let old = self.policy;
-        let quant = self.choose_quant();
-        if self.config.q8_variant.is_some() && old.quant != quant {
-            self.save();
-            self.load();
-            return;
-        }
+        // The same file stays loaded: only its budget and ceiling follow the tier.
         self.policy = match &self.loaded {
             Some(l) => self.policy_for(&l.model),
-            None => Policy { quant, ..Policy::for_tier(self.report.effective()) },
+            None => Policy { quant: self.policy.quant, ..Policy::for_tier(self.report.effective()) },
         };
         let budget = self.budget();
         if let Some(l) = self.loaded.as_mut() {
@@ -350,6 +334,7 @@ impl Worker {
             l.session.state.set_max_tokens(budget);
         }
         self.emit(EngineEvent::Policy { report: self.report.clone(), policy: self.policy });
+        self.warn(self.loaded.as_ref().and_then(|l| self.policy.fit_warning(&l.info.name)));
         self.emit_stats();
     }
 
@@ -366,7 +351,6 @@ impl Worker {
         self.config.model_path = path;
         self.config.display_name = display_name;
         self.config.allow_too_large = allow_too_large;
-        self.config.q8_variant = None;
         self.load();
         if self.loaded.is_none() && had_model {
             self.notice(format!("Going back to {}.", before.display_name.as_deref().unwrap_or("the previous model")));

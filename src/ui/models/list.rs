@@ -43,6 +43,9 @@ pub struct ModelItem {
     /// Token budget on this device (0 when too large) and what sets it.
     pub budget: usize,
     pub budget_why: &'static str,
+    /// Of its model's several published files, the one this device's tier gets (the most
+    /// bits that fit): the one offered here. `false` for a model of one file.
+    pub tier_pick: bool,
     pub downloaded: bool,
     /// A `.part` of an interrupted download is there: *Download* resumes it.
     pub partial: bool,
@@ -96,9 +99,6 @@ pub fn scan(catalog: &Catalog, dir: &Path, tier: RamTier) -> Vec<ModelItem> {
         let path = entry.path_in(dir);
         let origin = match entry.source() {
             Ok(Source::Url(url)) => Origin::Url(url),
-            Ok(Source::Derived { from, .. }) => {
-                Origin::Elsewhere(format!("Made on this device from `{from}` when the tier asks for 8-bit."))
-            }
             _ => Origin::Elsewhere(format!("Fetched with `pocketchat fetch {}` on a computer.", entry.id)),
         };
         let size = if row.bytes_known { format_bytes(row.bytes) } else { format!("~{}", format_bytes(row.bytes)) };
@@ -112,6 +112,7 @@ pub fn scan(catalog: &Catalog, dir: &Path, tier: RamTier) -> Vec<ModelItem> {
             fits: row.fits,
             budget: row.budget,
             budget_why: row.budget_limit,
+            tier_pick: row.for_this_tier && catalog.variants_of(entry).len() > 1,
             downloaded: row.downloaded,
             origin,
             not_yet: row.not_yet,
@@ -134,6 +135,7 @@ fn local_item(path: &Path, tier: RamTier) -> ModelItem {
         fits: false,
         budget: 0,
         budget_why: "",
+        tier_pick: false,
         downloaded: true,
         partial: false,
         origin: Origin::Local,
@@ -168,6 +170,7 @@ pub fn pending_item(name: &str, url: &str, dir: &Path) -> ModelItem {
         fits: false,
         budget: 0,
         budget_why: "",
+        tier_pick: false,
         downloaded: false,
         origin: Origin::Url(url.to_string()),
         not_yet: None,
@@ -222,6 +225,12 @@ mod tests {
         assert!(first.fits && first.budget > 0 && !first.downloaded, "{first:?}");
         let url = items.iter().find(|i| matches!(i.origin, Origin::Url(_))).expect("a downloadable entry");
         assert!(url.detail.contains('~'), "an estimated size says so: {}", url.detail);
+        // Offered for this device: of SmolLM2-360M's two files the 8-bit one, of Gemma 3
+        // 4B's the 4-bit one; the default model has a single file, nothing to pick.
+        let picked = |key: &str| items.iter().find(|i| i.key == key).unwrap().tier_pick;
+        assert!(picked("smollm2-360m-instruct-q8_0") && !picked("smollm2-360m-instruct-q4_k_m"));
+        assert!(picked("gemma-3-4b-it-q4_k_m") && !picked("gemma-3-4b-it-q8_0"));
+        assert!(!first.tier_pick);
     }
 
     #[test]

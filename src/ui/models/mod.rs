@@ -109,6 +109,9 @@ fn ModelRowView(item: ModelItem, in_use: bool, transfer: Option<Transfer>, busy:
                 }
             }
             p { class: "hint model-detail", "{item.detail}" }
+            if item.tier_pick {
+                p { class: "hint tier-pick", "The file of this model for this device: the most bits that fit" }
+            }
             if runs && item.fit != "unknown" {
                 p { class: "hint", "{budget}" }
             }
