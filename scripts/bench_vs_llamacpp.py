@@ -5,7 +5,13 @@ Runs `pocketchat bench` (A) and ../shared/bench/llamacpp_peer.py (B) as A B A B 
 --pairs pairs on the same model, prompt length, generation length and thread count, and
 prints the median of each metric and the ratio ours / llama.cpp (above 1.0 means
 pocketchat is faster for tok/s). Peak RSS is measured the same way for both, from the
-process's rusage (the peer's includes its Python interpreter and numpy).
+process's rusage (the peer's includes its Python interpreter and numpy). So are the peaks
+of its dirty anonymous memory (RssAnon) and its clean file pages (RssFile, such as
+mmapped weights), sampled from /proc/PID/status every 20 ms; the Python baseline (RssAnon
+and RssFile with llama_cpp and numpy imported, no model) is printed, not subtracted.
+
+--kernel fast,avx2 runs pocketchat once per kernel in every pair (A1 A2 B); --tsv FILE
+appends one line of medians per kernel, with the load average before and after.
 
 With --turns K > 1 each pair also runs scripts/llamacpp_turns.py (C), llama.cpp on the
 same K-turn conversation as `pocketchat bench --turns K`, and prints both engines' time to
