@@ -40,9 +40,10 @@ fn sample_dirty(pid: u32, done: Arc<AtomicBool>) -> std::thread::JoinHandle<u64>
         let mut peak = 0;
         while !done.load(Ordering::Relaxed) {
             let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { break };
-            let anon = status.lines().find_map(|l| l.strip_prefix("RssAnon:")).and_then(|v| {
-                v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
-            });
+            let anon = status
+                .lines()
+                .find_map(|l| l.strip_prefix("RssAnon:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
             peak = peak.max(anon.unwrap_or(0) * 1024);
             std::thread::sleep(Duration::from_millis(2));
         }

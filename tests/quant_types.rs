@@ -57,7 +57,11 @@ fn every_quant_type_loads_and_matches_the_reference_llama() {
         );
         if matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q8_0 | GgmlDType::F16 | GgmlDType::F32) {
             assert!(model.config.copied_matrices.is_empty(), "{name}: copied {:?}", model.config.copied_matrices);
-            assert!(loaded.weights_bytes < report.bytes / 50, "{name}: {} B of weights on the heap", loaded.weights_bytes);
+            assert!(
+                loaded.weights_bytes < report.bytes / 50,
+                "{name}: {} B of weights on the heap",
+                loaded.weights_bytes
+            );
         }
         let mut state = model.make_state(64, DType::F32);
         let ours: Vec<f32> = model.forward(&PROMPT, &mut state).unwrap().to_vec1().unwrap();

@@ -30,6 +30,7 @@ impl MappedFile {
     /// llama.cpp's default too): one sequential read instead of a page fault per 4 KiB
     /// during the first forward pass; elsewhere the OS is told they will be needed.
     pub fn map(file: &File) -> std::io::Result<Arc<MappedFile>> {
+        #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
         let mut options = memmap2::MmapOptions::new();
         #[cfg(target_os = "linux")]
         options.populate();
@@ -190,7 +191,9 @@ fn block_align(dtype: GgmlDType) -> usize {
 fn dequantize_row(dtype: GgmlDType, row: &[u8], dst: &mut [f32]) {
     fn run<T: GgmlType>(row: &[u8], dst: &mut [f32]) {
         let size = std::mem::size_of::<T>();
-        debug_assert!(row.len().is_multiple_of(size) && (row.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()));
+        debug_assert!(
+            row.len().is_multiple_of(size) && (row.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
+        );
         // SAFETY: the blocks are plain old data (any bit pattern is valid), `row` holds
         // whole blocks and is aligned for them (checked by the caller).
         let blocks = unsafe { std::slice::from_raw_parts(row.as_ptr() as *const T, row.len() / size) };

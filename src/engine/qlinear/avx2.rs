@@ -15,7 +15,9 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::blocks::{drive, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel, QK, QK_K};
+use super::blocks::{
+    drive, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel, QK, QK_K,
+};
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
 
