@@ -76,7 +76,8 @@ kernel_tests=(engine::qlinear engine::attention engine::kernels)
 # the scalar ones. (A new test that calls candle's quantized matmul belongs here too: on
 # cortex-a53 it kills the whole test binary with SIGILL, which fails this check.)
 candle_sdot_tests=(q8_0_matches_reference real_gguf_tensors_match_candle other_formats_and_the_candle_switch
-                   q4_k_scalar_matches_candles_dequantized_weights real_q4_k_tensors_run_in_place_and_match_candle)
+                   q4_k_scalar_matches_candles_dequantized_weights real_q4_k_tensors_run_in_place_and_match_candle
+                   q6_k_matches_dequantized_matmul)
 for cpu in max cortex-a53; do
   skip=()
   case "$cpu" in
