@@ -187,9 +187,17 @@ impl ModelEntry {
         // of the family's published configurations (270M: 512).
         let window = (self.arch == "gemma3").then_some(GEMMA3_WIDEST_WINDOW);
         let attention = crate::engine::attention::prefill_attention(Kernels::default(), true, s.head_dim, window);
+        // Files of the types our kernels read in place are mapped, only their norms (f32)
+        // copied; any other is counted as copied whole.
+        let (weights_bytes, mapped_bytes) = if runs_in_place(&self.quant) {
+            let norms = (2 * s.layers as u64 + 1) * s.width as u64 * 4;
+            (norms, self.estimated_bytes())
+        } else {
+            (self.estimated_bytes(), 0)
+        };
         ModelFacts {
-            weights_bytes: self.estimated_bytes(),
-            mapped_bytes: 0,
+            weights_bytes,
+            mapped_bytes,
             kv_bytes_per_token: crate::memory::kv_bytes_per_token(s.layers, s.kv_heads, s.head_dim, 2),
             context: s.context,
             prefill: PrefillShape {
@@ -217,6 +225,16 @@ impl ModelEntry {
 
 /// Average bits per weight of a llama.cpp quantization (its own figures for 7B models;
 /// mixes like Q4_K_M keep some tensors at higher precision).
+/// Whether every matrix of a llama.cpp file of this quantization has a type our kernels
+/// read in the file's layout (K-quant files fall back to Q5_0 / Q8_0 where rows are not
+/// whole 256-blocks, read in place too), so the engine maps it rather than copying it.
+fn runs_in_place(quant: &str) -> bool {
+    matches!(
+        quant.to_ascii_uppercase().as_str(),
+        "F32" | "F16" | "BF16" | "Q8_0" | "Q6_K" | "Q5_0" | "Q4_K_M" | "Q4_K_S" | "Q4_1" | "Q4_0"
+    )
+}
+
 fn bits_per_weight(quant: &str) -> f64 {
     match quant.to_ascii_uppercase().as_str() {
         "F32" => 32.0,
