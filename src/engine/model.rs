@@ -243,8 +243,7 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
     let weights: u64 = content.tensor_infos.values().map(|t| t.shape.elem_count() as u64).sum();
     let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     // What the engine will copy to its heap: the matrices its kernels do not read in the
-    // file's layout (as rewritten for them), and the vectors (as f32). The embedding table
-    // is looked up in place, unless it is tied to an output layer that copies it.
+    // file's layout (as rewritten for them), and the vectors (as f32).
     let tied = !content.tensor_infos.contains_key("output.weight");
     let (mut heap, mut mapped) = (0u64, 0u64);
     for (name, t) in &content.tensor_infos {
@@ -255,11 +254,9 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
             continue;
         };
         let copied = super::qlinear::heap_bytes(t.ggml_dtype, elements, columns, kernels, true);
-        if name == "token_embd.weight" && tied && copied > 0 {
-            heap += copied; // looked up in the output layer's copy
-        } else if name == "token_embd.weight" {
-            mapped += file;
-        } else if copied == 0 {
+        // The table is looked up in place unless the tied output layer copies it.
+        let in_place = copied == 0 || (name == "token_embd.weight" && !tied);
+        if in_place {
             mapped += file;
         } else {
             heap += copied;
