@@ -154,7 +154,8 @@ impl Rope {
 enum Embeddings {
     /// Rows dequantized straight from the mapped file (the CPU).
     Mapped(MappedTensor),
-    /// candle's copy on a GPU (shared with a tied output layer there).
+    /// candle's copy: the tied output layer's where it copied the table (a type our
+    /// kernels do not read in place, candle's path, a GPU), else the table's own on a GPU.
     Owned(Arc<QTensor>),
 }
 
