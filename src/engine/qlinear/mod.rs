@@ -302,8 +302,8 @@ const UNIT_ROWS: usize = 16;
 /// Activation values below which the rows are quantized on the calling thread.
 const PAR_MIN_QUANT: usize = 64 * 1024;
 
-/// Whether a `rows x columns` weight of `dtype` runs in place from the mapped file on the CPU
-/// under `kernels`: our kernels read its blocks as the file lays them out. Otherwise it is
+/// Whether a weight of `dtype` with rows of `columns` values runs in place from the mapped
+/// file on the CPU under `kernels`: our kernels read its blocks as the file lays them out. Otherwise it is
 /// copied to the heap (rewritten for our kernels, or for candle's).
 pub(crate) fn runs_in_place(dtype: GgmlDType, columns: usize, kernels: Kernels) -> bool {
     kernels.isa().is_some()
@@ -311,7 +311,8 @@ pub(crate) fn runs_in_place(dtype: GgmlDType, columns: usize, kernels: Kernels) 
             || float::FloatKind::of(dtype).is_some())
 }
 
-/// Bytes a `rows x columns` weight of `dtype` takes in the process's own memory: none when
+/// Bytes a weight of `dtype` (`elements` values in rows of `columns`) takes in the
+/// process's own memory: none when
 /// it runs in place ([`runs_in_place`]), else its size after any rewrite for our kernels.
 pub(crate) fn heap_bytes(dtype: GgmlDType, elements: u64, columns: usize, kernels: Kernels, on_cpu: bool) -> u64 {
     if on_cpu && runs_in_place(dtype, columns, kernels) {
