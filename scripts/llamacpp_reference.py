@@ -2,7 +2,7 @@
 """llama.cpp's answers on our fixtures, for tests/llamacpp_conformance.rs, and the
 perplexity of every quant type against ours.
 
-llama.cpp (llama-cpp-python, built as the README says) is too slow to build in CI, so
+llama.cpp (llama-cpp-python, built as docs/performance.md says) is too slow to build in CI, so
 its outputs are stored as a small fixture that CI compares against; this script writes
 it again:
 
@@ -43,7 +43,7 @@ def need_llama_cpp():
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
-        sys.exit("llama_cpp is not installed; see the README (Benchmarks) for the build line")
+        sys.exit("llama_cpp is not installed; see docs/performance.md (Benchmark against llama.cpp) for the build line")
 
 
 def sha256(path):

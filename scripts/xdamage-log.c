@@ -1,6 +1,6 @@
 // Logs what a window repaints, from the X server's DAMAGE extension: per second, the
 // number of damaged rectangles, their summed area and a histogram of their sizes
-// (README, "How fast the window streams"). XDAMAGE_VERBOSE=1 prints every rectangle.
+// (docs/performance.md, "How fast the window streams"). XDAMAGE_VERBOSE=1 prints every rectangle.
 //
 //   cc -O2 -o /tmp/xdamage-log scripts/xdamage-log.c -lXdamage -lX11
 //   /tmp/xdamage-log $(xdotool search --onlyvisible --name '^pocketchat$') 10

@@ -162,7 +162,7 @@ struct EngineArgs {
     #[arg(long)]
     follow_policy_quant: bool,
     /// Compute threads, capped at the cores there are [default: every core, or
-    /// POCKETCHAT_THREADS; the app: see the README]
+    /// POCKETCHAT_THREADS; the app: see docs/development.md]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
     threads: Option<u32>,
     /// Save the conversation to FILE after each reply and restore it at start (a file

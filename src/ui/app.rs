@@ -51,10 +51,10 @@ pub const SETTINGS_OPEN_AT_START: bool = cfg!(not(any(target_os = "ios", target_
 /// `POCKETCHAT_THREADS`; the settings panel changes it while the app runs). `None` is
 /// every available core (the performance cores on Apple devices).
 ///
-/// Chosen by measuring how fast replies reach the screen with the window open (README,
-/// "How fast the window streams"): on the 2-core Linux machine, both cores (median 0.67
-/// of the terminal's decode rate, first token 1.27x) beat one (0.63, 2.1x), because the
-/// pool backs off a worker by itself while the web view holds a core. On macOS and iOS
+/// Chosen by measuring how fast replies reach the screen with the window open
+/// (docs/performance.md, "How fast the window streams"): on the 2-core Linux machine, both
+/// cores (median 0.67 of the terminal's decode rate, first token 1.27x) beat one (0.63,
+/// 2.1x), because the pool backs off a worker by itself while the web view holds a core. On macOS and iOS
 /// this is not measured yet; all performance cores is the same choice.
 pub fn threads_beside_the_window() -> Option<usize> {
     None

@@ -5,7 +5,7 @@
 //! - **Q5_1 → Q8_0, to 8-bit rounding.** A Q5_1 value is `d * q + m`: the block's 32
 //!   values are quantized again to Q8_0 (round to nearest, scale `max |w| / 127`). The
 //!   added error is at most half an 8-bit step, a quarter of the 5-bit step or less, so the
-//!   error grows by about 3 % in RMS (perplexity, README: within 1 % of llama.cpp's).
+//!   error grows by about 3 % in RMS (perplexity, docs/models.md: within 1 % of llama.cpp's).
 //!   Q5_1 is most of a Q5_K_M file's matrices where rows are not a multiple of 256.
 //!
 //! The cost is memory: Q8_0 takes 8.5 bits a weight where Q5_1 takes 6, so a rewritten
