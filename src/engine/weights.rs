@@ -103,11 +103,7 @@ impl MappedTensor {
             QStorage::from_data(Cow::Borrowed(bytes), device, self.dtype)?
         } else {
             // A file aligned below the block's alignment: copy through an aligned buffer.
-            let mut words = vec![0u32; bytes.len().div_ceil(4)];
-            // SAFETY: `words` holds at least `bytes.len()` bytes; u8 has no alignment.
-            let aligned = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, bytes.len()) };
-            aligned.copy_from_slice(bytes);
-            QStorage::from_data(Cow::Borrowed(aligned), device, self.dtype)?
+            QStorage::from_data(Cow::Borrowed(aligned_copy(bytes, &mut Vec::new())), device, self.dtype)?
         };
         QTensor::new(storage, self.dims.clone())
     }
@@ -152,17 +148,22 @@ impl MappedTensor {
             }
             let mut row = &self.bytes()[id * row_bytes..(id + 1) * row_bytes];
             if !(row.as_ptr() as usize).is_multiple_of(block_align(self.dtype)) {
-                scratch.clear();
-                scratch.resize(row_bytes.div_ceil(4), 0u32);
-                // SAFETY: `scratch` holds at least `row_bytes` bytes; u8 has no alignment.
-                let aligned = unsafe { std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut u8, row_bytes) };
-                aligned.copy_from_slice(row);
-                row = aligned;
+                row = aligned_copy(row, &mut scratch);
             }
             dequantize_row(self.dtype, row, dst);
         }
         Ok(out)
     }
+}
+
+/// `bytes` copied into `buffer`, whose u32 words align them for any block type.
+fn aligned_copy<'a>(bytes: &[u8], buffer: &'a mut Vec<u32>) -> &'a [u8] {
+    buffer.clear();
+    buffer.resize(bytes.len().div_ceil(4), 0);
+    // SAFETY: `buffer` holds at least `bytes.len()` bytes; u8 has no alignment.
+    let aligned = unsafe { std::slice::from_raw_parts_mut(buffer.as_mut_ptr() as *mut u8, bytes.len()) };
+    aligned.copy_from_slice(bytes);
+    aligned
 }
 
 /// The alignment `dtype`'s blocks need.
