@@ -21,8 +21,7 @@ fn tokenizer() -> TextTokenizer {
 }
 
 fn fixtures() -> serde_json::Value {
-    // The shared folder sits beside the checkout (here and in CI).
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/smollm2-tokenizer.json");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smollm2-tokenizer.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
 }
