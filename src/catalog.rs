@@ -25,6 +25,7 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 
 use crate::engine::kernels::Kernels;
+use crate::engine::sampler::SamplingOverrides;
 use crate::memory::{self as mem, ModelFacts, PrefillShape, RamTier, WeightQuant};
 
 pub mod download;
@@ -116,7 +117,7 @@ fn known_ids() -> String {
 }
 
 /// One model file the catalog knows.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ModelEntry {
     /// Stable id, e.g. `smollm2-135m-instruct-q4_1`.
     pub id: String,
@@ -150,6 +151,11 @@ pub struct ModelEntry {
     pub label: String,
     /// Where the file comes from; see [`Source`].
     pub source: String,
+    /// The sampling the model's authors recommend (its model card or
+    /// `generation_config.json`): the model's defaults where the GGUF has no
+    /// `general.sampling.*` keys. Empty for models without a recommendation.
+    #[serde(default)]
+    pub sampling: SamplingOverrides,
 }
 
 impl ModelEntry {
@@ -437,6 +443,12 @@ pub fn models_dir() -> PathBuf {
 pub fn display_name(path: &Path) -> Option<String> {
     let file = path.file_name()?.to_str()?;
     catalog().models.iter().find(|e| e.file == file).map(|e| e.name.clone())
+}
+
+/// The sampling the catalog recommends for a known model file (empty for other files).
+pub fn recommended_sampling(path: &Path) -> SamplingOverrides {
+    let file = path.file_name().and_then(|f| f.to_str());
+    catalog().models.iter().find(|e| Some(e.file.as_str()) == file).map(|e| e.sampling).unwrap_or_default()
 }
 
 /// Path of the default model file: `POCKETCHAT_MODEL` when set, else the default

@@ -398,6 +398,7 @@ impl EngineArgs {
             .then(|| memory::TierReport::probe().with_override(tier_override).effective());
         let mut c = EngineConfig::new(self.model.path_for(tier)?);
         c.display_name = catalog::display_name(&c.model_path);
+        c.recommended_sampling = catalog::recommended_sampling(&c.model_path);
         c.sampling = SamplingOverrides {
             temperature: self.temperature,
             top_k: self.top_k.map(|k| k as usize),

@@ -407,6 +407,7 @@ fn switching_models_at_run_time_keeps_the_conversation_and_survives_a_bad_file()
     let switch = |path: std::path::PathBuf, name: &str| Command::SwitchModel {
         path,
         display_name: Some(name.into()),
+        recommended_sampling: Default::default(),
         allow_too_large: false,
     };
     handle.send(switch(q8.clone(), "SmolLM2 8-bit")).unwrap();
