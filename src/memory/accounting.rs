@@ -109,7 +109,7 @@ pub fn prefill_scratch_bytes(chunk: usize, shape: &PrefillShape, budget: usize) 
         .saturating_add(2u64.saturating_mul(kv_heads).saturating_mul(head_dim));
     let window_mask = match shape.attention {
         PrefillAttention::Materialized { window: Some(w) } => {
-            group.saturating_mul(chunk).saturating_mul(w as u64 + chunk)
+            group.saturating_mul(chunk).saturating_mul((w as u64).saturating_add(chunk))
         }
         _ => 0,
     };
