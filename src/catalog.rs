@@ -18,7 +18,7 @@
 
 use std::ffi::OsString;
 use std::fmt;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -26,6 +26,7 @@ use serde::Deserialize;
 
 use crate::engine::kernels::Kernels;
 use crate::engine::sampler::SamplingOverrides;
+pub use crate::files::sha256_file;
 use crate::memory::{self as mem, ModelFacts, PrefillShape, RamTier, WeightQuant};
 
 pub mod download;
@@ -481,22 +482,6 @@ pub fn quant_sibling_path(src: &Path, quant: &str) -> PathBuf {
         },
     };
     src.with_file_name(new_name)
-}
-
-/// sha256 of a file as lowercase hex.
-pub fn sha256_file(path: impl AsRef<Path>) -> io::Result<String> {
-    use sha2::{Digest, Sha256};
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Marks a downloaded model so that iCloud and Time Machine backups skip it: it can be
