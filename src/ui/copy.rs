@@ -1,10 +1,6 @@
 //! The words the app shows for what the engine reports: notice texts, labels and the
-//! load-failure card. Kept apart from the reducer so the copy can be read (and changed)
-//! in one place.
-
-use crate::engine::DoneReason;
-
-use super::state::LoadFailure;
+//! load-failure card's headlines. Kept apart from the reducer so the copy can be read
+//! (and changed) in one place; plain strings only, no types of the engine or the state.
 
 /// The command that installs the default model; shown when no model is installed.
 pub const FETCH_COMMAND: &str = "pocketchat fetch";
@@ -20,23 +16,14 @@ pub const EVICTED_NOTHING_TEXT: &str =
 /// How every eviction notice begins.
 pub const EVICTED_PREFIX: &str = "Memory limit reached";
 
-/// The card shown when the model could not be loaded.
-pub(crate) fn load_failure(message: &str) -> LoadFailure {
-    LoadFailure {
-        title: "The model could not be loaded".into(),
-        message: message.to_string(),
-        command: None,
-        missing: false,
-    }
-}
+/// Headlines of the card shown when the model cannot be used.
+pub const NO_MODEL_TITLE: &str = "No model installed";
+pub const LOAD_FAILED_TITLE: &str = "The model could not be loaded";
+pub const ENGINE_STOPPED_TITLE: &str = "The engine stopped";
 
-/// A short label for replies that did not end normally.
-pub fn done_label(reason: DoneReason) -> Option<&'static str> {
-    match reason {
-        DoneReason::EndOfTurn => None,
-        DoneReason::MaxTokens => Some("Reply length limit reached"),
-        DoneReason::Stopped => Some("Stopped"),
-        DoneReason::MemoryWarning => Some("Interrupted by a memory warning"),
-        DoneReason::BudgetExhausted => Some("Token budget reached"),
-    }
-}
+/// Labels of replies that did not end normally: the reply length limit, the Stop button,
+/// a memory warning, the token budget.
+pub const DONE_MAX_TOKENS: &str = "Reply length limit reached";
+pub const DONE_STOPPED: &str = "Stopped";
+pub const DONE_MEMORY_WARNING: &str = "Interrupted by a memory warning";
+pub const DONE_BUDGET_EXHAUSTED: &str = "Token budget reached";
