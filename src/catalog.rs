@@ -24,8 +24,8 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
-use crate::engine::kernels::Kernels;
 use crate::engine::sampler::SamplingOverrides;
+use crate::engine::Kernels;
 pub use crate::files::sha256_file;
 use crate::memory::{self as mem, ModelFacts, PrefillShape, RamTier, WeightQuant};
 
@@ -193,7 +193,7 @@ impl ModelEntry {
         // The catalog does not give Gemma 3's sliding window: 1,024 positions, the widest
         // of the family's published configurations (270M: 512).
         let window = (self.arch == "gemma3").then_some(GEMMA3_WIDEST_WINDOW);
-        let attention = crate::engine::attention::prefill_attention(Kernels::default(), true, s.head_dim, window);
+        let attention = crate::engine::cpu::attention::prefill_attention(Kernels::default(), true, s.head_dim, window);
         // Files of the types our kernels read in place are mapped, only their norms (f32)
         // copied; any other is counted as copied whole.
         let (weights_bytes, mapped_bytes) = if runs_in_place(&self.quant) {

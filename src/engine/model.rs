@@ -30,8 +30,8 @@ use std::sync::Arc;
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor, D};
 
-use super::kernels::Kernels;
-use super::qlinear::QLinear as Linear;
+use super::cpu::kernels::Kernels;
+use super::cpu::qlinear::QLinear as Linear;
 use super::state::State;
 use super::weights::{MappedFile, MappedTensor};
 use super::{Cause, EngineError, Result};
@@ -188,7 +188,7 @@ pub struct Model {
     embedding_scale: Option<f64>,
     activation: Activation,
     /// `Candle` keeps every op on candle's own kernels (bit-faithful to the reference);
-    /// the others also take the plain-Rust attention kernels of `engine::attention`.
+    /// the others also take the plain-Rust attention kernels of `engine::cpu::attention`.
     kernels: Kernels,
 }
 
@@ -254,7 +254,7 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
             heap += elements * 4;
             continue;
         };
-        let copied = super::qlinear::heap_bytes(t.ggml_dtype, elements, columns, kernels, true);
+        let copied = super::cpu::qlinear::heap_bytes(t.ggml_dtype, elements, columns, kernels, true);
         // The table is looked up in place unless the tied output layer copies it.
         let in_place = copied == 0 || (name == "token_embd.weight" && !tied);
         if in_place {
@@ -267,7 +267,7 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
         "gemma3" => Some(ld.meta_u32("attention.sliding_window")?.max(1)),
         _ => None,
     };
-    let attention = super::attention::prefill_attention(kernels, true, head_dim, window);
+    let attention = super::cpu::attention::prefill_attention(kernels, true, head_dim, window);
     let facts = ModelFacts {
         weights_bytes: heap,
         mapped_bytes: mapped,
@@ -656,7 +656,7 @@ impl Model {
     pub fn facts(&self, kv: DType) -> ModelFacts {
         let c = &self.config;
         let attention =
-            super::attention::prefill_attention(self.kernels, self.device.is_cpu(), c.head_dim, c.sliding_window);
+            super::cpu::attention::prefill_attention(self.kernels, self.device.is_cpu(), c.head_dim, c.sliding_window);
         ModelFacts {
             weights_bytes: c.heap_weight_bytes,
             mapped_bytes: c.mapped_weight_bytes,
@@ -822,7 +822,7 @@ impl Model {
             // On the CPU: plain-Rust kernels instead of a dozen candle ops
             // (sums in another order than candle's gemm, so not with candle's kernels).
             let (k_buf, v_buf) = state.buffers(index);
-            if let Some(out) = super::attention::try_attention(&q, k_buf, v_buf, pos, isa) {
+            if let Some(out) = super::cpu::attention::try_attention(&q, k_buf, v_buf, pos, isa) {
                 return Ok(layer.wo.forward(&out)?);
             }
         }

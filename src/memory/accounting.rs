@@ -52,7 +52,7 @@ pub fn predicted_footprint(weights_bytes: u64, kv_bytes_per_token: u64, budget: 
 /// How a prefill chunk's attention runs, which decides its largest buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrefillAttention {
-    /// pocketchat's fused kernel (`engine::attention`): no score matrix is built.
+    /// pocketchat's fused kernel (`engine::cpu::attention`): no score matrix is built.
     /// Sliding-window layers still take candle's ops, over at most `window` cached
     /// positions and the chunk.
     Fused { window: Option<usize> },

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use candle_core::DType;
 
 use crate::chats::ChatStore;
-use crate::engine::kernels::Kernels;
+use crate::engine::cpu::kernels::Kernels;
 use crate::engine::sampler::{SamplingOverrides, DEFAULT_BREAKERS};
 use crate::engine::session::TrimMode;
 use crate::memory::{self, RamTier};

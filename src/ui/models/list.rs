@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use candle_core::DType;
 
 use crate::catalog::{self, listing, Catalog, Progress, Source};
-use crate::engine::kernels::Kernels;
 use crate::engine::model::file_facts;
 use crate::engine::sampler::SamplingOverrides;
+use crate::engine::Kernels;
 use crate::memory::{self, RamTier};
 use crate::ui::fmt::format_bytes;
 
