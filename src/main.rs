@@ -988,6 +988,7 @@ fn bench(args: &BenchArgs) -> Result<()> {
         "heap_weight_bytes": model.config.heap_weight_bytes,
         "mapped_weight_bytes": model.config.mapped_weight_bytes,
         "copied_matrices": model.config.copied_matrices,
+        "candle_fallbacks": model.config.candle_fallbacks,
         "first_generated_ids": first_ids,
     });
     if args.json {
