@@ -927,7 +927,7 @@ fn perplexity(args: &PerplexityArgs) -> Result<()> {
     Ok(())
 }
 
-/// The synthetic workload shared with `scripts/llamacpp_peer.py`: prefill P fixed
+/// The synthetic workload shared with `bench/llamacpp_peer.py`: prefill P fixed
 /// ids, decode G greedy tokens; then further turns of P new ids + G tokens on the same
 /// State, timing the first token of each.
 fn bench(args: &BenchArgs) -> Result<()> {

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """llama.cpp on the multi-turn workload of `pocketchat bench --turns K`.
 
-scripts/llamacpp_peer.py times one prefill and one decode; this times a
+bench/llamacpp_peer.py times one prefill and one decode; this times a
 conversation the way `pocketchat bench --turns K` does: K turns on one context, each
 feeding P new token ids (the same ids as ours) and then decoding G tokens greedily, and
 reports the time to first token of every turn. llama.cpp keeps its KV cache between
 `eval` calls, so this is its persistent-cache behaviour, settings as in the peer script
 (llama-cpp-python defaults, n_batch 512). Prints one JSON line.
 
-  python3 scripts/llamacpp_turns.py MODEL.gguf --prompt-tokens 128 --gen 128 --turns 10 --threads 2
+  python3 bench/llamacpp_turns.py MODEL.gguf --prompt-tokens 128 --gen 128 --turns 10 --threads 2
 """
 import argparse, json, os, sys, time
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """pocketchat vs llama.cpp on the same GGUF, measured alternately in one run.
 
-Runs `pocketchat bench` (A) and scripts/llamacpp_peer.py (B) as A B A B ... for
+Runs `pocketchat bench` (A) and bench/llamacpp_peer.py (B) as A B A B ... for
 --pairs pairs on the same model, prompt length, generation length and thread count, and
 prints the median of each metric and the ratio ours / llama.cpp (above 1.0 means
 pocketchat is faster for tok/s). Peak RSS is measured the same way for both, from the
@@ -13,12 +13,12 @@ and RssFile with llama_cpp and numpy imported, no model) is printed, not subtrac
 --kernel fast,avx2 runs pocketchat once per kernel in every pair (A1 A2 B); --tsv FILE
 appends one line of medians per kernel, with the load average before and after.
 
-With --turns K > 1 each pair also runs scripts/llamacpp_turns.py (C), llama.cpp on the
+With --turns K > 1 each pair also runs bench/llamacpp_turns.py (C), llama.cpp on the
 same K-turn conversation as `pocketchat bench --turns K`, and prints both engines' time to
 first token of turn 1 and turn K and decode speed at turn K.
 
   cargo build --release --no-default-features   # the headless binary: no GTK/WebKit in its RSS
-  python3 scripts/bench_vs_llamacpp.py --prompt-tokens 128 --gen 128 --threads 2 --pairs 3
+  python3 bench/bench_vs_llamacpp.py --prompt-tokens 128 --gen 128 --threads 2 --pairs 3
 
 llama.cpp comes from the llama-cpp-python package; the peer script's docstring says how
 to install it. Exit status: 0 on success, 2 when llama_cpp is not importable, 1 when a
@@ -196,7 +196,7 @@ def main():
                     help="turns of one conversation, for time to first token per turn")
     ap.add_argument("--pairs", type=int, default=3, help="A B pairs (default 3)")
     ap.add_argument("--bin", default=os.path.join(REPO, "target", "release", "pocketchat"))
-    ap.add_argument("--peer", default=os.path.join(REPO, "scripts", "llamacpp_peer.py"))
+    ap.add_argument("--peer", default=os.path.join(REPO, "bench", "llamacpp_peer.py"))
     ap.add_argument("--kernel", default=None,
                     help="pocketchat's --kernel (fast, avx2, portable, candle); default: its own. "
                          "Comma-separated for several, each run in every pair (A1 A2 B ...) "
@@ -215,7 +215,7 @@ def main():
         print(f"no binary at {a.bin}; build it with `cargo build --release --no-default-features`", file=sys.stderr)
         return 1
     if not os.path.isfile(peer):
-        print(f"no peer script at {peer} (expected scripts/llamacpp_peer.py)", file=sys.stderr)
+        print(f"no peer script at {peer} (expected bench/llamacpp_peer.py)", file=sys.stderr)
         return 1
     probe = subprocess.run([sys.executable, "-c", "import llama_cpp, numpy"],
                            capture_output=True, text=True)
@@ -233,7 +233,7 @@ def main():
     peer_cmd = [sys.executable, peer, model, "--prompt-tokens", str(a.prompt_tokens),
                 "--gen", str(a.gen), "--threads", str(a.threads)]
 
-    turns_cmd = [sys.executable, os.path.join(REPO, "scripts", "llamacpp_turns.py"), model,
+    turns_cmd = [sys.executable, os.path.join(REPO, "bench", "llamacpp_turns.py"), model,
                  "--prompt-tokens", str(a.prompt_tokens), "--gen", str(a.gen),
                  "--threads", str(a.threads), "--turns", str(a.turns)]
     runs = list(zip(ours_names, ours_cmds)) + [("llama.cpp", peer_cmd)]

@@ -4,8 +4,8 @@
 # to first token (ms) and its decode tok/s. Alternating spreads the machine's noise over
 # every build; on a noisy VM the best runs are the steadier figure.
 #
-#   scripts/bench_ab.sh ROUNDS BINARY... -- BENCH_ARGS...
-#   scripts/bench_ab.sh 5 /tmp/pc-before target/release/pocketchat -- --gen 128 --kv f16 --threads 2
+#   bench/bench_ab.sh ROUNDS BINARY... -- BENCH_ARGS...
+#   bench/bench_ab.sh 5 /tmp/pc-before target/release/pocketchat -- --gen 128 --kv f16 --threads 2
 set -euo pipefail
 rounds=$1; shift
 bins=()

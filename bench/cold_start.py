@@ -7,7 +7,7 @@ disk. Each reports, in-process, the model load and the prefill of a short prompt
 sum is the time to the first token the user waits for after opening the model (the
 interpreter's own start-up is left out of llama.cpp's figure).
 
-  python3 scripts/cold_start.py MODEL.gguf [MODEL2.gguf ...] --pairs 3 --threads 2
+  python3 bench/cold_start.py MODEL.gguf [MODEL2.gguf ...] --pairs 3 --threads 2
 
 Prints one line per model: the median load, prefill and sum for each engine, and the
 ratio llama.cpp / ours of the sums (above 1: ours is faster). `--tsv` prints rows instead.
@@ -15,7 +15,7 @@ ratio llama.cpp / ours of the sums (above 1: ours is faster). `--tsv` prints row
 import argparse, datetime, json, os, statistics, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PEER = os.path.join(ROOT, "scripts", "llamacpp_peer.py")
+PEER = os.path.join(ROOT, "bench", "llamacpp_peer.py")
 
 
 def drop_caches():

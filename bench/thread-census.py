@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Per-thread CPU and wake-ups of the app, WebKit and Xvfb while a reply streams.
 
-    scripts/thread-census.py record FILE   # samples /proc every 0.25 s until killed
-    scripts/thread-census.py report FILE   # the busiest stretch of the app, per thread
+    bench/thread-census.py record FILE   # samples /proc every 0.25 s until killed
+    bench/thread-census.py report FILE   # the busiest stretch of the app, per thread
 
 `record` writes one JSON line per sample: for every thread of `pocketchat app`, the
 WebKit processes and Xvfb, its CPU ticks and its voluntary and involuntary context
@@ -12,9 +12,9 @@ name: cores used, voluntary switches a second (wake-ups: the thread slept and wa
 and involuntary ones (it was preempted). Run `record` in the background around the
 end-to-end test:
 
-    scripts/thread-census.py record /tmp/census.jsonl & rec=$!
+    bench/thread-census.py record /tmp/census.jsonl & rec=$!
     cargo test --release --features desktop --test app_e2e -- --nocapture the_window_streams
-    kill $rec; scripts/thread-census.py report /tmp/census.jsonl
+    kill $rec; bench/thread-census.py report /tmp/census.jsonl
 """
 import collections
 import json

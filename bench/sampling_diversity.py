@@ -3,7 +3,7 @@
 (300 tokens each, a fresh conversation per prompt): 1.0 means no 4-gram repeats, low
 values mean the reply loops.
 
-    python3 scripts/sampling_diversity.py target/release/pocketchat [chat flags, e.g. --temperature 0]
+    python3 bench/sampling_diversity.py target/release/pocketchat [chat flags, e.g. --temperature 0]
 """
 import re
 import subprocess

@@ -3,7 +3,7 @@
 # release binary, one row per case (tab-separated) on stdout:
 #
 #   cargo build --release --no-default-features
-#   scripts/footprint-cases.sh > measurements/DATE-footprint.tsv
+#   bench/footprint-cases.sh > bench/runs/DATE-HOST/footprint.tsv
 #
 # The inputs are made here: a ~200 KB prompt of words on one line, and a 2 MB line of
 # letters and digits without spaces. Gemma 3 270M must be fetched

@@ -2,7 +2,7 @@
 // number of damaged rectangles, their summed area and a histogram of their sizes
 // (docs/performance.md, "How fast the window streams"). XDAMAGE_VERBOSE=1 prints every rectangle.
 //
-//   cc -O2 -o /tmp/xdamage-log scripts/xdamage-log.c -lXdamage -lX11
+//   cc -O2 -o /tmp/xdamage-log bench/xdamage-log.c -lXdamage -lX11
 //   /tmp/xdamage-log $(xdotool search --onlyvisible --name '^pocketchat$') 10
 #include <X11/Xlib.h>
 #include <X11/extensions/Xdamage.h>

@@ -2,7 +2,7 @@
 """Does the second turn keep the facts? Asks `pocketchat chat` "What is the capital of
 Germany?" then "And of Italy?" once per seed and counts the second replies that name Rome.
 
-    python3 scripts/rome_check.py target/release/pocketchat [chat flags, e.g. --temperature 0]
+    python3 bench/rome_check.py target/release/pocketchat [chat flags, e.g. --temperature 0]
 
 Set SEEDS (default "1 2 3 4 5") to choose the seeds; with --temperature 0 one run is enough.
 """

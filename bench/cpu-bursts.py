@@ -2,11 +2,11 @@
 """A test double for the window's CPU load: processes that wake up, spin a short burst and sleep.
 
 While a reply streams, the web view, WebKit's IPC threads, our UI thread and the X server
-wake up ~2,400 times a second for short bursts (`scripts/thread-census.py`), ~0.35 of a
+wake up ~2,400 times a second for short bursts (`bench/thread-census.py`), ~0.35 of a
 core in all. Each burst preempts a compute thread. This script makes the same kind of load
 without a window, so the engine's behaviour beside it can be measured with `pocketchat bench`:
 
-    scripts/cpu-bursts.py & b=$!
+    bench/cpu-bursts.py & b=$!
     target/release/pocketchat bench --threads 2 --gen 128; kill $b
 
 usage: cpu-bursts.py [PROCESSES=3] [MEAN_SLEEP_MS=3] [MEAN_BURST_MS=0.4]

@@ -9,8 +9,8 @@ Q8_0, so the quantized files have the tensor types the published ones have and t
 sizes within a few KB. Speed and memory measured on them are those of the real model;
 what they generate is noise.
 
-  python3 scripts/shaped_model.py llama-3.2-1b --out /work/shaped
-  python3 scripts/shaped_model.py qwen3-0.6b --out /work/shaped
+  python3 bench/shaped_model.py llama-3.2-1b --out /work/shaped
+  python3 bench/shaped_model.py qwen3-0.6b --out /work/shaped
     -> DIR/Llama-3.2-1B-shaped.{F16,Q4_K_M,Q8_0}.gguf, DIR/Qwen3-0.6B-shaped.{...}.gguf
 
 Deterministic for a --seed (one generator per tensor, seeded with [seed, tensor index]).
