@@ -2,7 +2,7 @@
 //! SmolLM2-135M matmul shapes, for decode (m = 1) and prefill (m = 128).
 //!
 //! ```text
-//! cargo run --release --no-default-features --example qlinear_bench [-- MODEL.gguf]
+//! cargo bench --no-default-features --bench qlinear_bench [-- MODEL.gguf]
 //! ```
 //!
 //! Uses the real tensors of the default model when the file is there (random weights of
@@ -55,7 +55,7 @@ fn main() -> anyhow::Result<()> {
     let threads = pocketchat::engine::pool::global().set_threads(wanted);
     // before candle builds its thread pool
     std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
-    let path = std::env::args().nth(1).unwrap_or_else(|| DEFAULT_MODEL.to_string());
+    let path = std::env::args().skip(1).find(|a| a != "--bench").unwrap_or_else(|| DEFAULT_MODEL.to_string());
 
     let mut weights: BTreeMap<&str, Arc<QTensor>> = BTreeMap::new();
     match std::fs::File::open(&path) {

@@ -2,13 +2,13 @@
 //! a register-only loop of independent 512-bit FMAs on every thread at once.
 //!
 //! ```text
-//! cargo run --release --no-default-features --example cpu_peak [-- THREADS]
+//! cargo bench --no-default-features --bench cpu_peak [-- THREADS]
 //! ```
 //!
 //! x86-64 with AVX-512 only (elsewhere it says so and exits).
 
 fn main() {
-    let threads: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(2);
+    let threads: usize = std::env::args().skip(1).find(|a| a != "--bench").and_then(|a| a.parse().ok()).unwrap_or(2);
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") {
         let rates: Vec<f64> = std::thread::scope(|s| {

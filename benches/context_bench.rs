@@ -4,7 +4,7 @@
 //!    resetting and re-prefilling the kept tokens;
 //! 2. restoring a saved full-budget conversation vs re-prefilling it.
 //!
-//! `cargo run --release --no-default-features --example context_bench -- [BUDGET]`
+//! `cargo bench --no-default-features --bench context_bench -- [BUDGET]`
 
 use std::time::Instant;
 
@@ -20,7 +20,8 @@ const REPLY: &str = "Here is a short answer with a few words in it, enough to fi
 a little with every turn so the budget is reached after several turns.";
 
 fn main() -> Result<()> {
-    let budget: usize = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(1024);
+    let budget: usize =
+        std::env::args().skip(1).find(|a| a != "--bench").map(|s| s.parse()).transpose()?.unwrap_or(1024);
     let path = pocketchat::catalog::default_model_path();
     let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {})?;
     let (content, _) = read_gguf(&path)?;
