@@ -25,6 +25,7 @@ use crate::engine::{Command, Engine, EngineConfig, EngineError, EngineEvent, Eng
 use super::chat::ChatView;
 use super::chat_list::ChatList;
 use super::clock::now_label;
+use super::config::UiConfig;
 use super::meter::{LiveFigures, ReplyMeter};
 use super::models::{models_bridge, ModelAction, ModelsPanel, ModelsView};
 use super::pacer;
@@ -99,17 +100,18 @@ pub fn launch(mut config: EngineConfig) {
     // Files copied to an iPhone with Finder arrive in Documents; models live elsewhere.
     catalog::import_documents_on_ios();
     config.model_path = resolve_model_path(config.model_path);
+    let ui = UiConfig::from_env();
     #[cfg(all(feature = "desktop", target_os = "linux"))]
-    paint_on_the_cpu_without_a_gpu();
+    paint_on_the_cpu_without_a_gpu(&ui);
     #[cfg(feature = "desktop")]
     let builder = dioxus::LaunchBuilder::desktop().with_cfg(desktop_config());
     #[cfg(all(feature = "mobile", not(feature = "desktop")))]
     let builder = dioxus::LaunchBuilder::mobile().with_cfg(mobile_config());
     #[cfg(any(feature = "desktop", feature = "mobile"))]
-    builder.with_context(LaunchConfig(config)).launch(App);
+    builder.with_context(LaunchConfig(config)).with_context(ui).launch(App);
     #[cfg(not(any(feature = "desktop", feature = "mobile")))]
     {
-        let _ = LaunchConfig(config);
+        let _ = (LaunchConfig(config), ui);
         tracing::error!("this build has no renderer: enable the `desktop` or `mobile` feature");
     }
 }
@@ -120,12 +122,12 @@ pub fn launch(mut config: EngineConfig) {
 /// than one of two cores and halved the engine's speed. WebKit's own CPU painting
 /// repaints only what changed. A value the user set is kept.
 #[cfg(all(feature = "desktop", target_os = "linux"))]
-fn paint_on_the_cpu_without_a_gpu() {
+fn paint_on_the_cpu_without_a_gpu(ui: &UiConfig) {
     const VAR: &str = "WEBKIT_DISABLE_COMPOSITING_MODE";
     let has_render_node = std::fs::read_dir("/dev/dri")
         .map(|dir| dir.flatten().any(|e| e.file_name().to_string_lossy().starts_with("renderD")))
         .unwrap_or(false);
-    if std::env::var_os(VAR).is_none() && !has_render_node {
+    if !ui.compositing_chosen && !has_render_node {
         tracing::info!("no GPU render node: the web view paints on the CPU ({VAR}=1)");
         // Called before the web view and any other thread start.
         std::env::set_var(VAR, "1");
@@ -181,12 +183,13 @@ pub fn App() -> Element {
     let config = use_hook(|| consume_context::<LaunchConfig>().0);
     let state = use_signal(ChatState::new);
     let live = use_context_provider(|| Signal::new(None::<LiveFigures>));
-    let qa: Option<QaHook> = use_context_provider(QaHook::from_env);
+    let ui = use_hook(|| try_consume_context::<UiConfig>().unwrap_or_default());
+    let qa: Option<QaHook> = use_context_provider(|| ui.qa_status.clone().map(QaHook::new));
     let models = use_context_provider(|| Signal::new(ModelsView::default()));
     let engine = {
         let (config, qa) = (config.clone(), qa.clone());
         use_coroutine(move |commands: UnboundedReceiver<Command>| {
-            bridge(config.clone(), commands, state, live, qa.clone())
+            bridge(config.clone(), ui.frame, commands, state, live, qa.clone())
         })
     };
     use_coroutine(move |actions: UnboundedReceiver<ModelAction>| {
@@ -235,6 +238,7 @@ impl Drop for EngineLink {
 /// The bridge: spawns the engine, forwards commands, folds events into `state`.
 async fn bridge(
     config: EngineConfig,
+    frame: Duration,
     mut commands: UnboundedReceiver<Command>,
     mut state: Signal<ChatState>,
     mut live: Signal<Option<LiveFigures>>,
@@ -244,7 +248,7 @@ async fn bridge(
     // chat's, with a chat store).
     state.write().restore_available = config.state_file.is_some() || config.chats.is_some();
     let (engine, events) = Engine::spawn(config);
-    let mut link = EngineLink { handle: engine.clone(), events: Some(pacer::pace(events, pacer::frame()).fuse()) };
+    let mut link = EngineLink { handle: engine.clone(), events: Some(pacer::pace(events, frame).fuse()) };
     let mut meter = ReplyMeter::default();
     let mut live_at = Instant::now();
     let Some(events) = link.events.as_mut() else { return };

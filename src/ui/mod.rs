@@ -15,6 +15,7 @@ pub mod app;
 pub mod chat;
 pub mod chat_list;
 mod clock;
+pub mod config;
 pub mod copy;
 pub mod fmt;
 mod lifecycle;
