@@ -20,7 +20,7 @@ from collections import defaultdict
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 
 # Bottom up: each module may use the ones before it.
-LAYERS = ["files", "transcript", "memory", "chats", "engine", "catalog", "ui", "cli_output", "main"]
+LAYERS = ["files", "transcript", "memory", "chats", "engine", "catalog", "ui", "cli_output", "cli", "main"]
 
 PATH = re.compile(r"\b(crate|super)((?:::\w+)+)")
 USE_GROUP = re.compile(r"\b(crate|super)((?:::\w+)*)::\{([^;]*?)\};", re.S)
