@@ -9,8 +9,8 @@ use dioxus::prelude::*;
 
 use crate::engine::Command;
 
-use super::app::send_command;
 use super::config::UiConfig;
+use super::engine_link::send_command;
 use super::fmt::format_rate;
 use super::markdown::{MarkdownBlocks, OpenHtml};
 use super::notices::{LoadFailureCard, LoadingCard, NoticeView};

@@ -8,8 +8,8 @@ use dioxus::prelude::*;
 use crate::chats::ChatSummary;
 use crate::engine::Command;
 
-use super::app::send_command;
 use super::clock::date_label;
+use super::engine_link::send_command;
 use super::fmt::format_bytes;
 use super::qa;
 use super::state::ChatState;

@@ -17,6 +17,7 @@ pub mod chat_list;
 mod clock;
 pub mod config;
 pub mod copy;
+pub mod engine_link;
 pub mod fmt;
 mod lifecycle;
 pub mod markdown;
