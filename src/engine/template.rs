@@ -12,10 +12,13 @@
 
 use std::ops::Range;
 
-use minijinja::{context, Environment, Error, ErrorKind};
+use minijinja::{context, Environment, Value};
 use serde::{Deserialize, Serialize};
 
 use super::{Cause, EngineError};
+
+pub mod hf;
+pub use hf::{Instant, Raised};
 
 const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
@@ -70,40 +73,95 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
+    /// What `strftime_now` reads: `None` for the clock (see [`ChatTemplate::at`]).
+    now: Option<hf::Instant>,
 }
 
 impl ChatTemplate {
     /// Builds from the file's template source, falling back to ChatML when absent or broken.
     pub fn new(source: Option<&str>, bos_token: &str, eos_token: &str) -> ChatTemplate {
+        match ChatTemplate::parse(source.unwrap_or(CHATML), bos_token, eos_token) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!("chat template in the model file does not parse ({e}); using ChatML");
+                ChatTemplate::parse(CHATML, bos_token, eos_token).expect("ChatML template parses")
+            }
+        }
+    }
+
+    /// The template of a model file as the engine uses it: `tokenizer.chat_template` (or
+    /// its family's built-in turns, [`builtin_for`]) with the vocabulary's BOS and EOS.
+    pub fn for_model(
+        content: &candle_core::quantized::gguf_file::Content,
+        tokenizer: &super::tokenizer::TextTokenizer,
+    ) -> ChatTemplate {
+        let source = content.metadata.get("tokenizer.chat_template").and_then(|v| v.to_string().ok());
+        let source = source.map(String::as_str).or_else(|| builtin_for(tokenizer));
+        ChatTemplate::new(source, tokenizer.bos_token(), tokenizer.eos_token())
+    }
+
+    /// Builds from a template source; a template that does not parse is an error.
+    ///
+    /// The environment is Hugging Face's `apply_chat_template` one (transformers'
+    /// `_compile_jinja_template`), so templates render as Python's jinja2 renders them:
+    /// `trim_blocks`, `lstrip_blocks`, `break`/`continue`, `raise_exception`,
+    /// `strftime_now`, `tojson` as `json.dumps` (no HTML escaping), the `{% generation %}`
+    /// tag, Python's string/dict methods (minijinja-contrib's pycompat) and values printed
+    /// as Python prints them. `tests/chat_templates.rs` checks llama.cpp's real templates
+    /// against jinja2's renders byte for byte.
+    pub fn parse(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate, EngineError> {
         let mut env = Environment::new();
         env.set_fuel(Some(TEMPLATE_FUEL));
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
-            Err(Error::new(ErrorKind::InvalidOperation, msg))
-        });
-        let source = source.unwrap_or(CHATML).to_string();
-        if let Err(e) = env.add_template_owned("chat", source) {
-            tracing::warn!("chat template in the model file does not parse ({e}); using ChatML");
-            env.add_template("chat", CHATML).expect("ChatML template parses");
-        }
-        ChatTemplate { env, bos_token: bos_token.into(), eos_token: eos_token.into() }
+        env.set_formatter(hf::format_value);
+        env.add_function("raise_exception", hf::raise_exception);
+        env.add_filter("tojson", hf::tojson);
+        env.add_filter("string", hf::string_filter);
+        env.add_template_owned("chat", hf::rewrite_generation_tags(source))
+            .map_err(|e| EngineError::Template(Cause::new(e)))?;
+        Ok(ChatTemplate { env, bos_token: bos_token.into(), eos_token: eos_token.into(), now: None })
+    }
+
+    /// Makes `strftime_now` read `now` instead of the clock (renders that must not change
+    /// with the day: tests, fixtures).
+    pub fn at(mut self, now: hf::Instant) -> ChatTemplate {
+        self.now = Some(now);
+        self
     }
 
     /// Renders the conversation; with `add_generation_prompt` it ends where the assistant speaks.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, EngineError> {
+        self.render_any(messages, add_generation_prompt)
+    }
+
+    /// [`render`](Self::render) for messages of any shape (`pocketchat template` passes
+    /// the user's JSON as it is: tool calls, other roles). The variables are those
+    /// `apply_chat_template` passes: `messages`, `tools` and `documents` (none),
+    /// `add_generation_prompt`, `bos_token`, `eos_token`. An error the template raises
+    /// itself (`raise_exception`) is its own message.
+    pub fn render_any<M: Serialize>(&self, messages: &[M], add_generation_prompt: bool) -> Result<String, EngineError> {
         let tmpl = self.env.get_template("chat").map_err(|e| EngineError::Template(Cause::new(e)))?;
+        let now = self.now.unwrap_or_else(hf::Instant::now);
         let mut out = CappedWriter(Vec::new());
         tmpl.render_captured_to(
             context! {
                 messages => messages,
+                tools => Value::from(()),
+                documents => Value::from(()),
                 add_generation_prompt => add_generation_prompt,
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
+                strftime_now => Value::from_function(move |format: String| now.strftime(&format)),
             },
             &mut out,
         )
-        .map_err(|e| EngineError::Template(Cause::new(e)))?;
+        .map_err(|e| match hf::raised(&e) {
+            Some(raised) => EngineError::Template(Cause::new(raised.clone())),
+            None => EngineError::Template(Cause::new(e)),
+        })?;
         String::from_utf8(out.0).map_err(|e| EngineError::Template(Cause::new(e)))
     }
 
