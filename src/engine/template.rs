@@ -120,6 +120,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", hf::raise_exception);
         env.add_filter("tojson", hf::tojson);
         env.add_filter("string", hf::string_filter);
+        env.add_test("iterable", hf::is_iterable);
         env.add_template_owned("chat", hf::rewrite_generation_tags(source))
             .map_err(|e| EngineError::Template(Cause::new(e)))?;
         Ok(ChatTemplate { env, bos_token: bos_token.into(), eos_token: eos_token.into(), now: None })

@@ -356,6 +356,12 @@ pub fn string_filter(value: &Value) -> Value {
     Value::from(py_str(value))
 }
 
+/// jinja2's `iterable` test: `None` is not (minijinja iterates it as empty), so
+/// `tools is iterable and tools | length > 0` works with `tools=None`.
+pub fn is_iterable(value: &Value) -> bool {
+    !value.is_none() && value.try_iter().is_ok()
+}
+
 /// Seconds since 1970 and the local time zone's offset, for `strftime_now`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Instant {
