@@ -20,6 +20,7 @@ use pocketchat::{catalog, memory};
 #[macro_use]
 mod cli_output;
 use cli_output::{error_text, printable, OutputClosed};
+mod cli_template;
 
 /// On-device chat with a persistent KV cache. Without a command: the chat app.
 #[derive(Parser)]
@@ -42,6 +43,8 @@ enum Sub {
     Bench(BenchArgs),
     /// Token ids of TEXT as a JSON array (special tokens parsed)
     Tokenize(TokenizeArgs),
+    /// The exact prompt text the engine feeds for a conversation (chat template applied)
+    Template(cli_template::TemplateArgs),
     /// The saved chats, most recent first
     Chats(ChatsArgs),
     /// Download a catalog model by id, or any GGUF by URL (default: the default model)
@@ -455,6 +458,7 @@ fn main() -> ExitCode {
         Some(Sub::Chat(args)) => chat(&args),
         Some(Sub::Bench(args)) => bench(&args),
         Some(Sub::Tokenize(args)) => tokenize(&args),
+        Some(Sub::Template(args)) => cli_template::run(&args),
         Some(Sub::Perplexity(args)) => perplexity(&args),
         Some(Sub::Chats(args)) => list_chats(&args),
         Some(Sub::Fetch(args)) => fetch(&args),

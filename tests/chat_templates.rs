@@ -55,12 +55,6 @@ fn suite_templates() -> PathBuf {
     dir
 }
 
-/// `2026-03-05T09:07:03` as an [`Instant`] (the fixture's fixed `strftime_now`).
-fn fixed_now(iso: &str) -> Instant {
-    let n: Vec<u32> = iso.split(['-', 'T', ':']).map(|p| p.parse().expect("fixture `now` is YYYY-MM-DDTHH:MM:SS")).collect();
-    Instant::civil(i64::from(n[0]), n[1], n[2], n[3], n[4], n[5])
-}
-
 /// Where two texts part, with a little of each around it.
 fn first_difference(expected: &str, got: &str) -> String {
     let at = expected.bytes().zip(got.bytes()).take_while(|(a, b)| a == b).count();
@@ -83,7 +77,7 @@ fn llamacpp_chat_templates_render_as_jinja2() {
     let dir = suite_templates();
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates/renders.json");
     let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let now = fixed_now(&fixture.now);
+    let now = Instant::from_iso(&fixture.now).expect("fixture `now` is YYYY-MM-DDTHH:MM:SS");
     let mut templates = std::collections::BTreeMap::<String, Vec<String>>::new(); // name -> failures
     for case in &fixture.cases {
         let failures = templates.entry(case.template.clone()).or_default();

@@ -23,7 +23,8 @@ pub use hf::{Instant, Raised};
 const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 /// Gemma's turns (`<start_of_turn>user` … `<end_of_turn>`; the assistant is `model`).
-const GEMMA: &str = "{{ bos_token }}{% for message in messages %}<start_of_turn>{% if message['role'] == 'assistant' %}model{% else %}user{% endif %}\n{{ message['content'] }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
+/// Newlines inside expressions: `trim_blocks` drops the one after a block tag.
+const GEMMA: &str = "{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\n' + message['content'] + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
 
 /// The template for a file that has none: Gemma's turns for a vocabulary with Gemma's
 /// markers; `None` (ChatML) otherwise.
@@ -124,6 +125,12 @@ impl ChatTemplate {
         env.add_template_owned("chat", hf::rewrite_generation_tags(source))
             .map_err(|e| EngineError::Template(Cause::new(e)))?;
         Ok(ChatTemplate { env, bos_token: bos_token.into(), eos_token: eos_token.into(), now: None })
+    }
+
+    /// The same template with other `bos_token` and `eos_token` values.
+    pub fn with_tokens(mut self, bos_token: &str, eos_token: &str) -> ChatTemplate {
+        (self.bos_token, self.eos_token) = (bos_token.into(), eos_token.into());
+        self
     }
 
     /// Makes `strftime_now` read `now` instead of the clock (renders that must not change

@@ -386,6 +386,22 @@ impl Instant {
         Instant { unix_seconds, utc_offset_seconds: 0 }
     }
 
+    /// `YYYY-MM-DD` or `YYYY-MM-DDTHH:MM[:SS]` (a civil time, as [`civil`](Self::civil)).
+    pub fn from_iso(s: &str) -> Option<Instant> {
+        let (date, time) = s.split_once(['T', ' ']).unwrap_or((s, "00:00:00"));
+        let d: Vec<&str> = date.split('-').collect();
+        let t: Vec<&str> = time.split(':').collect();
+        if d.len() != 3 || !(2..=3).contains(&t.len()) {
+            return None;
+        }
+        let (month, day) = (d[1].parse().ok()?, d[2].parse().ok()?);
+        let (hour, minute) = (t[0].parse().ok()?, t[1].parse().ok()?);
+        let second = t.get(2).map_or(Some(0), |s| s.parse().ok())?;
+        let valid = (1..=12).contains(&month) && (1..=31).contains(&day) && hour < 24 && minute < 60 && second < 60;
+        let year = d[0].parse().ok()?;
+        valid.then(|| Instant::civil(year, month, day, hour, minute, second))
+    }
+
     /// Python's `datetime.strftime(format)` for the C locale's codes.
     pub fn strftime(&self, format: &str) -> String {
         const DAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
@@ -498,6 +514,9 @@ mod tests {
         assert_eq!(t.strftime("%B %d, %Y"), "March 05, 2026");
         assert_eq!(t.strftime("%Y-%m-%d %H:%M:%S %A %a %j %I%p %%"), "2026-03-05 09:07:03 Thursday Thu 064 09AM %");
         assert_eq!(Instant::civil(2024, 2, 29, 23, 0, 0).strftime("%F %T %a"), "2024-02-29 23:00:00 Thu");
+        assert_eq!(Instant::from_iso("2026-03-05T09:07:03"), Some(t));
+        assert_eq!(Instant::from_iso("2026-03-05"), Some(Instant::civil(2026, 3, 5, 0, 0, 0)));
+        assert_eq!(Instant::from_iso("2026-13-05"), None);
     }
 
     #[test]
