@@ -124,3 +124,67 @@ fn llamacpp_chat_templates_render_as_jinja2() {
     }
     assert!(unexpected.is_empty(), "{} failures:\n{}", unexpected.len(), unexpected.join("\n"));
 }
+
+/// `pocketchat template` with its arguments; (exit success, stdout, stderr).
+fn template_command(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pocketchat"))
+        .arg("template")
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+#[test]
+fn template_command_prints_the_models_prompt_exactly() {
+    // SmolLM2's own template (it adds its default system prompt), as jinja2 renders it
+    // for the command's default conversation; no newline added.
+    let (ok, out, err) = template_command(&["--model", "models/SmolLM2-135M-Instruct.Q4_1.gguf"], None);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
+         <|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\nHi! How can I help you today?<|im_end|>\n\
+         <|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+    );
+    // Gemma 3 270M has no template in its file: the engine's built-in Gemma turns.
+    let messages = r#"[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]"#;
+    let (ok, out, err) = template_command(
+        &["--model", "models/gemma-3-270m-q4_k_m.gguf", "--messages", "-", "--no-generation-prompt"],
+        Some(messages),
+    );
+    assert!(ok, "{err}");
+    assert_eq!(out, "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nYo<end_of_turn>\n");
+}
+
+#[test]
+fn template_command_shows_the_templates_own_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("no-system.jinja");
+    std::fs::write(
+        &file,
+        "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}\
+         {{ bos_token }}{{ strftime_now('%d %b %Y') }} {{ messages | tojson }}",
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let system = r#"[{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]"#;
+    let (ok, out, err) = template_command(&["--template", file, "--messages", "-"], Some(system));
+    assert!(!ok && out.is_empty());
+    assert_eq!(err.trim(), "error: the chat template failed: System role not supported");
+    let user = r#"[{"role": "user", "content": "<b>é</b>", "extra": 1}]"#;
+    let (ok, out, err) =
+        template_command(&["--template", file, "--messages", "-", "--bos", "<s>", "--now", "2026-03-05"], Some(user));
+    assert!(ok, "{err}");
+    assert_eq!(out, r#"<s>05 Mar 2026 [{"role": "user", "content": "<b>é</b>", "extra": 1}]"#);
+}

@@ -332,6 +332,30 @@ mod tests {
         assert_eq!(t.user_header().unwrap(), "<start_of_turn>user\n");
     }
 
+    /// Hugging Face's `apply_chat_template` environment, checked against what jinja2 3.1.6
+    /// prints for the same snippets (the llama.cpp suite test covers real templates).
+    #[test]
+    fn renders_as_hugging_faces_jinja2_environment() {
+        let render = |src: &str| {
+            let t = ChatTemplate::parse(src, "<s>", "</s>").unwrap().at(Instant::civil(2026, 3, 5, 9, 7, 3));
+            t.render(&[Message::new(Role::User, "<b>\"é\"</b>")], true)
+        };
+        // trim_blocks and lstrip_blocks; a single trailing newline dropped.
+        assert_eq!(render("  {% if true %}\nx\n  {% endif %}\ny\n").unwrap(), "x\ny");
+        // tojson as json.dumps(ensure_ascii=False): Python's spacing, no HTML escaping.
+        assert_eq!(render("{{ messages | tojson }}").unwrap(), r#"[{"role": "user", "content": "<b>\"é\"</b>"}]"#);
+        assert_eq!(render("{{ {'a': [1, 2.0]} | tojson(indent=2) }}").unwrap(), "{\n  \"a\": [\n    1,\n    2.0\n  ]\n}");
+        // Python's printing, the variables HF passes, loop controls, strftime_now, generation.
+        assert_eq!(render("{{ tools }} {{ true }} {{ [none, 'a'] }} {{ bos_token }}{{ eos_token }}").unwrap(), "None True [None, 'a'] <s></s>");
+        assert_eq!(render("{% for i in range(5) %}{% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}").unwrap(), "012");
+        assert_eq!(render("{{ strftime_now('%d %B %Y') }}").unwrap(), "05 March 2026");
+        assert_eq!(render("{%- generation -%} g {% endgeneration %}").unwrap(), "g ");
+        assert_eq!(render("{{ tools is iterable }} {{ tools is none }} {{ tools is defined }}").unwrap(), "False True True");
+        // The template's own error is the message the user sees.
+        let e = render("{{ raise_exception('No system role') }}").unwrap_err();
+        assert_eq!(e.to_string(), "the chat template failed: No system role");
+    }
+
     #[test]
     fn broken_template_falls_back_to_chatml() {
         let t = ChatTemplate::new(Some("{% for %}"), "", "");
