@@ -78,7 +78,9 @@ fn read_messages(path: Option<&PathBuf>) -> Result<Vec<Value>> {
         Some(p) if p.as_os_str() == "-" => {
             (std::io::read_to_string(std::io::stdin()).context("reading standard input")?, "standard input".into())
         }
-        Some(p) => (std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?, p.display().to_string()),
+        Some(p) => {
+            (std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?, p.display().to_string())
+        }
     };
     let messages: Vec<Value> = serde_json::from_str(&text)
         .with_context(|| format!("{from}: expected a JSON array of messages, [{{\"role\": ..., \"content\": ...}}]"))?;

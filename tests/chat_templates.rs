@@ -86,10 +86,13 @@ fn llamacpp_chat_templates_render_as_jinja2() {
         let messages = &fixture.conversations[&case.conversation];
         let got = ChatTemplate::parse(&source, &fixture.bos_token, &fixture.eos_token)
             .and_then(|t| t.at(now).render(messages, case.add_generation_prompt));
-        let what = format!("{} / {} / generation prompt {}", case.template, case.conversation, case.add_generation_prompt);
+        let what =
+            format!("{} / {} / generation prompt {}", case.template, case.conversation, case.add_generation_prompt);
         match (&case.output, &case.raised, got) {
             (Some(expected), _, Ok(text)) if *expected == text => {}
-            (Some(expected), _, Ok(text)) => failures.push(format!("{what}: differs at {}", first_difference(expected, &text))),
+            (Some(expected), _, Ok(text)) => {
+                failures.push(format!("{what}: differs at {}", first_difference(expected, &text)))
+            }
             (Some(_), _, Err(e)) => failures.push(format!("{what}: jinja2 renders it, we fail: {e}")),
             (None, Some(raised), Err(e)) => {
                 let ours = std::error::Error::source(&e).map(|c| c.to_string()).unwrap_or_default();
@@ -118,7 +121,9 @@ fn llamacpp_chat_templates_render_as_jinja2() {
         let known = KNOWN_DIFFERENCES.iter().find(|(n, _)| n == name);
         match (known, failures.is_empty()) {
             (Some((_, why)), false) => println!("known difference: {name}: {why} ({} cases)", failures.len()),
-            (Some(_), true) => unexpected.push(format!("{name} now renders identically: take it off KNOWN_DIFFERENCES")),
+            (Some(_), true) => {
+                unexpected.push(format!("{name} now renders identically: take it off KNOWN_DIFFERENCES"))
+            }
             (None, _) => unexpected.extend(failures.iter().cloned()),
         }
     }

@@ -151,8 +151,17 @@ impl ChatTemplate {
     /// `add_generation_prompt`, `bos_token`, `eos_token`. An error the template raises
     /// itself (`raise_exception`) is its own message.
     pub fn render_any<M: Serialize>(&self, messages: &[M], add_generation_prompt: bool) -> Result<String, EngineError> {
+        self.render_at(messages, add_generation_prompt, self.now.unwrap_or_else(hf::Instant::now))
+    }
+
+    /// [`render_any`](Self::render_any) with `strftime_now` at `now`.
+    fn render_at<M: Serialize>(
+        &self,
+        messages: &[M],
+        add_generation_prompt: bool,
+        now: hf::Instant,
+    ) -> Result<String, EngineError> {
         let tmpl = self.env.get_template("chat").map_err(|e| EngineError::Template(Cause::new(e)))?;
-        let now = self.now.unwrap_or_else(hf::Instant::now);
         let mut out = CappedWriter(Vec::new());
         tmpl.render_captured_to(
             context! {
@@ -179,7 +188,9 @@ impl ChatTemplate {
     /// fill the marks to give the first render exactly. A template that changes texts in
     /// other ways is refused: its markers could not be told from what people typed.
     pub fn render_marked(&self, messages: &[Message], add_generation_prompt: bool) -> Result<Rendered, EngineError> {
-        let text = self.render(messages, add_generation_prompt)?;
+        // One instant for both renders: a date that turned between them would differ.
+        let now = self.now.unwrap_or_else(hf::Instant::now);
+        let text = self.render_at(messages, add_generation_prompt, now)?;
         // Empty texts stay empty: templates may test a text for being there.
         let marked: Vec<Message> = (0..messages.len())
             .map(|i| match messages[i].content.is_empty() {
@@ -187,7 +198,7 @@ impl ChatTemplate {
                 false => Message::new(messages[i].role, format!("{MARK_OPEN}{i}{MARK_CLOSE}")),
             })
             .collect();
-        let skeleton = self.render(&marked, add_generation_prompt)?;
+        let skeleton = self.render_at(&marked, add_generation_prompt, now)?;
         match fill_marks(&skeleton, messages, &text) {
             Some(bodies) => Ok(Rendered { text, bodies }),
             None => Err(EngineError::Template(Cause::msg(
@@ -344,13 +355,25 @@ mod tests {
         assert_eq!(render("  {% if true %}\nx\n  {% endif %}\ny\n").unwrap(), "x\ny");
         // tojson as json.dumps(ensure_ascii=False): Python's spacing, no HTML escaping.
         assert_eq!(render("{{ messages | tojson }}").unwrap(), r#"[{"role": "user", "content": "<b>\"é\"</b>"}]"#);
-        assert_eq!(render("{{ {'a': [1, 2.0]} | tojson(indent=2) }}").unwrap(), "{\n  \"a\": [\n    1,\n    2.0\n  ]\n}");
+        assert_eq!(
+            render("{{ {'a': [1, 2.0]} | tojson(indent=2) }}").unwrap(),
+            "{\n  \"a\": [\n    1,\n    2.0\n  ]\n}"
+        );
         // Python's printing, the variables HF passes, loop controls, strftime_now, generation.
-        assert_eq!(render("{{ tools }} {{ true }} {{ [none, 'a'] }} {{ bos_token }}{{ eos_token }}").unwrap(), "None True [None, 'a'] <s></s>");
-        assert_eq!(render("{% for i in range(5) %}{% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}").unwrap(), "012");
+        assert_eq!(
+            render("{{ tools }} {{ true }} {{ [none, 'a'] }} {{ bos_token }}{{ eos_token }}").unwrap(),
+            "None True [None, 'a'] <s></s>"
+        );
+        assert_eq!(
+            render("{% for i in range(5) %}{% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}").unwrap(),
+            "012"
+        );
         assert_eq!(render("{{ strftime_now('%d %B %Y') }}").unwrap(), "05 March 2026");
         assert_eq!(render("{%- generation -%} g {% endgeneration %}").unwrap(), "g ");
-        assert_eq!(render("{{ tools is iterable }} {{ tools is none }} {{ tools is defined }}").unwrap(), "False True True");
+        assert_eq!(
+            render("{{ tools is iterable }} {{ tools is none }} {{ tools is defined }}").unwrap(),
+            "False True True"
+        );
         // The template's own error is the message the user sees.
         let e = render("{{ raise_exception('No system role') }}").unwrap_err();
         assert_eq!(e.to_string(), "the chat template failed: No system role");

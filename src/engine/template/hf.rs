@@ -372,10 +372,8 @@ pub struct Instant {
 impl Instant {
     /// Now, in the local time zone where the platform says it (Unix), else UTC.
     pub fn now() -> Instant {
-        let unix_seconds = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
+        let unix_seconds =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
         Instant { unix_seconds, utc_offset_seconds: local_offset(unix_seconds) }
     }
 
