@@ -468,7 +468,9 @@ fn local_offset(unix_seconds: i64) -> i64 {
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     match unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
         true => 0,
-        false => tm.tm_gmtoff,
+        // `c_long`: 32 bits on 32-bit targets.
+        #[allow(clippy::useless_conversion)]
+        false => i64::from(tm.tm_gmtoff),
     }
 }
 
