@@ -9,6 +9,7 @@ mod chat;
 mod chats;
 mod ctrl_c;
 mod models;
+mod template;
 mod tools;
 
 use args::EngineArgs;
@@ -38,6 +39,8 @@ pub enum Sub {
     Bench(BenchArgs),
     /// Token ids of TEXT as a JSON array (special tokens parsed)
     Tokenize(TokenizeArgs),
+    /// The exact prompt text the engine feeds for a conversation (chat template applied)
+    Template(template::TemplateArgs),
     /// The saved chats, most recent first
     Chats(ChatsArgs),
     /// Download a catalog model by id, or any GGUF by URL (default: the default model)
@@ -58,6 +61,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Some(Sub::Chat(args)) => chat::chat(&args),
         Some(Sub::Bench(args)) => tools::bench(&args),
         Some(Sub::Tokenize(args)) => tools::tokenize(&args),
+        Some(Sub::Template(args)) => template::run(&args),
         Some(Sub::Perplexity(args)) => tools::perplexity(&args),
         Some(Sub::Chats(args)) => chats::list_chats(&args),
         Some(Sub::Fetch(args)) => models::fetch(&args),
