@@ -19,6 +19,7 @@ use pocketchat::{catalog, memory};
 
 #[macro_use]
 mod cli_output;
+mod chats_cli;
 use cli_output::{error_text, printable, OutputClosed};
 
 /// On-device chat with a persistent KV cache. Without a command: the chat app.
@@ -42,7 +43,7 @@ enum Sub {
     Bench(BenchArgs),
     /// Token ids of TEXT as a JSON array (special tokens parsed)
     Tokenize(TokenizeArgs),
-    /// The saved chats, most recent first
+    /// The saved chats, most recent first; or export, import or search them
     Chats(ChatsArgs),
     /// Download a catalog model by id, or any GGUF by URL (default: the default model)
     Fetch(FetchArgs),
@@ -199,6 +200,8 @@ struct ChatsArgs {
     /// One JSON array instead of a table
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    transfer: chats_cli::TransferArgs,
 }
 
 #[derive(Args)]
@@ -455,6 +458,7 @@ fn main() -> ExitCode {
         Some(Sub::Bench(args)) => bench(&args),
         Some(Sub::Tokenize(args)) => tokenize(&args),
         Some(Sub::Perplexity(args)) => perplexity(&args),
+        Some(Sub::Chats(args)) if args.transfer.any() => chats_cli::run(&args.transfer, &chats_dir(), args.json),
         Some(Sub::Chats(args)) => list_chats(&args),
         Some(Sub::Fetch(args)) => fetch(&args),
         Some(Sub::Models(args)) => list_models(&args),

@@ -24,6 +24,7 @@ use crate::engine::{Command, Engine, EngineConfig, EngineError, EngineEvent, Eng
 
 use super::chat::ChatView;
 use super::chat_list::ChatList;
+use super::chat_transfer::ChatFolder;
 use super::clock::now_label;
 use super::meter::{LiveFigures, ReplyMeter};
 use super::models::{models_bridge, ModelAction, ModelsPanel, ModelsView};
@@ -183,6 +184,7 @@ pub fn App() -> Element {
     let live = use_context_provider(|| Signal::new(None::<LiveFigures>));
     let qa: Option<QaHook> = use_context_provider(QaHook::from_env);
     let models = use_context_provider(|| Signal::new(ModelsView::default()));
+    use_context_provider(|| ChatFolder(config.chats.clone()));
     let engine = {
         let (config, qa) = (config.clone(), qa.clone());
         use_coroutine(move |commands: UnboundedReceiver<Command>| {

@@ -1,5 +1,5 @@
-//! The words the app shows for what the engine reports: notice texts, labels and the
-//! load-failure card. Kept apart from the reducer so the copy can be read (and changed)
+//! The words the app shows: notice texts, labels, the chat list's search, Share and
+//! Import, and the load-failure card. Kept apart from the reducer so the copy can be read (and changed)
 //! in one place.
 
 use crate::engine::DoneReason;
@@ -39,4 +39,54 @@ pub fn done_label(reason: DoneReason) -> Option<&'static str> {
         DoneReason::MemoryWarning => Some("Interrupted by a memory warning"),
         DoneReason::BudgetExhausted => Some("Token budget reached"),
     }
+}
+
+/// A code block's Copy button: its label, its tooltip and its label once it has copied.
+pub const COPY: &str = "Copy";
+pub const COPY_CODE_TITLE: &str = "Copy code";
+pub const COPIED: &str = "Copied";
+
+/// The chat list's search field.
+pub const SEARCH_PLACEHOLDER: &str = "Search chats";
+
+/// Shown when no chat holds the text searched for.
+pub fn no_chat_holds(query: &str) -> String {
+    format!("No chat holds “{}”.", query.trim())
+}
+
+/// Export and import in the chat list.
+pub const SHARE_ALL: &str = "Share all";
+pub const SHARE_ALL_TITLE: &str = "Save every chat as Markdown (to read) and JSON (to import elsewhere)";
+pub const SHARE: &str = "Share";
+pub const SHARE_TITLE: &str = "Save this chat as Markdown (to read) and JSON (to import elsewhere)";
+pub const IMPORT: &str = "Import";
+pub const IMPORT_TITLE: &str = "Add the chats of an exported JSON file";
+pub const EXPORTING: &str = "Saving…";
+pub const IMPORTING: &str = "Importing…";
+
+/// What an export wrote.
+pub fn exported(e: &crate::chats::export::Exported) -> String {
+    let noun = if e.chats == 1 { "chat" } else { "chats" };
+    let mut text = format!("Saved {} {noun} to {} and {}", e.chats, e.markdown.display(), e.json.display());
+    if !e.unreadable.is_empty() {
+        text.push_str(&format!(" ({} unreadable left out)", e.unreadable.len()));
+    }
+    text
+}
+
+pub fn export_failed(why: &str) -> String {
+    format!("Nothing was saved: {why}")
+}
+
+/// What an import added.
+pub fn imported(count: usize) -> String {
+    if count == 1 {
+        "Imported 1 chat".to_string()
+    } else {
+        format!("Imported {count} chats")
+    }
+}
+
+pub fn import_failed(why: &str) -> String {
+    format!("Nothing was imported: {why}")
 }
