@@ -52,8 +52,7 @@ pub fn run(args: &TransferArgs, chats_dir: &Path, json: bool) -> Result<()> {
         let imported = export::import_file(&store, file)
             .with_context(|| format!("{} was not imported, nothing changed", file.display()))?;
         if json {
-            let rows: Vec<_> =
-                imported.iter().map(|r| serde_json::json!({ "id": r.id, "title": r.title })).collect();
+            let rows: Vec<_> = imported.iter().map(|r| serde_json::json!({ "id": r.id, "title": r.title })).collect();
             outln!("{}", serde_json::to_string(&rows)?);
             return Ok(());
         }

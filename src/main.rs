@@ -197,7 +197,7 @@ struct ChatArgs {
 
 #[derive(Args)]
 struct ChatsArgs {
-    /// One JSON array instead of a table
+    /// JSON instead of a table (also what --export, --import and --grep print)
     #[arg(long)]
     json: bool,
     #[command(flatten)]

@@ -193,7 +193,10 @@ fn finished_reply_renders_markdown_with_copy_and_speed() {
     assert!(html.contains("&lt;script&gt;"), "{html}");
     assert!(html.contains(">Copy<"), "{html}");
     assert_eq!(count(&html, "<button class=\"code-copy\""), 1, "the code block has its own Copy: {html}");
-    assert!(html.contains(">Copy</button><pre><code class=\"language-rust\">fn main() {}\n</code></pre></div>"), "{html}");
+    assert!(
+        html.contains(">Copy</button><pre><code class=\"language-rust\">fn main() {}\n</code></pre></div>"),
+        "{html}"
+    );
     assert!(html.contains("class=\"toks\""), "{html}");
     assert!(html.contains("17 tokens · 31.5 tok/s"), "the engine's token count wins: {html}");
     assert!(!html.contains("streaming"), "{html}");

@@ -397,7 +397,9 @@ mod tests {
             ],
         };
         let md = to_markdown(&[record]);
-        assert!(md.starts_with("# Code\n\n*Started 1970-01-01 00:00 UTC · last used 1970-01-01 00:01 UTC · 3 messages*"));
+        assert!(
+            md.starts_with("# Code\n\n*Started 1970-01-01 00:00 UTC · last used 1970-01-01 00:01 UTC · 3 messages*")
+        );
         assert!(md.contains("## System prompt\n\nBe brief.\n"), "{md}");
         assert!(md.contains("## User\n\nShow me\n```rust\nfn main() {}\n```\n\n## Assistant"), "{md}");
         assert!(md.contains("print(1)\n~~~~\n\n## User\n\nthanks\n"), "{md}");

@@ -63,9 +63,8 @@ pub fn search(store: &ChatStore, text: &str) -> Vec<ChatMatch> {
 /// prompt, then its messages in order.
 pub fn find_in(record: &ChatRecord, text: &str) -> Option<ChatMatch> {
     let name = record.name.as_deref().unwrap_or(&record.title);
-    let places = [(Place::Title, name), (Place::SystemPrompt, record.system_prompt.as_deref().unwrap_or(""))]
-        .into_iter()
-        .chain(
+    let places =
+        [(Place::Title, name), (Place::SystemPrompt, record.system_prompt.as_deref().unwrap_or(""))].into_iter().chain(
             record
                 .messages
                 .iter()

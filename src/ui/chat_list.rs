@@ -183,7 +183,8 @@ fn ChatItem(
     let noun = if chat.messages == 1 { "message" } else { "messages" };
     let meta = format!("{} · {} {noun}", date_label(chat.updated), chat.messages);
     let class = if active { "chat-item active" } else { "chat-item" };
-    let (open_id, rename_id, delete_id, track_id, share_id) = (id.clone(), id.clone(), id.clone(), id.clone(), id.clone());
+    let (open_id, rename_id, delete_id, track_id, share_id) =
+        (id.clone(), id.clone(), id.clone(), id.clone(), id.clone());
     rsx! {
         li { class,
             if is_renaming {

@@ -346,7 +346,8 @@ mod tests {
         // A streamed reply's blocks carry the same buttons.
         let mut blocks = MarkdownBlocks::default();
         blocks.update(reply);
-        let streamed: String = blocks.finished().iter().map(|b| b.to_string()).collect::<String>() + &blocks.open_whole();
+        let streamed: String =
+            blocks.finished().iter().map(|b| b.to_string()).collect::<String>() + &blocks.open_whole();
         assert_eq!(copied_code(&streamed), copied_code(&html));
     }
 
