@@ -20,6 +20,9 @@
 //! Records are read as hostile input: a file that is too large, does not parse, does not
 //! name itself or has a `system` message after the first is listed as unreadable (never
 //! fatal, never hidden), and no new chat is made under a name it may hold.
+//!
+//! [`export`] writes chats out (Markdown to read, JSON to move) and imports them as new
+//! chats; [`search`] finds chats by their text.
 
 use std::collections::HashMap;
 use std::io::{self, Read};

@@ -123,7 +123,7 @@ fn share(store: Option<ChatStore>, id: Option<String>, mut status: Signal<Option
         status.set(Some(match done {
             Some(Ok(exported)) => copy::exported(&exported),
             Some(Err(e)) => copy::export_failed(&e.to_string()),
-            None => copy::export_failed("the export stopped"),
+            None => copy::export_failed(copy::STOPPED_EARLY),
         }));
     });
 }
@@ -152,7 +152,7 @@ fn import(store: Option<ChatStore>, files: Vec<FileData>, mut status: Signal<Opt
                 copy::imported(imported.len())
             }
             Some(Err(e)) => copy::import_failed(&e.to_string()),
-            None => copy::import_failed("the import stopped"),
+            None => copy::import_failed(copy::STOPPED_EARLY),
         }));
     });
 }

@@ -74,6 +74,9 @@ pub fn exported(e: &crate::chats::export::Exported) -> String {
     text
 }
 
+/// Why an export or import failed when its thread ended without an answer.
+pub const STOPPED_EARLY: &str = "it stopped before it finished";
+
 pub fn export_failed(why: &str) -> String {
     format!("Nothing was saved: {why}")
 }
