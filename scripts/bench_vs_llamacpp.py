@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """pocketchat vs llama.cpp on the same GGUF, measured alternately in one run.
 
-Runs `pocketchat bench` (A) and ../shared/bench/llamacpp_peer.py (B) as A B A B ... for
+Runs `pocketchat bench` (A) and scripts/llamacpp_peer.py (B) as A B A B ... for
 --pairs pairs on the same model, prompt length, generation length and thread count, and
 prints the median of each metric and the ratio ours / llama.cpp (above 1.0 means
 pocketchat is faster for tok/s). Peak RSS is measured the same way for both, from the
@@ -196,7 +196,7 @@ def main():
                     help="turns of one conversation, for time to first token per turn")
     ap.add_argument("--pairs", type=int, default=3, help="A B pairs (default 3)")
     ap.add_argument("--bin", default=os.path.join(REPO, "target", "release", "pocketchat"))
-    ap.add_argument("--peer", default=os.path.join(REPO, "..", "shared", "bench", "llamacpp_peer.py"))
+    ap.add_argument("--peer", default=os.path.join(REPO, "scripts", "llamacpp_peer.py"))
     ap.add_argument("--kernel", default=None,
                     help="pocketchat's --kernel (fast, avx2, portable, candle); default: its own. "
                          "Comma-separated for several, each run in every pair (A1 A2 B ...) "
@@ -215,7 +215,7 @@ def main():
         print(f"no binary at {a.bin}; build it with `cargo build --release --no-default-features`", file=sys.stderr)
         return 1
     if not os.path.isfile(peer):
-        print(f"no peer script at {peer} (expected ../shared beside the checkout)", file=sys.stderr)
+        print(f"no peer script at {peer} (expected scripts/llamacpp_peer.py)", file=sys.stderr)
         return 1
     probe = subprocess.run([sys.executable, "-c", "import llama_cpp, numpy"],
                            capture_output=True, text=True)

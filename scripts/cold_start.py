@@ -15,7 +15,7 @@ ratio llama.cpp / ours of the sums (above 1: ours is faster). `--tsv` prints row
 import argparse, datetime, json, os, statistics, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PEER = os.path.join(ROOT, "..", "shared", "bench", "llamacpp_peer.py")
+PEER = os.path.join(ROOT, "scripts", "llamacpp_peer.py")
 
 
 def drop_caches():

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """llama.cpp on the multi-turn workload of `pocketchat bench --turns K`.
 
-../shared/bench/llamacpp_peer.py times one prefill and one decode; this times a
+scripts/llamacpp_peer.py times one prefill and one decode; this times a
 conversation the way `pocketchat bench --turns K` does: K turns on one context, each
 feeding P new token ids (the same ids as ours) and then decoding G tokens greedily, and
 reports the time to first token of every turn. llama.cpp keeps its KV cache between

@@ -32,8 +32,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::persist::write_atomically;
-use crate::engine::template::{Message, Role};
+use crate::files::write_atomically;
+use crate::transcript::{Message, Role};
 
 pub mod export;
 pub mod lock;

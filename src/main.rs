@@ -401,6 +401,7 @@ impl EngineArgs {
             .then(|| memory::TierReport::probe().with_override(tier_override).effective());
         let mut c = EngineConfig::new(self.model.path_for(tier)?);
         c.display_name = catalog::display_name(&c.model_path);
+        c.recommended_sampling = catalog::recommended_sampling(&c.model_path);
         c.sampling = SamplingOverrides {
             temperature: self.temperature,
             top_k: self.top_k.map(|k| k as usize),
@@ -489,14 +490,14 @@ fn quantize(args: &QuantizeArgs) -> Result<()> {
 
 /// candle's own thread pool (its larger element-wise ops during a prefill, and its
 /// kernels for quant types ours do not cover) sits beside the engine's pool
-/// (`engine::pool`). Its size comes from `RAYON_NUM_THREADS`: a value above the cores
+/// (`engine::cpu::pool`). Its size comes from `RAYON_NUM_THREADS`: a value above the cores
 /// available is lowered to them, as more threads than cores stall it whenever a core is
 /// busy. Its idle workers spin 25,000 times before they park, taking a core from the
 /// engine's pool between candle's ops; unless `CANDLE_BARRIER_POOL_SPIN_LIMIT` says
 /// otherwise they spin a few microseconds. Runs first in `main`, before any other thread
 /// exists.
 fn tame_candle_pool() {
-    let cores = pocketchat::engine::pool::available_cores();
+    let cores = pocketchat::engine::cpu::pool::available_cores();
     for var in ["RAYON_NUM_THREADS", "CANDLE_NUM_THREADS"] {
         if std::env::var(var).ok().and_then(|v| v.parse::<usize>().ok()).is_some_and(|n| n > cores) {
             std::env::set_var(var, cores.to_string());
@@ -882,8 +883,8 @@ fn tokenize(args: &TokenizeArgs) -> Result<()> {
 /// Sets the compute threads for a one-shot command (`bench`, `perplexity`): `asked`, or
 /// every core, capped at the cores there are. Returns the count in use.
 fn use_compute_threads(asked: Option<u32>) -> Result<usize> {
-    let asked = threads(asked)?.unwrap_or_else(pocketchat::engine::pool::available_cores);
-    let threads = pocketchat::engine::pool::global().set_threads(asked);
+    let asked = threads(asked)?.unwrap_or_else(pocketchat::engine::cpu::pool::available_cores);
+    let threads = pocketchat::engine::cpu::pool::global().set_threads(asked);
     if threads < asked {
         eprintln!("[{asked} threads asked for; {threads}, the cores available, are used]");
     }
@@ -930,7 +931,7 @@ fn perplexity(args: &PerplexityArgs) -> Result<()> {
     Ok(())
 }
 
-/// The synthetic workload shared with `shared/bench/llamacpp_peer.py`: prefill P fixed
+/// The synthetic workload shared with `scripts/llamacpp_peer.py`: prefill P fixed
 /// ids, decode G greedy tokens; then further turns of P new ids + G tokens on the same
 /// State, timing the first token of each.
 fn bench(args: &BenchArgs) -> Result<()> {

@@ -480,6 +480,10 @@ fn settings_show_the_sampling_with_the_models_defaults_and_a_reset() {
     assert!(t.contains("model: 0.8"), "the model's default beside a changed value: {t}");
     // The token repetition penalty is off by default: 1.
     assert!(html.contains("data-figure=\"repeat-penalty\"") && html.contains("value=\"1\""), "{html}");
+    // DRY is on by default, with llama.cpp's recommended values.
+    assert!(html.contains("data-figure=\"dry-multiplier\"") && html.contains("value=\"0.8\""), "{html}");
+    assert!(html.contains("data-figure=\"dry-base\"") && html.contains("value=\"1.75\""), "{html}");
+    assert!(html.contains("data-figure=\"dry-allowed-length\"") && html.contains("value=\"2\""), "{html}");
     assert!(html.contains("id=\"reset-sampling\""), "{html}");
     assert!(t.contains("Reset to the model's defaults"), "{t}");
 }

@@ -27,8 +27,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{clean_title, unix_ms, ChatRecord, ChatStore, ChatStoreError, MAX_RECORD_BYTES};
-use crate::engine::persist::write_atomically;
-use crate::engine::template::Role;
+use crate::files::write_atomically;
+use crate::transcript::Role;
 
 /// The `format` tag of an export.
 pub const FORMAT: &str = "pocketchat-chats";
@@ -362,7 +362,7 @@ fn civil(ms: u64) -> (i64, u32, u32, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::template::Message;
+    use crate::transcript::Message;
 
     #[test]
     fn dates_are_utc_calendar_dates() {

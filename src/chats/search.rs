@@ -7,7 +7,7 @@ use std::ops::Range;
 use serde::Serialize;
 
 use super::{clean_name, ChatRecord, ChatStore};
-use crate::engine::template::Role;
+use crate::transcript::Role;
 
 /// Characters of context a snippet shows before and after the match.
 const SNIPPET_BEFORE: usize = 30;
@@ -135,7 +135,7 @@ pub fn snippet(text: &str, at: Range<usize>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::template::Message;
+    use crate::transcript::Message;
 
     #[test]
     fn matches_ignore_case_also_beyond_ascii() {

@@ -4,16 +4,14 @@
 //!
 //! Nothing here imports the UI.
 
-pub(crate) mod attention;
 pub mod budget;
+pub mod cpu;
 mod detokenizer;
 mod error;
 pub mod gguf_check;
-pub mod kernels;
 pub mod model;
 pub mod perplexity;
 pub mod persist;
-pub mod pool;
 pub mod protocol;
 pub mod sampler;
 pub mod session;
@@ -23,13 +21,15 @@ pub mod template;
 pub mod tokenizer;
 
 pub use error::{Cause, EngineError, Result};
+// The CPU modules by their former paths too (`engine::kernels::Kernels`, ...), for the
+// tests and benchmarks that name them.
+pub use cpu::{kernels, pool, qlinear};
 pub use kernels::Kernels;
 pub use model::{Model, ModelConfig, SUPPORTED_ARCHITECTURES};
 pub use protocol::{Command, DoneReason, EngineEvent, ModelInfo, Stats};
 pub use session::{DraftExtent, DraftFed, Session, TrimMode, DRAFT_STEP};
 pub use state::State;
 pub use tokenizer::SUPPORTED_PRE_TOKENIZERS;
-pub mod qlinear;
 pub mod weights;
 mod worker;
 

@@ -46,8 +46,14 @@ pub enum Command {
     /// Load another model file (the app's model screen): the conversation is saved, the
     /// new file loads with `Loading` progress and the open chat goes on with it (re-read
     /// at the next message). That exact file is loaded, whatever the tier prefers; a file
-    /// the fit check calls too large loads only with `allow_too_large`.
-    SwitchModel { path: std::path::PathBuf, display_name: Option<String>, allow_too_large: bool },
+    /// the fit check calls too large loads only with `allow_too_large`. Its sampling
+    /// defaults come from its GGUF, then `recommended_sampling` (the catalog's).
+    SwitchModel {
+        path: std::path::PathBuf,
+        display_name: Option<String>,
+        recommended_sampling: crate::engine::sampler::SamplingOverrides,
+        allow_too_large: bool,
+    },
     /// Save the conversation to the state file now (the app going to the background).
     Save,
     /// Bring back the conversation saved just before the last memory-warning eviction.

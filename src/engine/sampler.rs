@@ -171,7 +171,14 @@ impl SamplingParams {
     /// a non-finite value is ignored. `top_k <= 0` means off and `penalty_last_n = -1`
     /// means the whole history, as in llama.cpp. The result is [`sanitized`](Self::sanitized).
     pub fn from_gguf(metadata: &HashMap<String, Value>) -> Self {
-        let mut p = Self::default();
+        Self::from_gguf_over(Self::default(), metadata)
+    }
+
+    /// [`from_gguf`](Self::from_gguf) over `base` instead of `Default`: the GGUF's keys
+    /// replace the fields they carry, `base` gives the rest (the model's recommended
+    /// settings from the catalog, below the file's own).
+    pub fn from_gguf_over(base: SamplingParams, metadata: &HashMap<String, Value>) -> Self {
+        let mut p = base;
         if let Some(v) = read_key(metadata, KEY_TEMP, as_f32) {
             p.temperature = v;
         }

@@ -13,9 +13,9 @@
 use std::ops::Range;
 
 use minijinja::{context, Environment, Error, ErrorKind};
-use serde::{Deserialize, Serialize};
 
 use super::{Cause, EngineError};
+pub use crate::transcript::{Message, Role};
 
 const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
@@ -26,26 +26,6 @@ const GEMMA: &str = "{{ bos_token }}{% for message in messages %}<start_of_turn>
 /// markers; `None` (ChatML) otherwise.
 pub fn builtin_for(tokenizer: &super::tokenizer::TextTokenizer) -> Option<&'static str> {
     (tokenizer.has_token("<start_of_turn>") && tokenizer.has_token("<end_of_turn>")).then_some(GEMMA)
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    System,
-    User,
-    Assistant,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Message {
-    pub role: Role,
-    pub content: String,
-}
-
-impl Message {
-    pub fn new(role: Role, content: impl Into<String>) -> Message {
-        Message { role, content: content.into() }
-    }
 }
 
 /// Instructions one render may run: a thousand-message conversation takes well under a

@@ -121,7 +121,12 @@ fn share(store: Option<ChatStore>, id: Option<String>, mut status: Signal<Option
         })
         .await;
         status.set(Some(match done {
-            Some(Ok(exported)) => copy::exported(&exported),
+            Some(Ok(e)) => copy::exported(
+                e.chats,
+                &e.markdown.display().to_string(),
+                &e.json.display().to_string(),
+                e.unreadable.len(),
+            ),
             Some(Err(e)) => copy::export_failed(&e.to_string()),
             None => copy::export_failed(copy::STOPPED_EARLY),
         }));

@@ -66,7 +66,7 @@ pub fn visible_chats(chats: &[ChatSummary], query: &str, found: &[ChatMatch]) ->
 mod tests {
     use super::*;
     use crate::chats::search::Place;
-    use crate::engine::template::Role;
+    use crate::transcript::Role;
 
     fn summary(id: &str, title: &str) -> ChatSummary {
         ChatSummary {

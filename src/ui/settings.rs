@@ -299,6 +299,21 @@ fn GenerationSection(state: ReadSignal<ChatState>, ready: bool) -> Element {
                 step: 0.05, max: 10.0, disabled: !ready,
                 on_set: move |t| set(|o, x| o.repeat_penalty = Some(x), t),
             }
+            SamplingRow {
+                name: "dry-multiplier", label: "DRY multiplier (0 = off)", value: p.dry_multiplier, default: d.dry_multiplier,
+                step: 0.05, max: 10.0, disabled: !ready,
+                on_set: move |t| set(|o, x| o.dry_multiplier = Some(x), t),
+            }
+            SamplingRow {
+                name: "dry-base", label: "DRY base", value: p.dry_base, default: d.dry_base,
+                step: 0.05, max: 10.0, disabled: !ready,
+                on_set: move |t| set(|o, x| o.dry_base = Some(x), t),
+            }
+            SamplingRow {
+                name: "dry-allowed-length", label: "DRY allowed length", value: p.dry_allowed_length as f32,
+                default: d.dry_allowed_length as f32, step: 1.0, max: 1000.0, disabled: !ready,
+                on_set: move |t| set(|o, x| o.dry_allowed_length = Some(x.max(0.0) as usize), t),
+            }
             button {
                 id: "reset-sampling",
                 class: "btn secondary",

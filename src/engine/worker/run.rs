@@ -11,9 +11,9 @@ use futures::channel::mpsc as fmpsc;
 use super::device::{device_label, pick_device, set_threads};
 use super::saving::before_eviction_path;
 use super::{EngineConfig, Loaded, Worker};
+use crate::engine::cpu::pool;
 use crate::engine::model::{file_facts, read_gguf, Model};
-use crate::engine::pool;
-use crate::engine::sampler::SamplingParams;
+use crate::engine::sampler::{SamplingOverrides, SamplingParams};
 use crate::engine::session::Session;
 use crate::engine::template::{self, ChatTemplate};
 use crate::engine::tokenizer::TextTokenizer;
@@ -146,8 +146,8 @@ impl Worker {
                     set_threads(threads.or(self.config.threads));
                     self.emit_stats();
                 }
-                Command::SwitchModel { path, display_name, allow_too_large } => {
-                    self.switch_model(path, display_name, allow_too_large)
+                Command::SwitchModel { path, display_name, recommended_sampling, allow_too_large } => {
+                    self.switch_model(path, display_name, recommended_sampling, allow_too_large)
                 }
                 Command::Save => self.save(),
                 Command::SetSampling { overrides } => {
@@ -220,7 +220,8 @@ impl Worker {
         let (content, _) = read_gguf(&path)?;
         let tokenizer = TextTokenizer::from_gguf(&content)?;
         let template_src = content.metadata.get("tokenizer.chat_template").and_then(|v| v.to_string().ok()).cloned();
-        let sampling_defaults = SamplingParams::from_gguf(&content.metadata);
+        let recommended = self.config.recommended_sampling.apply(SamplingParams::default());
+        let sampling_defaults = SamplingParams::from_gguf_over(recommended, &content.metadata);
         let dry_breakers = Arc::new(tokenizer.dry_breakers(&self.config.dry_sequence_breakers));
         drop(content);
         let events = self.events.clone();
@@ -341,7 +342,13 @@ impl Worker {
 
     /// Loads another file; when it cannot be loaded (the error is reported), the model
     /// that was loaded before comes back, so the app keeps working.
-    fn switch_model(&mut self, path: PathBuf, display_name: Option<String>, allow_too_large: bool) {
+    fn switch_model(
+        &mut self,
+        path: PathBuf,
+        display_name: Option<String>,
+        recommended_sampling: SamplingOverrides,
+        allow_too_large: bool,
+    ) {
         let _span = tracing::info_span!("switch_model", path = %path.display()).entered();
         self.save();
         let had_model = self.loaded.is_some();
@@ -351,6 +358,7 @@ impl Worker {
         self.state_lock = None;
         self.config.model_path = path;
         self.config.display_name = display_name;
+        self.config.recommended_sampling = recommended_sampling;
         self.config.allow_too_large = allow_too_large;
         self.load();
         if self.loaded.is_none() && had_model {

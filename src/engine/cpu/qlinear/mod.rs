@@ -9,7 +9,7 @@
 //! ```text
 //! x (m x k, f32) --quantize each row once--> Q8_1 / Q8_0 rows  (ggml's rounding, bit-exact)
 //!                                               |
-//! W (n x k, GGUF blocks) -- rows split across the engine's pool (`engine::pool`, large
+//! W (n x k, GGUF blocks) -- rows split across the engine's pool (`engine::cpu::pool`, large
 //!                           matmuls only; decode as a detached job, `DecodeRows`)
 //!                                               v
 //!        decode (m = 1): 4 weight rows share every activation load, each weight byte is
@@ -69,8 +69,8 @@ use std::sync::Arc;
 
 use crate::engine::weights::MappedTensor;
 
-use crate::engine::kernels::{Isa, Kernels};
-use crate::engine::pool::{self, SendPtr};
+use crate::engine::cpu::kernels::{Isa, Kernels};
+use crate::engine::cpu::pool::{self, SendPtr};
 
 impl Isa {
     fn quantize_row(self, x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], with_sum: bool) {

@@ -21,7 +21,7 @@
 use super::{exp, for_each_unit, lanes, max, mul_add, prefetch, Dims, Kv, Level, PORTABLE};
 #[cfg(target_arch = "x86_64")]
 use super::{AVX2, AVX512};
-use crate::engine::pool::SendPtr;
+use crate::engine::cpu::pool::SendPtr;
 use half::f16;
 
 /// Cached positions per unit.

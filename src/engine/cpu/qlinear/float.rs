@@ -9,8 +9,8 @@
 
 use candle_core::quantized::GgmlDType;
 
-use crate::engine::kernels::Isa;
-use crate::engine::pool::{self, SendPtr};
+use crate::engine::cpu::kernels::Isa;
+use crate::engine::cpu::pool::{self, SendPtr};
 
 /// The element type of a float weight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -30,20 +30,15 @@ use std::sync::Arc;
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor, D};
 
-use super::kernels::Kernels;
-use super::qlinear::QLinear as Linear;
+use super::cpu::kernels::Kernels;
+use super::cpu::qlinear::QLinear as Linear;
 use super::state::State;
 use super::weights::{MappedFile, MappedTensor};
 use super::{Cause, EngineError, Result};
 use crate::memory::{ModelFacts, PrefillShape};
 
-/// GGUF `general.architecture` values this engine loads.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
-
-/// Gemma 3's sliding-window layers: five of every six (llama.cpp's `set_swa_pattern(6)`).
-const GEMMA3_WINDOW_PATTERN: usize = 6;
-/// Gemma 3's RoPE base on its sliding-window layers (llama.cpp's `rope_freq_base_train_swa`).
-const GEMMA3_LOCAL_ROPE_BASE: f32 = 10_000.0;
+mod arch;
+pub use arch::{Activation, ArchTraits, SlidingWindows, SUPPORTED_ARCHITECTURES};
 
 /// Upper bound for the RoPE tables when a file claims a huge context.
 const MAX_ROPE_POSITIONS: usize = 32_768;
@@ -115,14 +110,6 @@ struct Layer {
     rope: usize,
 }
 
-/// The FFN's gate activation.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Activation {
-    Silu,
-    /// Tanh-approximated GELU (gemma).
-    Gelu,
-}
-
 /// One RoPE frequency set: `1 / base^(2i/d)` (divided by the file's `rope_freqs` factors
 /// where it has them, times a linear scaling factor where it says so).
 struct Rope {
@@ -188,7 +175,7 @@ pub struct Model {
     embedding_scale: Option<f64>,
     activation: Activation,
     /// `Candle` keeps every op on candle's own kernels (bit-faithful to the reference);
-    /// the others also take the plain-Rust attention kernels of `engine::attention`.
+    /// the others also take the plain-Rust attention kernels of `engine::cpu::attention`.
     kernels: Kernels,
 }
 
@@ -254,7 +241,7 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
             heap += elements * 4;
             continue;
         };
-        let copied = super::qlinear::heap_bytes(t.ggml_dtype, elements, columns, kernels, true);
+        let copied = super::cpu::qlinear::heap_bytes(t.ggml_dtype, elements, columns, kernels, true);
         // The table is looked up in place unless the tied output layer copies it.
         let in_place = copied == 0 || (name == "token_embd.weight" && !tied);
         if in_place {
@@ -263,11 +250,11 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
             heap += copied;
         }
     }
-    let window = match ld.arch.as_str() {
-        "gemma3" => Some(ld.meta_u32("attention.sliding_window")?.max(1)),
-        _ => None,
+    let window = match ArchTraits::of(&ld.arch).and_then(|t| t.sliding_windows) {
+        Some(_) => Some(ld.meta_u32("attention.sliding_window")?.max(1)),
+        None => None,
     };
-    let attention = super::attention::prefill_attention(kernels, true, head_dim, window);
+    let attention = super::cpu::attention::prefill_attention(kernels, true, head_dim, window);
     let facts = ModelFacts {
         weights_bytes: heap,
         mapped_bytes: mapped,
@@ -436,9 +423,9 @@ impl Model {
         let (content, reader) = read_gguf(path)?;
         let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         let arch = architecture(path, &content)?;
-        if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
+        let Some(traits) = ArchTraits::of(&arch) else {
             return Err(EngineError::UnsupportedArchitecture(arch));
-        }
+        };
         let map = MappedFile::map(reader.get_ref())
             .map_err(|e| EngineError::ModelLoad { path: path.to_path_buf(), source: Cause::new(e) })?;
         let mut ld = Loader { path, content: &content, map: Some(map), device, arch: arch.clone() };
@@ -464,8 +451,10 @@ impl Model {
         if head_dim == 0 || head_dim % 2 != 0 || head_dim > 1024 || value_dim != head_dim {
             return Err(ld.bad(format!("unsupported head size: keys {head_dim}, values {value_dim}")));
         }
-        let gemma = arch == "gemma3";
-        let sliding_window = if gemma { Some(ld.meta_u32("attention.sliding_window")?.max(1)) } else { None };
+        let sliding_window = match traits.sliding_windows {
+            Some(_) => Some(ld.meta_u32("attention.sliding_window")?.max(1)),
+            None => None,
+        };
         let rope_dim = ld.meta_u32("rope.dimension_count").unwrap_or(head_dim);
         if rope_dim != head_dim {
             return Err(ld.bad(format!("partial rotary embeddings ({rope_dim} of {head_dim}) are not supported")));
@@ -482,7 +471,7 @@ impl Model {
             let p = format!("blk.{i}");
             let wq = ld.linear(&format!("{p}.attn_q.weight"), kernels)?;
             weights_dtype.get_or_insert(wq.dtype());
-            let sliding = sliding_window.filter(|_| i % GEMMA3_WINDOW_PATTERN < GEMMA3_WINDOW_PATTERN - 1);
+            let sliding = sliding_window.filter(|_| traits.sliding_windows.is_some_and(|w| w.slides(i)));
             layers.push(Layer {
                 q_norm: ld.optional_norm(&format!("{p}.attn_q_norm.weight"), head_dim)?,
                 k_norm: ld.optional_norm(&format!("{p}.attn_k_norm.weight"), head_dim)?,
@@ -537,8 +526,8 @@ impl Model {
         let linear = ld.meta("rope.scaling.type").ok().and_then(|v| v.to_string().ok()).is_some_and(|t| t == "linear");
         let scale = if linear { 1.0 / ld.meta_f32_or("rope.scaling.factor", 1.0).max(1e-6) } else { 1.0 };
         let mut ropes = vec![Rope::new(head_dim, rope_freq_base, factors.as_deref(), scale, device)?];
-        if sliding_window.is_some() {
-            ropes.push(Rope::new(head_dim, GEMMA3_LOCAL_ROPE_BASE, None, 1.0, device)?);
+        if let Some(w) = traits.sliding_windows {
+            ropes.push(Rope::new(head_dim, w.rope_base, None, 1.0, device)?);
         }
         let name = content
             .metadata
@@ -589,7 +578,7 @@ impl Model {
         let requantized_from = content.metadata.get("general.quantized_from").and_then(|v| v.to_string().ok()).cloned();
         progress(1.0);
         let config = ModelConfig {
-            rope_neox: matches!(arch.as_str(), "qwen2" | "qwen3" | "gemma3"),
+            rope_neox: traits.rope_neox,
             sliding_window,
             architecture: arch,
             name,
@@ -628,8 +617,8 @@ impl Model {
             output,
             ropes,
             positions,
-            embedding_scale: gemma.then(|| (embedding_length as f64).sqrt()),
-            activation: if gemma { Activation::Gelu } else { Activation::Silu },
+            embedding_scale: traits.scale_embeddings.then(|| (embedding_length as f64).sqrt()),
+            activation: traits.activation,
             kernels,
         })
     }
@@ -656,7 +645,7 @@ impl Model {
     pub fn facts(&self, kv: DType) -> ModelFacts {
         let c = &self.config;
         let attention =
-            super::attention::prefill_attention(self.kernels, self.device.is_cpu(), c.head_dim, c.sliding_window);
+            super::cpu::attention::prefill_attention(self.kernels, self.device.is_cpu(), c.head_dim, c.sliding_window);
         ModelFacts {
             weights_bytes: c.heap_weight_bytes,
             mapped_bytes: c.mapped_weight_bytes,
@@ -822,7 +811,7 @@ impl Model {
             // On the CPU: plain-Rust kernels instead of a dozen candle ops
             // (sums in another order than candle's gemm, so not with candle's kernels).
             let (k_buf, v_buf) = state.buffers(index);
-            if let Some(out) = super::attention::try_attention(&q, k_buf, v_buf, pos, isa) {
+            if let Some(out) = super::cpu::attention::try_attention(&q, k_buf, v_buf, pos, isa) {
                 return Ok(layer.wo.forward(&out)?);
             }
         }

@@ -20,7 +20,7 @@ use std::ops::Range;
 use candle_core::{CpuStorage, DType, Device, Layout, Storage, Tensor};
 use half::slice::HalfFloatSliceExt;
 
-use crate::engine::kernels::{Isa, Kernels};
+use crate::engine::cpu::kernels::{Isa, Kernels};
 use crate::memory::PrefillAttention;
 
 /// The instruction set a kernel instance is compiled for (a const parameter).
@@ -163,7 +163,7 @@ pub(crate) struct Dims {
 
 /// Runs `f(unit)` for `units` units, on the pool when there is `macs` work enough for it.
 fn for_each_unit(units: usize, macs: usize, f: impl Fn(usize) + Sync) {
-    crate::engine::pool::for_each_chunk(units, macs, |range| range.for_each(&f));
+    crate::engine::cpu::pool::for_each_chunk(units, macs, |range| range.for_each(&f));
 }
 
 /// Independent partial results a fold keeps: one 512-bit register of f32.

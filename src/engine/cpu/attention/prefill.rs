@@ -27,7 +27,7 @@
 use super::{exp, fold_lanes, for_each_unit, lanes, max, mul_add, Dims, Kv, Level, LANES, PORTABLE};
 #[cfg(target_arch = "x86_64")]
 use super::{AVX2, AVX512};
-use crate::engine::pool::SendPtr;
+use crate::engine::cpu::pool::SendPtr;
 
 /// New tokens per work unit.
 const TOKENS: usize = 16;

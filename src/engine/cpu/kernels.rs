@@ -1,7 +1,7 @@
 //! Which CPU kernels run, chosen once at run time for the CPU at hand.
 //!
-//! One choice, [`Kernels`], covers the quantized matmuls (`engine::qlinear`) and the
-//! attention (`engine::attention`). The instruction set is detected at run time
+//! One choice, [`Kernels`], covers the quantized matmuls (`engine::cpu::qlinear`) and the
+//! attention (`engine::cpu::attention`). The instruction set is detected at run time
 //! ([`Isa::detect`]) and each SIMD kernel is entered through a `#[target_feature]`
 //! function, so a binary built for a generic x86-64 (a release for distribution, an Apple
 //! target) runs the same kernels as one built with `-C target-cpu=native`.

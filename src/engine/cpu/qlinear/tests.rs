@@ -631,7 +631,7 @@ fn forward_many_equals_separate_forwards() {
 
 #[test]
 fn a_decode_job_gives_the_same_outputs_whatever_ranges_compute_them() {
-    use crate::engine::pool::Detachable;
+    use crate::engine::cpu::pool::Detachable;
     let mut rng = Rng(0x5eed_000b);
     let k = 768;
     let layers = [
