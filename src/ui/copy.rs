@@ -28,6 +28,7 @@ pub const DONE_MAX_TOKENS: &str = "Reply length limit reached";
 pub const DONE_STOPPED: &str = "Stopped";
 pub const DONE_MEMORY_WARNING: &str = "Interrupted by a memory warning";
 pub const DONE_BUDGET_EXHAUSTED: &str = "Token budget reached";
+
 /// A code block's Copy button: its label, its tooltip and its label once it has copied.
 pub const COPY: &str = "Copy";
 pub const COPY_CODE_TITLE: &str = "Copy code";
@@ -61,6 +62,9 @@ pub fn exported(chats: usize, markdown: &str, json: &str, unreadable: usize) -> 
     }
     text
 }
+
+/// Why an export or import failed when its thread ended without an answer.
+pub const STOPPED_EARLY: &str = "it stopped before it finished";
 
 pub fn export_failed(why: &str) -> String {
     format!("Nothing was saved: {why}")
