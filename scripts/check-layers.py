@@ -8,7 +8,9 @@ checks two things:
 
 1. Between top-level modules, imports go one way only, down the order of LAYERS (a
    module may use those before it in the list). docs/architecture.md draws the same map.
-2. Among the sibling modules of one folder (src/ui/*.rs, src/engine/*.rs, ... with their
+2. The FORBIDDEN imports below (the UI's strings import nothing; nothing under ui/
+   imports its root component).
+3. Among the sibling modules of one folder (src/ui/*.rs, src/engine/*.rs, ... with their
    own subfolders counted as one), there is no cycle. A folder's own `mod.rs` is its
    interface and is left out: it declares and re-exports its children.
 """
@@ -19,8 +21,15 @@ from collections import defaultdict
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 
+# Imports a module may not make although the layers allow them: (module, forbidden prefix,
+# why). The UI's words are plain strings, and the root component is used by nobody.
+FORBIDDEN = [
+    (["ui", "copy"], [], "ui/copy.rs holds plain strings: it imports nothing of the crate"),
+    (["ui"], ["ui", "app"], "nothing under ui/ imports ui::app (the engine link is ui::engine_link)"),
+]
+
 # Bottom up: each module may use the ones before it.
-LAYERS = ["files", "transcript", "memory", "chats", "engine", "catalog", "ui", "cli_output", "chats_cli", "main"]
+LAYERS = ["files", "transcript", "memory", "chats", "engine", "catalog", "ui", "cli_output", "cli", "main"]
 
 PATH = re.compile(r"\b(crate|super)((?:::\w+)+)")
 USE_GROUP = re.compile(r"\b(crate|super)((?:::\w+)*)::\{([^;]*?)\};", re.S)
@@ -116,6 +125,10 @@ def main():
         for target in found:
             if not target:
                 continue
+            for owner, prefix, why in FORBIDDEN:
+                inside = module[: len(owner)] == owner and module != ["ui"]
+                if inside and target[: len(prefix)] == prefix and module[:2] != target[:2]:
+                    problems.append(f"{rel}: uses {'::'.join(target)}: {why}")
             # 1. Top-level layering.
             if top in LAYERS and target[0] in LAYERS and target[0] != top:
                 if LAYERS.index(target[0]) > LAYERS.index(top):

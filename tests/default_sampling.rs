@@ -2,7 +2,7 @@
 //! binary: "And of Italy?" after "What is the capital of Germany?" names Rome, greedily
 //! and in at least 4 of seeds 1–5 with the defaults (the catalog's recommendation for
 //! SmolLM2, temperature 0.2 and top-p 0.9, over the token penalty off and DRY on).
-//! `scripts/rome_check.py` runs the same check on more seeds and other settings.
+//! `bench/rome_check.py` runs the same check on more seeds and other settings.
 
 mod common;
 

@@ -130,7 +130,7 @@ impl Default for SamplingParams {
     /// values (multiplier 0.8, base 1.75, allowed length 2, the whole context). A penalty of
     /// 1.1 over the last 64 tokens, prompt included, pushed down the words a faithful answer
     /// repeats from the question: after "What is the capital of Germany?", "And of Italy?"
-    /// named Rome in 0 of 3 seeds with it (measurements/2026-12-02-sampling.md).
+    /// named Rome in 0 of 3 seeds with it (bench/runs/2026-12-02-epyc-2core/sampling.md).
     fn default() -> Self {
         Self {
             temperature: 0.8,

@@ -12,10 +12,10 @@ use dioxus::prelude::*;
 use crate::chats::{export, search, ChatStore, ChatSummary};
 use crate::engine::Command;
 
-use super::app::send_command;
 use super::chat_transfer::{export_dir, off_thread, visible_chats, ChatFolder};
 use super::clock::date_label;
 use super::copy;
+use super::engine_link::send_command;
 use super::fmt::format_bytes;
 use super::qa;
 use super::state::ChatState;

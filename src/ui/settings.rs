@@ -10,7 +10,7 @@ use dioxus::prelude::*;
 use crate::engine::{Command, Stats};
 use crate::memory::RamTier;
 
-use super::app::send_command;
+use super::engine_link::send_command;
 use super::fmt::{format_bytes, format_ms, format_rate, percent};
 use super::meter::LiveFigures;
 use super::qa;
@@ -112,7 +112,7 @@ fn ContextSection(state: ReadSignal<ChatState>) -> Element {
         let s = state.read();
         (s.stats.clone(), s.budget().unwrap_or(0), s.ceiling_bytes().unwrap_or(0))
     });
-    // Refreshed a few times a second while a reply streams (see `app::bridge`).
+    // Refreshed a few times a second while a reply streams (see `engine_link::bridge`).
     let live = try_consume_context::<Signal<Option<LiveFigures>>>().and_then(|l| l());
     let (stats, budget, ceiling) = figures();
     let Some(stats) = stats else {

@@ -82,6 +82,8 @@ pub struct ModelConfig {
     /// The matrices copied to the heap rather than read in place, with their types: the
     /// named exceptions to the mapping (empty when everything runs in place).
     pub copied_matrices: Vec<String>,
+    /// What runs on candle's ops although our kernels were chosen (logged once at load).
+    pub candle_fallbacks: Vec<String>,
 }
 
 struct Layer {
@@ -598,6 +600,12 @@ impl Model {
             heap_weight_bytes,
             mapped_weight_bytes,
             copied_matrices,
+            candle_fallbacks: super::cpu::attention::candle_fallbacks(
+                kernels,
+                device.is_cpu(),
+                head_dim,
+                sliding_window,
+            ),
         };
         tracing::info!(
             ?config.weights_dtype,
@@ -605,6 +613,7 @@ impl Model {
             heap_weight_bytes = config.heap_weight_bytes,
             mapped_weight_bytes = config.mapped_weight_bytes,
             copied = ?config.copied_matrices,
+            candle_fallbacks = ?config.candle_fallbacks,
             "model loaded"
         );
         Ok(Model {

@@ -15,7 +15,7 @@ use crate::engine::cpu::pool;
 use crate::engine::model::{file_facts, read_gguf, Model};
 use crate::engine::sampler::{SamplingOverrides, SamplingParams};
 use crate::engine::session::Session;
-use crate::engine::template::{self, ChatTemplate};
+use crate::engine::template::ChatTemplate;
 use crate::engine::tokenizer::TextTokenizer;
 use crate::engine::{Command, EngineError, EngineEvent, ModelInfo, Stats};
 use crate::memory::process::{release_free_memory, rss_bytes};
@@ -219,7 +219,7 @@ impl Worker {
         let device = pick_device();
         let (content, _) = read_gguf(&path)?;
         let tokenizer = TextTokenizer::from_gguf(&content)?;
-        let template_src = content.metadata.get("tokenizer.chat_template").and_then(|v| v.to_string().ok()).cloned();
+        let template = ChatTemplate::for_model(&content, &tokenizer);
         let recommended = self.config.recommended_sampling.apply(SamplingParams::default());
         let sampling_defaults = SamplingParams::from_gguf_over(recommended, &content.metadata);
         let dry_breakers = Arc::new(tokenizer.dry_breakers(&self.config.dry_sequence_breakers));
@@ -247,8 +247,6 @@ impl Worker {
                 ceiling_mib: self.policy.ceiling_bytes / memory::MIB,
             });
         }
-        let template_src = template_src.as_deref().or_else(|| template::builtin_for(&tokenizer));
-        let template = ChatTemplate::new(template_src, tokenizer.bos_token(), tokenizer.eos_token());
         let mut session = Session::new(model.make_state(self.budget(), self.config.kv_dtype.dtype()), template)?;
         session.trim_mode = self.config.trim_mode;
         let c = &model.config;

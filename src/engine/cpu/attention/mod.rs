@@ -62,6 +62,19 @@ pub(crate) fn prefill_attention(
     }
 }
 
+/// What of a model's attention runs on candle's ops although our kernels were chosen, in
+/// words for the load log and `bench` (empty when nothing does, or when candle's kernels
+/// or a GPU were chosen for everything).
+pub(crate) fn candle_fallbacks(kernels: Kernels, on_cpu: bool, head_dim: usize, window: Option<usize>) -> Vec<String> {
+    if !on_cpu || kernels.isa().is_none() {
+        return Vec::new();
+    }
+    if !fused_head_dim(head_dim) {
+        return vec![format!("attention (heads of {head_dim}; the fused kernels take 64 and 128)")];
+    }
+    window.map(|w| format!("attention of the sliding-window layers past {w} tokens")).into_iter().collect()
+}
+
 /// Attention of the `n` new tokens in `q` against the cache, on the CPU: `q` is
 /// `(1, n_heads, n, hd)` after RoPE; `k` and `v` are the cache buffers
 /// `(1, n_kv_heads, capacity, hd)` (f32 or f16) whose positions `0..pos + n` are live, the
@@ -274,6 +287,18 @@ fn exp<const L: Level>(x: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn candle_fallbacks_name_wide_heads_and_sliding_windows() {
+        assert!(candle_fallbacks(Kernels::Fast, true, 64, None).is_empty());
+        assert!(candle_fallbacks(Kernels::Candle, true, 256, Some(512)).is_empty(), "candle chosen: no fallback");
+        assert!(candle_fallbacks(Kernels::Fast, false, 256, None).is_empty(), "a GPU: no fallback");
+        let gemma = candle_fallbacks(Kernels::Portable, true, 256, Some(512));
+        assert_eq!(gemma.len(), 1);
+        assert!(gemma[0].contains("heads of 256"), "{gemma:?}");
+        let windowed = candle_fallbacks(Kernels::Fast, true, 128, Some(1024));
+        assert!(windowed[0].contains("past 1024 tokens"), "{windowed:?}");
+    }
 
     /// The candle path of `engine::model` for one layer, head by head:
     /// `softmax(q kᵀ / √hd + causal mask) v`, with the cache read as f32.
