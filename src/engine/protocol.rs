@@ -31,6 +31,8 @@ pub enum Command {
     /// Delete a chat, its text and its caches (chat store only); stops a running reply
     /// first when it is the open chat.
     DeleteChat { id: String },
+    /// Send the chat list again (chats were added to the folder: an import).
+    ListChats,
     /// The open chat's own system prompt; empty goes back to the model's default. The
     /// conversation is re-read with it at the next message.
     SetSystemPrompt { text: String },

@@ -14,6 +14,7 @@ use crate::engine::{Command, EngineConfig};
 
 use super::chat::ChatView;
 use super::chat_list::ChatList;
+use super::chat_transfer::ChatFolder;
 use super::config::UiConfig;
 use super::engine_link::{bridge, send_command};
 use super::meter::LiveFigures;
@@ -167,6 +168,7 @@ pub fn App() -> Element {
     let ui = use_hook(|| try_consume_context::<UiConfig>().unwrap_or_default());
     let qa: Option<QaHook> = use_context_provider(|| ui.qa_status.clone().map(QaHook::new));
     let models = use_context_provider(|| Signal::new(ModelsView::default()));
+    use_context_provider(|| ChatFolder(config.chats.clone()));
     let engine = {
         let (config, qa) = (config.clone(), qa.clone());
         use_coroutine(move |commands: UnboundedReceiver<Command>| {

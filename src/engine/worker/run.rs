@@ -138,6 +138,7 @@ impl Worker {
                 Command::OpenChat { id } => self.open_chat(&id),
                 Command::RenameChat { id, title } => self.rename_chat(&id, &title),
                 Command::DeleteChat { id } => self.delete_chat(&id),
+                Command::ListChats => self.emit_chats(),
                 Command::SetSystemPrompt { text } => self.set_system_prompt(&text),
                 Command::MemoryWarning { reason } => self.evict(&reason),
                 Command::SetPolicy { tier } => self.set_policy(tier),
