@@ -18,11 +18,15 @@
 //! for that chat is told which process holds it.
 //!
 //! Records are read as hostile input: a file that is too large, does not parse, does not
-//! name itself or has a `system` message after the first is listed as unreadable (never
-//! fatal, never hidden), and no new chat is made under a name it may hold.
+//! name itself, has a `system` message after the first or a bad branch is listed as
+//! unreadable (never fatal, never hidden), and no new chat is made under a name it may hold.
 //!
 //! [`export`] writes chats out (Markdown to read, JSON to move) and imports them as new
 //! chats; [`search`] finds chats by their text.
+//!
+//! Branches ([`branches`]): `messages` is the path shown; the other versions left by
+//! editing a message or writing a reply again are in `branches`, which older versions of
+//! the app ignore (they read and show the shown path) and which a record without it lacks.
 
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -35,6 +39,7 @@ use serde::{Deserialize, Serialize};
 use crate::files::write_atomically;
 use crate::transcript::{Message, Role};
 
+pub mod branches;
 pub mod export;
 pub mod lock;
 pub mod search;
@@ -77,9 +82,14 @@ pub struct ChatRecord {
     /// The chat's own system prompt; `None` uses the model's template default.
     #[serde(default)]
     pub system_prompt: Option<String>,
-    /// Every user message and reply, oldest first (also those trimmed from the cache).
+    /// Every user message and reply of the path shown, oldest first (also those trimmed
+    /// from the cache).
     #[serde(default)]
     pub messages: Vec<Message>,
+    /// The other versions hanging off `messages`, sorted by message; stored flat as
+    /// `branches` (see [`branches`]).
+    #[serde(default, rename = "branches", with = "branches::stored", skip_serializing_if = "Vec::is_empty")]
+    pub forks: Vec<branches::Fork>,
 }
 
 impl ChatRecord {
@@ -120,10 +130,16 @@ impl ChatRecord {
                 return Err("it has a system prompt and also a system message".into());
             }
             self.system_prompt = Some(self.messages.remove(0).content);
+            // The branches count the messages after it.
+            if self.forks.first().is_some_and(|f| f.at == 0) {
+                return Err("its system message has other versions".into());
+            }
+            self.forks.iter_mut().for_each(|f| f.at -= 1);
         }
         match self.messages.iter().position(|m| m.role == Role::System) {
             Some(i) => Err(format!("its message {} has the role system (only a first message may)", i + 1)),
-            None => Ok(()),
+            // And those of its other versions (see `branches`).
+            None => branches::check_forks(&self.messages, &self.forks),
         }
     }
 
@@ -468,6 +484,7 @@ impl ChatStore {
             tokens: 0,
             system_prompt: None,
             messages: Vec::new(),
+            forks: Vec::new(),
         };
         self.save(&record).inspect_err(|_| self.unlock(&record.id))?;
         Ok(record)
@@ -650,6 +667,7 @@ mod tests {
                 Role::User,
                 "\n  What is a lighthouse for, and who keeps one running at night?",
             )],
+            forks: Vec::new(),
         };
         r.title_from_first_message();
         assert_eq!(r.title.chars().count(), MAX_TITLE_CHARS);

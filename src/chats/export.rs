@@ -395,6 +395,7 @@ mod tests {
                 Message::new(Role::Assistant, "Half a fence:\n~~~~py\nprint(1)"),
                 Message::new(Role::User, "thanks"),
             ],
+            forks: Vec::new(),
         };
         let md = to_markdown(&[record]);
         assert!(

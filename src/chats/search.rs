@@ -168,6 +168,7 @@ mod tests {
             tokens: 0,
             system_prompt: Some("You are a travel agent.".into()),
             messages: vec![Message::new(Role::User, "Where to eat?"), Message::new(Role::Assistant, "Try PASTÉIS.")],
+            forks: Vec::new(),
         };
         assert_eq!(find_in(&r, "lisbon").unwrap().place, Place::Title);
         assert_eq!(find_in(&r, "AGENT").unwrap().place, Place::SystemPrompt);
