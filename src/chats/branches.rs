@@ -170,8 +170,9 @@ pub fn check_forks(messages: &[Message], forks: &[Fork]) -> Result<(), String> {
                     None => return Err(format!("{here}: a version is empty")),
                     Some(first) if first.role != original.role => {
                         return Err(format!(
-                            "{here}: a version starts with a {:?} message for a {:?} one",
-                            first.role, original.role
+                            "{here}: a version starts with a message of the role {} for one of the role {}",
+                            role_name(first.role),
+                            role_name(original.role)
                         ))
                     }
                     Some(_) => {}
@@ -184,6 +185,14 @@ pub fn check_forks(messages: &[Message], forks: &[Fork]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::System => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+    }
 }
 
 /// The record's forks as stored: flat (see the module doc).
@@ -403,7 +412,7 @@ mod tests {
             (vec![fork(0, vec![])], "shown"),
             (vec![Fork { at: 0, shown: 2, others: vec![branch(&["v0"])] }], "shown"),
             (vec![fork(0, vec![branch(&[])])], "empty"),
-            (vec![fork(1, vec![branch(&["v0"])])], "starts with a User message for a Assistant one"),
+            (vec![fork(1, vec![branch(&["v0"])])], "role user for one of the role assistant"),
             (vec![fork(0, vec![branch(&["v0"])]), fork(0, vec![branch(&["v0"])])], "out of order"),
             (
                 vec![fork(0, vec![Branch { messages: vec![m(Role::User, "x"), m(Role::System, "root")], forks: vec![] }])],

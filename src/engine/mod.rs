@@ -27,7 +27,7 @@ pub use cpu::{kernels, pool, qlinear};
 pub use kernels::Kernels;
 pub use model::{Model, ModelConfig, SUPPORTED_ARCHITECTURES};
 pub use protocol::{Command, DoneReason, EngineEvent, ModelInfo, Stats};
-pub use session::{DraftExtent, DraftFed, Session, TrimMode, DRAFT_STEP};
+pub use session::{DraftExtent, DraftFed, Session, Switched, TrimMode, DRAFT_STEP};
 pub use state::State;
 pub use tokenizer::SUPPORTED_PRE_TOKENIZERS;
 pub mod weights;

@@ -24,6 +24,15 @@ pub enum Command {
     Regenerate,
     /// Replace the last user message with `text` and answer it: only that turn is fed.
     EditLast { text: String },
+    /// Replace the open chat's user message `index` (in its transcript, from 0) with
+    /// `text` and answer it: the old message and what followed stay as another version
+    /// (chat store only; without one, only the last message). The cache is kept up to
+    /// that message.
+    EditMessage { index: usize, text: String },
+    /// Show version `version` (from 0) of the open chat's message `index`: the cache is
+    /// kept up to where the versions part and the rest of that version is fed
+    /// (`BranchSwitched` says how much).
+    SwitchBranch { index: usize, version: usize },
     /// Switch to the chat with this id (chat store only); stops a running reply first.
     OpenChat { id: String },
     /// Rename a chat (chat store only).
@@ -121,6 +130,18 @@ pub enum EngineEvent {
         messages: Vec<crate::engine::template::Message>,
         tokens: usize,
         resumed: bool,
+    },
+    /// The open chat's messages that have other versions (after `ChatOpened`, after each
+    /// reply and after `BranchSwitched`).
+    Branches { points: Vec<crate::chats::branches::BranchPoint> },
+    /// Another version of a message is shown: the transcript as it is now. `fed_tokens`
+    /// were fed after the `kept_tokens` the versions share; `cached` is false when the
+    /// cache could not be kept (the chat is re-read at the next message).
+    BranchSwitched {
+        messages: Vec<crate::engine::template::Message>,
+        kept_tokens: usize,
+        fed_tokens: usize,
+        cached: bool,
     },
     /// A saved conversation was loaded (at launch, or by `RestoreEvicted`) without re-prefill.
     Restored { messages: Vec<crate::engine::template::Message>, tokens: usize },

@@ -98,6 +98,15 @@ pub struct Prepared {
     pub logits: candle_core::Tensor,
 }
 
+/// What [`Session::switch_history`] kept of the cache and fed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Switched {
+    /// Tokens of the cache kept: those before the fork.
+    pub kept: usize,
+    /// Tokens fed: the rest of the new branch.
+    pub fed: usize,
+}
+
 /// Everything but the K/V tensors, for saving (see [`super::persist`]).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct SessionSnapshot {
@@ -751,6 +760,101 @@ impl Session {
         self.messages.truncate(message);
         self.turns.pop();
         Some(user)
+    }
+
+    /// Takes the conversation back to just before message `index` (a user message that
+    /// starts a cached turn): cache, text and messages, so an edited message can be sent
+    /// in its place and only it is fed. False (nothing changed) when no cached turn starts
+    /// there.
+    pub fn rewind_to_message(&mut self, index: usize) -> bool {
+        self.discard_draft();
+        let Some(i) = self.turns.iter().position(|a| a.message == index) else { return false };
+        if self.messages.get(index).is_none_or(|m| m.role != Role::User) {
+            return false;
+        }
+        let Anchor { token, text, .. } = self.turns[i];
+        self.state.truncate(token);
+        self.cached_text.truncate(text);
+        self.messages.truncate(index);
+        self.turns.truncate(i);
+        true
+    }
+
+    /// Makes `history` the conversation (another branch of the same chat) keeping the
+    /// cache up to the last point both share, a turn's start or its reply's, and feeding
+    /// only the rest: each prompt as the turn fed it, each reply as text. `None` (nothing
+    /// changed, a draft dropped) when the cache holds no such point (its turns trimmed),
+    /// the rest is not alternating turns, or it does not fit with `reserve` tokens to
+    /// spare: the caller then sets it to be re-read ([`Session::set_history`]).
+    pub fn switch_history(
+        &mut self,
+        model: &Model,
+        tok: &TextTokenizer,
+        history: &[Message],
+        reserve: usize,
+    ) -> Result<Option<Switched>> {
+        self.discard_draft();
+        if self.turns.is_empty() {
+            // Nothing cached past the system prompt (or a history set to be re-read).
+            return Ok(None);
+        }
+        let same = self.messages.iter().zip(history).take_while(|(a, b)| a == b).count();
+        // (turns kept, token, text byte, messages kept)
+        let cut = if same == self.messages.len() {
+            Some((self.turns.len(), self.len(), self.cached_text.len(), same))
+        } else {
+            self.turns.iter().enumerate().rev().find_map(|(i, a)| match a.reply {
+                Some((token, text)) if a.message < same => Some((i + 1, token, text, a.message + 1)),
+                _ if a.message <= same => Some((i, a.token, a.text, a.message)),
+                _ => None,
+            })
+        };
+        let Some((kept_turns, kept, text_at, from)) = cut else { return Ok(None) };
+        let mut text = self.cached_text[..text_at].to_string();
+        let mut ids = Vec::new();
+        let mut anchors: Vec<Anchor> = Vec::new();
+        for i in from..history.len() {
+            let after_user = i > 0 && history[i - 1].role == Role::User;
+            match history[i].role {
+                Role::Assistant if after_user => {
+                    text.push_str(&history[i].content);
+                    ids.extend(tok.encode_text(&history[i].content)?);
+                }
+                Role::User if !after_user => {
+                    let rendered = self.template.render_marked(&history[..=i], true)?;
+                    if !rendered.text.starts_with(&text) {
+                        return Ok(None);
+                    }
+                    let ranges = self.piece_ranges(&rendered, text.len(), rendered.text.len());
+                    // The close of the turn before, then this one from its user header.
+                    let [close, turn] = ranges.as_slice() else { return Ok(None) };
+                    ids.extend(tok.encode_rendered(&rendered.text, close.clone(), &rendered.bodies)?);
+                    let token = kept + ids.len();
+                    ids.extend(tok.encode_rendered(&rendered.text, turn.clone(), &rendered.bodies)?);
+                    let reply = Some((kept + ids.len(), rendered.text.len()));
+                    anchors.push(Anchor { token, text: turn.start, message: i, reply });
+                    text = rendered.text;
+                }
+                _ => return Ok(None),
+            }
+            if kept + ids.len() + reserve > self.state.max_tokens() {
+                return Ok(None);
+            }
+        }
+        let _span = tracing::info_span!("switch_history", kept, fed = ids.len()).entered();
+        self.state.truncate(kept);
+        self.turns.truncate(kept_turns);
+        if !ids.is_empty() {
+            if let Err(e) = model.forward(&ids, &mut self.state) {
+                self.set_history(history.to_vec());
+                return Err(e);
+            }
+        }
+        self.turns.extend(anchors);
+        self.messages = history.to_vec();
+        self.cached_text = text;
+        self.history_fitted = false;
+        Ok(Some(Switched { kept, fed: ids.len() }))
     }
 
     /// Evicts down to `target` tokens: oldest turns first; everything when the pinned

@@ -4,6 +4,7 @@
 //! and the record saved beside the cache after each reply.
 
 use super::Worker;
+use crate::engine::budget::reply_reserve;
 use crate::chats::{unix_ms, ChatRecord, ChatStore, ChatStoreError, UNTITLED};
 use crate::engine::template::{Message, Role};
 use crate::engine::EngineEvent;
@@ -172,6 +173,7 @@ impl Worker {
             tokens,
             resumed: not_resumed.is_none(),
         });
+        self.emit_branches_of(&record);
         // After the transcript, so the UI shows it below.
         if let Some(why) = not_resumed.filter(|_| !record.messages.is_empty()) {
             let n = record.messages.len();
@@ -230,10 +232,68 @@ impl Worker {
         let (Some(active), Some(l)) = (self.active.as_mut(), self.loaded.as_ref()) else { return };
         let turn: Vec<Message> = l.session.messages().iter().rev().take(2).rev().cloned().collect();
         let keep = active.messages.len().saturating_sub(replaces);
-        active.messages.truncate(keep);
-        active.messages.extend(turn);
+        // What it replaces stays as another version.
+        active.replace_from(keep, turn);
         active.updated = unix_ms();
         active.title_from_first_message();
+        self.emit_branches();
+    }
+
+    /// Tells the UI which messages of the open chat have other versions.
+    pub(super) fn emit_branches(&self) {
+        if let Some(active) = &self.active {
+            self.emit_branches_of(active);
+        }
+    }
+
+    fn emit_branches_of(&self, record: &ChatRecord) {
+        self.emit(EngineEvent::Branches { points: record.branch_points() });
+    }
+
+    /// Shows version `version` of the open chat's message `index`: the cache is kept up
+    /// to where the versions part and only the rest is fed (or, when the cache cannot be
+    /// kept, the chat is re-read at the next message); record and cache are saved.
+    pub(super) fn switch_branch(&mut self, index: usize, version: usize) {
+        let Some(active) = self.active.as_mut() else {
+            return self.notice("Versions of a message need a chat from the chat list.".into());
+        };
+        if let Err(why) = active.switch_version(index, version) {
+            return self.notice(format!("That version could not be shown: {why}."));
+        }
+        let history = active.history();
+        let messages = active.messages.clone();
+        let started = std::time::Instant::now();
+        let budget = self.budget();
+        let reserve = reply_reserve(budget, self.config.max_tokens);
+        let (kept, fed, cached) = match self.loaded.as_mut() {
+            Some(l) => {
+                l.session.set_budget(budget);
+                match l.session.switch_history(&l.model, &l.tokenizer, &history, reserve) {
+                    Ok(Some(s)) => (s.kept, s.fed, true),
+                    Ok(None) => {
+                        l.session.set_history(history);
+                        (0, 0, false)
+                    }
+                    Err(e) => {
+                        tracing::warn!("the version could not be fed: {e}");
+                        l.session.set_history(history);
+                        (0, 0, false)
+                    }
+                }
+            }
+            None => (0, 0, false),
+        };
+        self.last_stats.prefill_tokens = fed;
+        self.last_stats.prefill_ms = started.elapsed().as_secs_f64() * 1e3;
+        self.last_stats.drafted_tokens = 0;
+        self.last_stats.generated_tokens = 0;
+        self.last_stats.ttft_ms = 0.0;
+        self.last_stats.decode_tok_s = 0.0;
+        tracing::info!("version {} of message {}: kept {kept} cached tokens, fed {fed}", version + 1, index + 1);
+        self.emit(EngineEvent::BranchSwitched { messages, kept_tokens: kept, fed_tokens: fed, cached });
+        self.emit_branches();
+        self.save();
+        self.emit_stats();
     }
 
     /// Saves the open chat's record (its tokens now) and keeps the caches under the cap.

@@ -135,6 +135,12 @@ impl Worker {
                         break;
                     }
                 }
+                Command::EditMessage { index, text } => {
+                    if self.edit_message(index, &text) {
+                        break;
+                    }
+                }
+                Command::SwitchBranch { index, version } => self.switch_branch(index, version),
                 Command::OpenChat { id } => self.open_chat(&id),
                 Command::RenameChat { id, title } => self.rename_chat(&id, &title),
                 Command::DeleteChat { id } => self.delete_chat(&id),

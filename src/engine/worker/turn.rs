@@ -9,6 +9,7 @@ use super::Worker;
 use crate::engine::budget::reply_reserve;
 use crate::engine::detokenizer::Detokenizer;
 use crate::engine::sampler::Sampler;
+use crate::engine::template::Role;
 use crate::engine::{Command, DoneReason, EngineError, EngineEvent};
 
 /// What a reply's interruption asked for, applied once the reply has ended cleanly.
@@ -129,6 +130,45 @@ impl Worker {
             }
         };
         self.emit_rewound(replaces, false);
+        self.regenerations = 0;
+        self.answer(text, replaces)
+    }
+
+    /// Replaces the open chat's user message `index` with `text` and answers it: the old
+    /// message and what followed become another version, the cache goes back to just
+    /// before that message (or, when that turn is no longer cached, the chat up to it is
+    /// re-read). Without a chat store only the last message can be edited.
+    pub(super) fn edit_message(&mut self, index: usize, text: &str) -> bool {
+        let Some(active) = self.active.as_ref() else {
+            let last = self.transcript().iter().rposition(|m| m.role == Role::User);
+            if last == Some(index) {
+                return self.edit_last(text);
+            }
+            self.emit(EngineEvent::Notice { message: "Only the last message can be edited here.".into() });
+            return false;
+        };
+        if active.messages.get(index).is_none_or(|m| m.role != Role::User) {
+            self.emit(EngineEvent::Notice { message: format!("There is no message {} of yours to edit.", index + 1) });
+            return false;
+        }
+        let Some(l) = self.loaded.as_mut() else {
+            self.emit(EngineEvent::Failed { error: EngineError::NotReady });
+            return false;
+        };
+        if text.trim().is_empty() {
+            self.emit(EngineEvent::Failed { error: EngineError::EmptyPrompt });
+            return false;
+        }
+        let mut history = active.history();
+        let system = history.len() - active.messages.len();
+        // The session holds the whole transcript unless old turns were trimmed from it.
+        let whole = l.session.messages() == history.as_slice();
+        if !(whole && l.session.rewind_to_message(system + index)) {
+            history.truncate(system + index);
+            l.session.set_history(history);
+        }
+        let replaces = active.messages.len() - index;
+        self.emit(EngineEvent::Rewound { kept: index });
         self.regenerations = 0;
         self.answer(text, replaces)
     }
