@@ -774,11 +774,26 @@ mod tests {
         let good = serde_json::to_value(&r).unwrap();
         let path = s.dir().join(format!("{}.json", r.id));
         let cases: [(&str, serde_json::Value); 5] = [
-            ("past the end", serde_json::json!([{ "at": 9, "version": 0, "messages": [{"role": "user", "content": "x"}] }])),
-            ("role system", serde_json::json!([{ "at": 0, "version": 0, "messages": [{"role": "user", "content": "x"}, {"role": "system", "content": "obey"}] }])),
-            ("role assistant for one of the role user", serde_json::json!([{ "at": 0, "version": 0, "messages": [{"role": "assistant", "content": "x"}] }])),
-            ("not an earlier one", serde_json::json!([{ "from": 0, "at": 0, "version": 0, "messages": [{"role": "user", "content": "x"}] }])),
-            ("no place", serde_json::json!([{ "at": 0, "version": 5, "messages": [{"role": "user", "content": "x"}] }])),
+            (
+                "past the end",
+                serde_json::json!([{ "at": 9, "version": 0, "messages": [{"role": "user", "content": "x"}] }]),
+            ),
+            (
+                "role system",
+                serde_json::json!([{ "at": 0, "version": 0, "messages": [{"role": "user", "content": "x"}, {"role": "system", "content": "obey"}] }]),
+            ),
+            (
+                "role assistant for one of the role user",
+                serde_json::json!([{ "at": 0, "version": 0, "messages": [{"role": "assistant", "content": "x"}] }]),
+            ),
+            (
+                "not an earlier one",
+                serde_json::json!([{ "from": 0, "at": 0, "version": 0, "messages": [{"role": "user", "content": "x"}] }]),
+            ),
+            (
+                "no place",
+                serde_json::json!([{ "at": 0, "version": 5, "messages": [{"role": "user", "content": "x"}] }]),
+            ),
         ];
         for (why, branches) in cases {
             let mut bad = good.clone();

@@ -1,7 +1,10 @@
 //! The chat list on the engine thread, on a tiny random-weight GGUF written by the test:
 //! switching among chats restores each one's cache, so a resumed turn feeds only its own
 //! tokens; the caches' size cap drops the oldest caches (their text stays and is re-read
-//! on demand) and holds across a restart; regenerate and edit feed only the changed turn.
+//! on demand) and holds across a restart; regenerate and edit feed only the changed turn;
+//! editing an earlier message keeps the old continuation as another version, across a
+//! restart, and switching versions feeds only what follows the fork (on the tiny model
+//! and, to the token, on the real default model).
 //!
 //! Token counts are what is asserted; the times are printed, never asserted.
 
@@ -10,10 +13,11 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use common::{write_tiny_gguf, TinySpec};
+use common::{default_model, write_tiny_gguf, TinySpec};
+use pocketchat::chats::branches::BranchPoint;
 use pocketchat::chats::{ChatStore, ChatSummary};
 use pocketchat::engine::sampler::SamplingOverrides;
-use pocketchat::engine::template::Role;
+use pocketchat::engine::template::{Message, Role};
 use pocketchat::engine::{Command, Engine, EngineConfig, EngineEvent, EngineEvents, EngineHandle, Stats};
 
 struct Chats {
@@ -21,6 +25,18 @@ struct Chats {
     events: EngineEvents,
     /// The chat list from the latest `Chats` event.
     list: Vec<ChatSummary>,
+    /// The open chat's messages with other versions, from the latest `Branches` event.
+    branches: Vec<BranchPoint>,
+}
+
+/// A `BranchSwitched`: the transcript shown, the tokens kept and fed, whether the cache
+/// was kept; and the stats after it.
+struct Switch {
+    messages: Vec<Message>,
+    kept: usize,
+    fed: usize,
+    cached: bool,
+    stats: Stats,
 }
 
 /// Opened chat: (id, messages, tokens, resumed).
@@ -32,17 +48,29 @@ impl Chats {
     fn start(dir: &Path, cap_bytes: u64, open: Option<&str>) -> (Chats, Opened) {
         let model = dir.join("tiny-llama-2l-Q8_0.gguf");
         let model = if model.exists() { model } else { write_tiny_gguf(dir, &TinySpec::default(), 5) };
-        let mut config = EngineConfig::new(model);
-        config.max_tokens = 12;
+        Chats::start_on(dir, &model, 12, 1.0, cap_bytes, open)
+    }
+
+    /// [`Chats::start`] on `model`, replies of up to `max_tokens` sampled at `temperature`.
+    fn start_on(
+        dir: &Path,
+        model: &Path,
+        max_tokens: usize,
+        temperature: f32,
+        cap_bytes: u64,
+        open: Option<&str>,
+    ) -> (Chats, Opened) {
+        let mut config = EngineConfig::new(model.to_path_buf());
+        config.max_tokens = max_tokens;
         config.budget_override = Some(1024);
         // A fake headroom probe: no live memory figure, so the budget is the configured one.
         config.headroom = Arc::new(|| None);
         config.threads = Some(1);
-        config.sampling = SamplingOverrides { temperature: Some(1.0), ..Default::default() };
+        config.sampling = SamplingOverrides { temperature: Some(temperature), ..Default::default() };
         config.chats = Some(ChatStore::open(dir.join("chats"), cap_bytes).unwrap());
         config.open_chat = open.map(String::from);
         let (handle, events) = Engine::spawn(config);
-        let mut chats = Chats { handle, events, list: Vec::new() };
+        let mut chats = Chats { handle, events, list: Vec::new(), branches: Vec::new() };
         let opened = chats.opened();
         (chats, opened)
     }
@@ -52,6 +80,7 @@ impl Chats {
         match &event {
             EngineEvent::Failed { error } => panic!("the engine failed: {error}"),
             EngineEvent::Chats { chats, .. } => self.list = chats.clone(),
+            EngineEvent::Branches { points } => self.branches = points.clone(),
             _ => {}
         }
         event
@@ -92,6 +121,22 @@ impl Chats {
 
     fn send(&mut self, text: &str) -> (Stats, String, Stats) {
         self.turn(Command::Send { text: text.into() })
+    }
+
+    /// Shows version `version` of message `index`.
+    fn switch(&mut self, index: usize, version: usize) -> Switch {
+        self.handle.send(Command::SwitchBranch { index, version }).unwrap();
+        let (messages, kept, fed, cached) = loop {
+            if let EngineEvent::BranchSwitched { messages, kept_tokens, fed_tokens, cached } = self.next() {
+                break (messages, kept_tokens, fed_tokens, cached);
+            }
+        };
+        let stats = loop {
+            if let EngineEvent::Stats(s) = self.next() {
+                break s;
+            }
+        };
+        Switch { messages, kept, fed, cached, stats }
     }
 
     fn open(&mut self, command: Command) -> Opened {
@@ -305,4 +350,114 @@ fn a_second_engine_on_the_same_folder_never_opens_the_chat_the_first_holds() {
     };
     assert_eq!(users(&held), ["hello from the first", "more from the first"]);
     assert_eq!(users(&opened), ["hello from the second"]);
+}
+
+fn users(messages: &[Message]) -> Vec<&str> {
+    messages.iter().filter(|m| m.role == Role::User).map(|m| m.content.as_str()).collect()
+}
+
+fn point(index: usize, shown: usize, count: usize) -> BranchPoint {
+    BranchPoint { index, shown, count }
+}
+
+#[test]
+fn editing_an_earlier_message_branches_and_both_branches_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut chats, _) = Chats::start(dir.path(), 1 << 30, None);
+    chats.send("hello there");
+    let (second, ..) = chats.send("tell me a story");
+    let (_, _, end) = chats.send("and then what");
+    assert!(chats.branches.is_empty());
+
+    // Editing message 3 (the user's second) keeps the cache up to it: the turn before and
+    // the close of its reply (`<|im_end|>` and a newline).
+    let (edited, ..) = chats.turn(Command::EditMessage { index: 2, text: "tell me a fable".into() });
+    let fork = edited.context_tokens - edited.prefill_tokens;
+    assert_eq!(fork, second.context_tokens - second.prefill_tokens + 2, "kept up to the edited message");
+    assert_eq!(chats.branches, [point(2, 1, 2)]);
+
+    // Back to version 1: the cache is kept up to the fork and the rest of it fed.
+    let back = chats.switch(2, 0);
+    eprintln!(
+        "switch to version 1 of message 3: kept {} tokens, fed {} (the branch held {}), {:.1} ms",
+        back.kept, back.fed, end.context_tokens, back.stats.prefill_ms
+    );
+    assert!(back.cached);
+    assert_eq!(users(&back.messages), ["hello there", "tell me a story", "and then what"]);
+    assert_eq!(back.kept, fork, "the cache is kept up to the fork");
+    assert_eq!(back.stats.prefill_tokens, back.fed, "the stats count what was fed");
+    assert_eq!(back.stats.context_tokens, back.kept + back.fed);
+    assert_eq!(chats.branches, [point(2, 0, 2)]);
+    // Its replies are fed as text: with random weights they need not tokenize as sampled.
+    assert!(back.fed > 0 && back.fed < end.context_tokens);
+
+    // A reply written again is a version of the reply.
+    chats.turn(Command::Regenerate);
+    assert_eq!(chats.branches, [point(2, 0, 2), point(5, 1, 2)]);
+    chats.shutdown();
+
+    // After a restart the chat opens from its cache, with every version.
+    let (mut chats, opened) = Chats::start(dir.path(), 1 << 30, None);
+    assert!(opened.3, "resumed from its cache");
+    assert_eq!(opened.1, 6);
+    assert_eq!(chats.branches, [point(2, 0, 2), point(5, 1, 2)]);
+    let fable = chats.switch(2, 1);
+    assert_eq!(users(&fable.messages), ["hello there", "tell me a fable"]);
+    assert_eq!((fable.kept, fable.cached), (fork, true));
+    assert_eq!(chats.branches, [point(2, 1, 2)]);
+
+    // Editing the first message forks at the start; the versions below travel with theirs.
+    let (first, ..) = chats.turn(Command::EditMessage { index: 0, text: "good morning".into() });
+    assert_eq!(chats.branches, [point(0, 1, 2)]);
+    let old = chats.switch(0, 0);
+    assert_eq!(users(&old.messages), ["hello there", "tell me a fable"]);
+    assert_eq!(old.kept, first.context_tokens - first.prefill_tokens, "kept: what comes before the first message");
+    assert_eq!(chats.branches, [point(0, 0, 2), point(2, 1, 2)]);
+    chats.shutdown();
+
+    let store = ChatStore::open(dir.path().join("chats"), 1 << 30).unwrap();
+    let mut record = store.load(&store.list()[0].id).unwrap();
+    assert_eq!(users(&record.messages), ["hello there", "tell me a fable"]);
+    for (index, version, want) in
+        [(2, 0, vec!["hello there", "tell me a story", "and then what"]), (0, 1, vec!["good morning"])]
+    {
+        record.switch_version(index, version).unwrap();
+        assert_eq!(users(&record.messages), want);
+    }
+}
+
+#[test]
+fn switching_branch_on_the_real_model_feeds_exactly_the_tokens_after_the_fork() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = default_model();
+    let (mut chats, _) = Chats::start_on(dir.path(), &model, 24, 0.0, 1 << 30, None);
+    chats.send("What is the capital of Germany?");
+    let (_, italy, italy_end) = chats.send("And of Italy?");
+    let (france, paris, france_end) = chats.turn(Command::EditMessage { index: 2, text: "And of France?".into() });
+    let fork = france.context_tokens - france.prefill_tokens;
+    eprintln!(
+        "Italy: {italy:?} ({} tokens); France: {paris:?} ({} tokens); fork at {fork}",
+        italy_end.context_tokens, france_end.context_tokens
+    );
+
+    for (version, end, question) in [(0, &italy_end, "And of Italy?"), (1, &france_end, "And of France?")] {
+        let switched = chats.switch(2, version);
+        eprintln!(
+            "version {}: kept {} tokens, fed {} ({:.1} ms); a re-read would feed {}",
+            version + 1,
+            switched.kept,
+            switched.fed,
+            switched.stats.prefill_ms,
+            end.context_tokens
+        );
+        assert!(switched.cached);
+        assert_eq!(users(&switched.messages)[1], question);
+        assert_eq!(switched.kept, fork, "the cache up to the fork is kept");
+        assert_eq!(switched.fed, end.context_tokens - fork, "exactly the tokens after the fork are fed");
+        assert_eq!(switched.stats.context_tokens, end.context_tokens, "the branch's cache as it was");
+    }
+    // The branch shown goes on from its cache: the next turn feeds only itself.
+    let (next, ..) = chats.send("And of Spain?");
+    assert_eq!(next.context_tokens - next.prefill_tokens, france_end.context_tokens);
+    chats.shutdown();
 }

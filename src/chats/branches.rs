@@ -123,7 +123,8 @@ impl ChatRecord {
     /// itself stays: it holds the versions of that message).
     fn take_suffix(&mut self, at: usize) -> Branch {
         let messages = self.messages.split_off(at);
-        let (after, kept): (Vec<Fork>, Vec<Fork>) = std::mem::take(&mut self.forks).into_iter().partition(|f| f.at > at);
+        let (after, kept): (Vec<Fork>, Vec<Fork>) =
+            std::mem::take(&mut self.forks).into_iter().partition(|f| f.at > at);
         self.forks = kept;
         let forks = after
             .into_iter()
@@ -415,7 +416,10 @@ mod tests {
             (vec![fork(1, vec![branch(&["v0"])])], "role user for one of the role assistant"),
             (vec![fork(0, vec![branch(&["v0"])]), fork(0, vec![branch(&["v0"])])], "out of order"),
             (
-                vec![fork(0, vec![Branch { messages: vec![m(Role::User, "x"), m(Role::System, "root")], forks: vec![] }])],
+                vec![fork(
+                    0,
+                    vec![Branch { messages: vec![m(Role::User, "x"), m(Role::System, "root")], forks: vec![] }],
+                )],
                 "role system",
             ),
             (
@@ -434,9 +438,7 @@ mod tests {
             value["branches"] = branches;
             serde_json::from_value::<ChatRecord>(value).map(|_| ()).map_err(|e| e.to_string())
         };
-        let b = |from: Option<usize>, at: usize, version: usize| {
-            serde_json::json!({ "from": from, "at": at, "version": version, "messages": [{"role": "user", "content": "v"}] })
-        };
+        let b = |from: Option<usize>, at: usize, version: usize| serde_json::json!({ "from": from, "at": at, "version": version, "messages": [{"role": "user", "content": "v"}] });
         assert!(read(serde_json::json!([b(None, 0, 0), b(Some(0), 0, 1)])).is_ok());
         for (branches, why) in [
             (serde_json::json!([b(Some(0), 0, 0)]), "not an earlier one"),

@@ -4,8 +4,8 @@
 //! and the record saved beside the cache after each reply.
 
 use super::Worker;
-use crate::engine::budget::reply_reserve;
 use crate::chats::{unix_ms, ChatRecord, ChatStore, ChatStoreError, UNTITLED};
+use crate::engine::budget::reply_reserve;
 use crate::engine::template::{Message, Role};
 use crate::engine::EngineEvent;
 
