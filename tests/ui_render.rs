@@ -530,6 +530,27 @@ fn the_chat_list_marks_the_open_chat_and_the_last_turn_offers_edit_and_regenerat
     assert_eq!(count(&html, ">Share<"), 2, "each chat has Share: {html}");
 }
 
+#[test]
+fn every_message_of_yours_offers_edit_and_a_message_with_versions_switches_among_them() {
+    use pocketchat::chats::branches::BranchPoint;
+    let mut s = ready();
+    for (prompt, reply) in [("hello", "hi"), ("tell me a story", "Once upon a time")] {
+        s.submit(prompt, "");
+        s.apply(EngineEvent::ReplyStarted { prompt: prompt.into() });
+        tok(&mut s, reply);
+        s.apply(EngineEvent::Done { reason: DoneReason::EndOfTurn });
+    }
+    s.apply(EngineEvent::Branches { points: vec![BranchPoint { index: 2, shown: 1, count: 3 }] });
+    s.apply(EngineEvent::Stats(stats()));
+    let html = render(&s, true);
+    let t = text(&html);
+    assert_eq!(count(&html, ">Edit<"), 2, "both of the user's messages: {html}");
+    assert_eq!(count(&html, "id=\"edit-last\""), 1);
+    assert_eq!(count(&html, "class=\"versions\""), 1, "{html}");
+    assert!(t.contains("2/3"), "{t}");
+    assert!(html.contains("aria-label=\"Previous version\"") && html.contains("aria-label=\"Next version\""), "{html}");
+}
+
 #[derive(Props, Clone, PartialEq)]
 struct ModelsFixture {
     state: ChatState,

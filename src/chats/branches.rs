@@ -25,7 +25,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::ChatRecord;
-use crate::engine::template::{Message, Role};
+use crate::transcript::{Message, Role};
 
 /// The versions of the messages from one message on.
 #[derive(Debug, Clone, PartialEq)]
@@ -201,7 +201,7 @@ pub mod stored {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     use super::{Branch, Fork, MAX_BRANCHES};
-    use crate::engine::template::Message;
+    use crate::transcript::Message;
 
     #[derive(Serialize, Deserialize)]
     struct StoredBranch {

@@ -10,13 +10,14 @@ use dioxus::prelude::*;
 use crate::engine::Command;
 
 use super::config::UiConfig;
+use super::copy::{EDIT_TITLE, NEXT_VERSION, PREVIOUS_VERSION};
 use super::engine_link::send_command;
 use super::fmt::format_rate;
 use super::markdown::{MarkdownBlocks, OpenHtml};
 use super::notices::{LoadFailureCard, LoadingCard, NoticeView};
 use super::platform;
 use super::qa;
-use super::state::{ChatState, Entry, Message, Phase, Role};
+use super::state::{ChatState, Entry, Message, MessageMark, Phase, Role};
 
 /// Messages, notices and the composer.
 ///
@@ -38,6 +39,7 @@ pub fn ChatView(state: ReadSignal<ChatState>) -> Element {
     });
     let (ready, generating, failed) = composer();
     let last_turn = use_memo(move || state.read().last_turn());
+    let marks = use_memo(move || state.read().message_marks());
     rsx! {
         section { class: "chat",
             div { id: "messages", class: "messages", aria_live: "polite",
@@ -60,7 +62,9 @@ pub fn ChatView(state: ReadSignal<ChatState>) -> Element {
                         EmptyState { model_name }
                     }
                     for id in ids.read().iter().copied() {
-                        EntryView { key: "{id}", state, id, action: TurnAction::for_entry(last_turn(), id) }
+                        EntryView { key: "{id}", state, id, action: TurnAction::for_entry(last_turn(), id),
+                            mark: marks.read().iter().find(|(m, _)| *m == id).map(|(_, mark)| *mark),
+                        }
                     }
                     if awaiting() {
                         div { class: "msg msg-assistant pending",
@@ -93,12 +97,13 @@ impl TurnAction {
     }
 }
 
-/// One transcript line, re-rendered only when that line (or its action) changes.
+/// One transcript line, re-rendered only when that line (or its action, or its mark)
+/// changes.
 #[component]
-fn EntryView(state: ReadSignal<ChatState>, id: u64, action: Option<TurnAction>) -> Element {
+fn EntryView(state: ReadSignal<ChatState>, id: u64, action: Option<TurnAction>, mark: Option<MessageMark>) -> Element {
     let entry = use_memo(move || state.read().entry(id).cloned());
     match entry() {
-        Some(Entry::Message(m)) => rsx! { MessageBubble { message: m, action } },
+        Some(Entry::Message(m)) => rsx! { MessageBubble { message: m, action, mark } },
         Some(Entry::Notice(n)) => rsx! { NoticeView { notice: n } },
         None => rsx! {},
     }
@@ -128,14 +133,19 @@ fn TypingDots() -> Element {
 }
 
 /// One message; replies render Markdown and carry a copy button and a tok/s label. The
-/// last turn's message offers *Edit*, its reply *Regenerate*.
+/// user's messages offer *Edit*, the last reply *Regenerate*; a message with other
+/// versions switches among them (`<` `n/m` `>`).
 #[component]
-pub fn MessageBubble(message: Message, #[props(default)] action: Option<TurnAction>) -> Element {
+pub fn MessageBubble(
+    message: Message,
+    #[props(default)] action: Option<TurnAction>,
+    #[props(default)] mark: Option<MessageMark>,
+) -> Element {
     let mut copied = use_signal(|| false);
     // The reply's Markdown, kept between renders: finished blocks are not parsed again.
     let blocks = use_hook(|| Rc::new(RefCell::new(MarkdownBlocks::default())));
     if message.role == Role::User {
-        return rsx! { UserMessage { text: message.text.clone(), editable: action == Some(TurnAction::Edit) } };
+        return rsx! { UserMessage { text: message.text.clone(), last: action == Some(TurnAction::Edit), mark } };
     }
     let streaming = !message.finished;
     let (finished_blocks, open) = {
@@ -190,6 +200,9 @@ pub fn MessageBubble(message: Message, #[props(default)] action: Option<TurnActi
                             if copied() { "Copied" } else { "Copy" }
                         }
                     }
+                    if let Some(mark) = mark {
+                        VersionSwitch { mark }
+                    }
                     if action == Some(TurnAction::Regenerate) {
                         button { class: "copy", r#type: "button", id: "regenerate",
                             title: "Write this reply again",
@@ -213,17 +226,44 @@ pub fn MessageBubble(message: Message, #[props(default)] action: Option<TurnActi
     }
 }
 
-/// The user's message; the last one can be edited in place and sent again (only that
-/// turn is fed again).
+/// `<` `n/m` `>` at a message with other versions: shows the one before or after (the
+/// engine keeps the cache up to where they part).
 #[component]
-fn UserMessage(text: String, editable: bool) -> Element {
+fn VersionSwitch(mark: MessageMark) -> Element {
+    let Some(versions) = mark.versions else { return rsx! {} };
+    let (index, shown, count) = (mark.index, versions.shown, versions.count);
+    let label = format!("{}/{count}", shown + 1);
+    rsx! {
+        span { class: "versions",
+            button { class: "copy version-prev", r#type: "button", title: PREVIOUS_VERSION, aria_label: PREVIOUS_VERSION,
+                disabled: !mark.changeable || shown == 0,
+                onclick: move |_| send_command(Command::SwitchBranch { index, version: shown - 1 }),
+                "<"
+            }
+            span { class: "version-label", "{label}" }
+            button { class: "copy version-next", r#type: "button", title: NEXT_VERSION, aria_label: NEXT_VERSION,
+                disabled: !mark.changeable || shown + 1 >= count,
+                onclick: move |_| send_command(Command::SwitchBranch { index, version: shown + 1 }),
+                ">"
+            }
+        }
+    }
+}
+
+/// The user's message; any can be edited in place and sent again: the chat goes on from
+/// the edited message, what followed stays as another version, and the cache is kept up
+/// to it. The last one's Edit keeps its id (`edit-last`) for the QA driver.
+#[component]
+fn UserMessage(text: String, last: bool, mark: Option<MessageMark>) -> Element {
     let mut editing = use_signal(|| false);
     let mut draft = use_signal(|| text.clone());
+    let editable = mark.is_some_and(|m| m.changeable);
+    let index = mark.map_or(0, |m| m.index);
     if editing() && editable {
         let send = move || {
             let text = draft.peek().trim().to_string();
             if !text.is_empty() {
-                send_command(Command::EditLast { text });
+                send_command(Command::EditMessage { index, text });
             }
             editing.set(false);
         };
@@ -258,14 +298,19 @@ fn UserMessage(text: String, editable: bool) -> Element {
     rsx! {
         div { class: "msg msg-user",
             div { class: "bubble", "{text}" }
-            if editable {
+            if editable || mark.is_some_and(|m| m.versions.is_some()) {
                 div { class: "msg-meta",
-                    button { class: "copy", r#type: "button", id: "edit-last", title: "Edit your message",
-                        onclick: move |_| {
-                            draft.set(text.clone());
-                            editing.set(true);
-                        },
-                        "Edit"
+                    if let Some(mark) = mark {
+                        VersionSwitch { mark }
+                    }
+                    if editable {
+                        button { class: "copy", r#type: "button", id: last.then_some("edit-last"), title: EDIT_TITLE,
+                            onclick: move |_| {
+                                draft.set(text.clone());
+                                editing.set(true);
+                            },
+                            "Edit"
+                        }
                     }
                 }
             }

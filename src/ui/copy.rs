@@ -82,3 +82,18 @@ pub fn imported(count: usize) -> String {
 pub fn import_failed(why: &str) -> String {
     format!("Nothing was imported: {why}")
 }
+
+/// The notice under a version of a message that the cache could not keep.
+pub const VERSION_REREAD_TEXT: &str = "This version is read again at your next message";
+
+/// The settings log's line for another version of a message shown: the cache kept up to
+/// the fork (followed by the figures), or not.
+pub const VERSION_SHOWN_LOG: &str = "Showed another version";
+pub const VERSION_SHOWN_REREAD_LOG: &str = "Showed another version: it is read again at the next message";
+
+/// Labels of the version switch (`<` `n/m` `>`) at a message with other versions.
+pub const PREVIOUS_VERSION: &str = "Previous version";
+pub const NEXT_VERSION: &str = "Next version";
+
+/// What the Edit button of a message says it does.
+pub const EDIT_TITLE: &str = "Edit your message (what followed stays as another version)";

@@ -95,7 +95,7 @@ pub(super) async fn bridge(
                         continue;
                     }
                 }
-                if matches!(command, Command::Send { .. } | Command::Regenerate | Command::EditLast { .. }) {
+                if matches!(command, Command::Send { .. } | Command::Regenerate | Command::EditLast { .. } | Command::EditMessage { .. }) {
                     meter.sent(Instant::now());
                     if let Some(qa) = &qa {
                         qa.watch_first_paint();
@@ -121,6 +121,7 @@ pub(super) async fn bridge(
                             | EngineEvent::ConversationReset
                             | EngineEvent::Chats { .. }
                             | EngineEvent::ChatOpened { .. }
+                            | EngineEvent::BranchSwitched { .. }
                     )
                 });
                 // Watch against the ceiling of the policy in force.

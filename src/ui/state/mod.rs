@@ -11,6 +11,7 @@
 //! A reply that is still streaming is the *current* reply; notices that arrive before it
 //! has any text are placed above it so the streaming bubble stays at the bottom.
 
+use crate::chats::branches::BranchPoint;
 use crate::chats::ChatSummary;
 use crate::engine::sampler::{SamplingOverrides, SamplingParams};
 use crate::engine::template::{Message as TemplateMessage, Role as TemplateRole};
@@ -18,7 +19,7 @@ use crate::engine::{DoneReason, EngineError, EngineEvent, ModelInfo, Stats};
 use crate::memory::{Policy, TierReport};
 
 use super::copy;
-use super::copy::{EVICTED_NOTHING_TEXT, EVICTED_TEXT, FETCH_COMMAND};
+use super::copy::{EVICTED_NOTHING_TEXT, EVICTED_TEXT, FETCH_COMMAND, VERSION_REREAD_TEXT};
 use super::fmt::format_bytes;
 
 /// Who wrote a message.
@@ -108,6 +109,19 @@ impl Entry {
             Entry::Notice(n) => n.id,
         }
     }
+}
+
+/// What a message offers beside its text: its place in the chat (what the engine's
+/// `EditMessage` and `SwitchBranch` name), its other versions, and whether it can be edited
+/// or switched now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageMark {
+    /// Its index among the chat's messages.
+    pub index: usize,
+    /// `shown + 1` of `count` versions, when it has others.
+    pub versions: Option<BranchPoint>,
+    /// Ready and nothing streaming: it may be edited or another version shown.
+    pub changeable: bool,
 }
 
 /// Why the model could not be used at all.
@@ -230,6 +244,8 @@ pub struct ChatState {
     pub system_prompt: Option<String>,
     /// Bytes of the chats' caches on disk and their cap.
     pub chat_caches: Option<(u64, u64)>,
+    /// The open chat's messages that have other versions.
+    pub branches: Vec<BranchPoint>,
     /// Index of the reply that is streaming.
     current: Option<usize>,
     /// Index of the most recent finished reply (a `Stats` may follow its `Done`).
@@ -269,6 +285,7 @@ impl ChatState {
             active_chat: None,
             system_prompt: None,
             chat_caches: None,
+            branches: Vec::new(),
             current: None,
             last_reply: None,
             pending_user: None,
@@ -444,7 +461,10 @@ impl ChatState {
                 self.done_reasons.push(reason);
             }
             EngineEvent::Failed { error } => self.fail(error, now),
-            EngineEvent::ConversationReset => self.clear_transcript(),
+            EngineEvent::ConversationReset => {
+                self.clear_transcript();
+                self.branches.clear();
+            }
             EngineEvent::Restored { messages, tokens } => {
                 self.restores += 1;
                 let count = self.show_transcript(messages, now);
@@ -467,6 +487,8 @@ impl ChatState {
             EngineEvent::ChatOpened { id, title, system_prompt, messages, tokens, resumed } => {
                 self.active_chat = Some(id);
                 self.system_prompt = system_prompt;
+                // Its own come next (`Branches`).
+                self.branches.clear();
                 let count = self.show_transcript(messages, now);
                 if count > 0 {
                     let how =
@@ -482,7 +504,24 @@ impl ChatState {
                     }
                 }
             }
-            EngineEvent::Rewound { kept } => self.rewind(kept),
+            EngineEvent::Rewound { kept } => {
+                self.branches.retain(|p| p.index < kept);
+                self.rewind(kept);
+            }
+            EngineEvent::Branches { points } => self.branches = points,
+            EngineEvent::BranchSwitched { messages, kept_tokens, fed_tokens, cached } => {
+                self.show_transcript(messages, now);
+                let line = if cached {
+                    format!("{}: {kept_tokens} cached tokens kept, {fed_tokens} fed", copy::VERSION_SHOWN_LOG)
+                } else {
+                    copy::VERSION_SHOWN_REREAD_LOG.to_string()
+                };
+                self.log_at(LogKind::Restore, line, now);
+                if !cached {
+                    let notice = self.new_notice(NoticeKind::Info, VERSION_REREAD_TEXT.to_string(), None, now);
+                    self.entries.push(Entry::Notice(notice));
+                }
+            }
         }
     }
 
@@ -548,6 +587,18 @@ impl ChatState {
         let reply = messages.next().filter(|m| m.role == Role::Assistant)?;
         let user = messages.next().filter(|m| m.role == Role::User)?;
         Some((user.id, reply.id))
+    }
+
+    /// Each message's [`MessageMark`], by message id, in order.
+    pub fn message_marks(&self) -> Vec<(u64, MessageMark)> {
+        let changeable = self.can_send();
+        self.messages()
+            .enumerate()
+            .map(|(index, m)| {
+                let versions = self.branches.iter().find(|p| p.index == index).copied();
+                (m.id, MessageMark { index, versions, changeable })
+            })
+            .collect()
     }
 
     fn clear_transcript(&mut self) {

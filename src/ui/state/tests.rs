@@ -1,6 +1,7 @@
 //! The reducer driven with synthetic event sequences.
 
 use super::*;
+use crate::chats::branches::BranchPoint;
 use crate::engine::template::{Message as TMessage, Role as TRole};
 use crate::engine::Cause;
 use crate::memory::RamTier;
@@ -494,4 +495,84 @@ fn no_turn_can_be_changed_while_a_reply_streams_or_before_any_reply() {
     s.apply(EngineEvent::ReplyStarted { prompt: "hello".into() });
     s.apply(tok("h"));
     assert!(s.last_turn().is_none());
+}
+
+fn point(index: usize, shown: usize, count: usize) -> BranchPoint {
+    BranchPoint { index, shown, count }
+}
+
+/// The marks of the messages, by their text.
+fn marks(s: &ChatState) -> Vec<(String, MessageMark)> {
+    let marks = s.message_marks();
+    s.messages()
+        .zip(marks)
+        .map(|(m, (id, mark))| {
+            assert_eq!(m.id, id);
+            (m.text.clone(), mark)
+        })
+        .collect()
+}
+
+#[test]
+fn editing_an_earlier_message_shows_its_versions_and_switching_shows_the_branch() {
+    let mut s = two_turns();
+    let all = marks(&s);
+    assert_eq!(all.iter().map(|(_, m)| m.index).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    assert!(all.iter().all(|(_, m)| m.changeable && m.versions.is_none()), "any message may be edited: {all:?}");
+
+    // Message 0 edited: only what comes before it stays while the new reply comes.
+    s.apply(EngineEvent::Branches { points: vec![point(2, 1, 2)] });
+    s.apply(EngineEvent::Rewound { kept: 0 });
+    assert!(s.branches.is_empty(), "the versions after the edited message are not on the page any more");
+    assert!(s.generating());
+    assert!(marks(&s).iter().all(|(_, m)| !m.changeable), "nothing is edited or switched while a reply comes");
+    s.apply(EngineEvent::ReplyStarted { prompt: "good morning".into() });
+    s.apply(tok("morning"));
+    s.apply(EngineEvent::Branches { points: vec![point(0, 1, 2)] });
+    s.apply(EngineEvent::Done { reason: DoneReason::EndOfTurn });
+    let now = marks(&s);
+    assert_eq!(now[0].0, "good morning");
+    assert_eq!(now[0].1.versions, Some(point(0, 1, 2)));
+    assert!(now[0].1.changeable && now[1].1.versions.is_none());
+
+    // Version 1 shown: the transcript is the branch's, with its own versions.
+    let m = |role, text: &str| TMessage::new(role, text);
+    s.apply(EngineEvent::BranchSwitched {
+        messages: vec![
+            m(TRole::User, "hello"),
+            m(TRole::Assistant, "hi"),
+            m(TRole::User, "how are you"),
+            m(TRole::Assistant, "fine"),
+        ],
+        kept_tokens: 12,
+        fed_tokens: 30,
+        cached: true,
+    });
+    s.apply(EngineEvent::Branches { points: vec![point(0, 0, 2), point(2, 1, 2)] });
+    let texts: Vec<_> = s.messages().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts, ["hello", "hi", "how are you", "fine"]);
+    assert!(!s.generating() && s.notices().count() == 0);
+    let versions: Vec<_> = marks(&s).iter().map(|(_, m)| m.versions).collect();
+    assert_eq!(versions, [Some(point(0, 0, 2)), None, Some(point(2, 1, 2)), None]);
+    assert!(s.log.last().unwrap().text.contains("12 cached tokens kept, 30 fed"), "{:?}", s.log);
+
+    // A version the cache could not keep says it is read again.
+    s.apply(EngineEvent::BranchSwitched {
+        messages: vec![m(TRole::User, "x"), m(TRole::Assistant, "y")],
+        kept_tokens: 0,
+        fed_tokens: 0,
+        cached: false,
+    });
+    assert_eq!(s.notices().last().unwrap().text, crate::ui::copy::VERSION_REREAD_TEXT);
+
+    // Another chat: its own versions only.
+    s.apply(EngineEvent::ChatOpened {
+        id: "b".into(),
+        title: "other".into(),
+        system_prompt: None,
+        messages: vec![m(TRole::User, "x")],
+        tokens: 0,
+        resumed: false,
+    });
+    assert!(s.branches.is_empty());
 }
