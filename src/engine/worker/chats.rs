@@ -292,7 +292,18 @@ impl Worker {
         tracing::info!("version {} of message {}: kept {kept} cached tokens, fed {fed}", version + 1, index + 1);
         self.emit(EngineEvent::BranchSwitched { messages, kept_tokens: kept, fed_tokens: fed, cached });
         self.emit_branches();
-        self.save();
+        if !cached {
+            // The cache on disk holds the other version: it goes (this process holds the
+            // chat), and the version is re-read at the next message, as a chat without one.
+            if let (Some(store), Some(active)) = (self.store(), self.active.as_ref()) {
+                if let Err(e) = store.drop_caches(&active.id) {
+                    tracing::warn!("the cache of {} stays: {e}", active.id);
+                }
+            }
+            self.save_record();
+        } else {
+            self.save();
+        }
         self.emit_stats();
     }
 
