@@ -123,7 +123,8 @@ impl ChatRecord {
     }
 
     /// Roles: a `system` message may only come first (it becomes the system prompt); one
-    /// anywhere else would be fed as a system turn, so the record is refused.
+    /// anywhere else would be fed as a system turn, so the record is refused. The other
+    /// versions are checked too ([`branches::check_forks`]).
     fn check_roles(&mut self) -> Result<(), String> {
         if self.messages.first().is_some_and(|m| m.role == Role::System) {
             if self.system_prompt.is_some() {

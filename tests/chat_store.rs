@@ -27,6 +27,8 @@ struct Chats {
     list: Vec<ChatSummary>,
     /// The open chat's messages with other versions, from the latest `Branches` event.
     branches: Vec<BranchPoint>,
+    /// `Trimmed` events seen.
+    trims: usize,
 }
 
 /// A `BranchSwitched`: the transcript shown, the tokens kept and fed, whether the cache
@@ -48,21 +50,23 @@ impl Chats {
     fn start(dir: &Path, cap_bytes: u64, open: Option<&str>) -> (Chats, Opened) {
         let model = dir.join("tiny-llama-2l-Q8_0.gguf");
         let model = if model.exists() { model } else { write_tiny_gguf(dir, &TinySpec::default(), 5) };
-        Chats::start_on(dir, &model, 12, 1.0, cap_bytes, open)
+        Chats::start_on(dir, &model, 12, 1.0, 1024, cap_bytes, open)
     }
 
-    /// [`Chats::start`] on `model`, replies of up to `max_tokens` sampled at `temperature`.
+    /// [`Chats::start`] on `model`, replies of up to `max_tokens` sampled at `temperature`,
+    /// a token budget of `budget`.
     fn start_on(
         dir: &Path,
         model: &Path,
         max_tokens: usize,
         temperature: f32,
+        budget: usize,
         cap_bytes: u64,
         open: Option<&str>,
     ) -> (Chats, Opened) {
         let mut config = EngineConfig::new(model.to_path_buf());
         config.max_tokens = max_tokens;
-        config.budget_override = Some(1024);
+        config.budget_override = Some(budget);
         // A fake headroom probe: no live memory figure, so the budget is the configured one.
         config.headroom = Arc::new(|| None);
         config.threads = Some(1);
@@ -70,7 +74,7 @@ impl Chats {
         config.chats = Some(ChatStore::open(dir.join("chats"), cap_bytes).unwrap());
         config.open_chat = open.map(String::from);
         let (handle, events) = Engine::spawn(config);
-        let mut chats = Chats { handle, events, list: Vec::new(), branches: Vec::new() };
+        let mut chats = Chats { handle, events, list: Vec::new(), branches: Vec::new(), trims: 0 };
         let opened = chats.opened();
         (chats, opened)
     }
@@ -81,6 +85,7 @@ impl Chats {
             EngineEvent::Failed { error } => panic!("the engine failed: {error}"),
             EngineEvent::Chats { chats, .. } => self.list = chats.clone(),
             EngineEvent::Branches { points } => self.branches = points.clone(),
+            EngineEvent::Trimmed { .. } => self.trims += 1,
             _ => {}
         }
         event
@@ -391,9 +396,17 @@ fn editing_an_earlier_message_branches_and_both_branches_survive_a_restart() {
     // Its replies are fed as text: with random weights they need not tokenize as sampled.
     assert!(back.fed > 0 && back.fed < end.context_tokens);
 
-    // A reply written again is a version of the reply.
-    chats.turn(Command::Regenerate);
+    // A reply written again is a version of the reply; switching between the two keeps
+    // the cache up to the reply's start.
+    let (again, ..) = chats.turn(Command::Regenerate);
     assert_eq!(chats.branches, [point(2, 0, 2), point(5, 1, 2)]);
+    let first_reply = chats.switch(5, 0);
+    assert_eq!(first_reply.messages[..5], back.messages[..5]);
+    assert_eq!(first_reply.messages[5], back.messages[5], "the reply as it was first written");
+    assert_eq!(first_reply.kept, again.context_tokens, "kept up to the reply's start");
+    assert_eq!(first_reply.stats.context_tokens, first_reply.kept + first_reply.fed);
+    assert_eq!(chats.branches, [point(2, 0, 2), point(5, 0, 2)]);
+    chats.switch(5, 1);
     chats.shutdown();
 
     // After a restart the chat opens from its cache, with every version.
@@ -430,7 +443,7 @@ fn editing_an_earlier_message_branches_and_both_branches_survive_a_restart() {
 fn switching_branch_on_the_real_model_feeds_exactly_the_tokens_after_the_fork() {
     let dir = tempfile::tempdir().unwrap();
     let model = default_model();
-    let (mut chats, _) = Chats::start_on(dir.path(), &model, 24, 0.0, 1 << 30, None);
+    let (mut chats, _) = Chats::start_on(dir.path(), &model, 24, 0.0, 1024, 1 << 30, None);
     chats.send("What is the capital of Germany?");
     let (_, italy, italy_end) = chats.send("And of Italy?");
     let (france, paris, france_end) = chats.turn(Command::EditMessage { index: 2, text: "And of France?".into() });
@@ -460,4 +473,34 @@ fn switching_branch_on_the_real_model_feeds_exactly_the_tokens_after_the_fork() 
     let (next, ..) = chats.send("And of Spain?");
     assert_eq!(next.context_tokens - next.prefill_tokens, france_end.context_tokens);
     chats.shutdown();
+}
+
+#[test]
+fn a_version_the_cache_no_longer_holds_is_re_read_at_the_next_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_tiny_gguf(dir.path(), &TinySpec::default(), 5);
+    let (mut chats, _) = Chats::start_on(dir.path(), &model, 12, 1.0, 200, 1 << 30, None);
+    for text in ["hello there", "tell me a story", "and then what", "go on", "and after that", "the end"] {
+        chats.send(text);
+    }
+    assert!(chats.trims > 0, "the first turns were trimmed from the cache");
+
+    // Message 3's turn is no longer cached: the chat up to it is re-read with the edit.
+    let (edited, ..) = chats.turn(Command::EditMessage { index: 2, text: "tell me a fable".into() });
+    assert_eq!(edited.context_tokens, edited.prefill_tokens, "re-read from its text");
+    assert_eq!(chats.branches, [point(2, 1, 2)]);
+
+    // The six turns of version 1 do not fit the budget: read again at the next message.
+    let old = chats.switch(2, 0);
+    assert!(!old.cached && old.fed == 0, "cached {} fed {}", old.cached, old.fed);
+    assert_eq!(users(&old.messages).len(), 6);
+    let (next, ..) = chats.send("one more");
+    assert_eq!(next.context_tokens, next.prefill_tokens, "re-read from its text");
+    assert!(next.context_tokens <= 200);
+    chats.shutdown();
+
+    let store = ChatStore::open(dir.path().join("chats"), 1 << 30).unwrap();
+    let record = store.load(&store.list()[0].id).unwrap();
+    assert_eq!(users(&record.messages).len(), 7, "version 1 and the message after it");
+    assert_eq!(record.branch_points(), [point(2, 0, 2)]);
 }
