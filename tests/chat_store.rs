@@ -504,3 +504,35 @@ fn a_version_the_cache_no_longer_holds_is_re_read_at_the_next_message() {
     assert_eq!(users(&record.messages).len(), 7, "version 1 and the message after it");
     assert_eq!(record.branch_points(), [point(2, 0, 2)]);
 }
+
+#[test]
+fn an_edit_that_fails_leaves_the_chat_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut chats, _) = Chats::start(dir.path(), 1 << 30, None);
+    chats.send("hello there");
+    chats.send("tell me a story");
+    // A system prompt longer than the budget: the edited turn cannot be fed.
+    chats.handle.send(Command::SetSystemPrompt { text: "be brief ".repeat(600) }).unwrap();
+    chats.handle.send(Command::EditMessage { index: 2, text: "tell me a fable".into() }).unwrap();
+    let (mut failed, mut shown) = (None, None);
+    while shown.is_none() {
+        match chats.events.recv_blocking().expect("the engine thread is running") {
+            EngineEvent::Failed { error } => failed = Some(error.to_string()),
+            EngineEvent::BranchSwitched { messages, cached, .. } => shown = Some((messages, cached)),
+            _ => {}
+        }
+    }
+    assert!(failed.is_some_and(|e| e.contains("system prompt")));
+    let (messages, cached) = shown.unwrap();
+    assert_eq!(users(&messages), ["hello there", "tell me a story"], "the transcript as it was");
+    assert!(!cached);
+    chats.handle.send(Command::SetSystemPrompt { text: String::new() }).unwrap();
+    while !matches!(chats.next(), EngineEvent::Stats(_)) {}
+    let (next, ..) = chats.send("go on");
+    assert_eq!(next.context_tokens, next.prefill_tokens, "the chat is re-read with the message after it");
+    chats.shutdown();
+    let store = ChatStore::open(dir.path().join("chats"), 1 << 30).unwrap();
+    let record = store.load(&store.list()[0].id).unwrap();
+    assert_eq!(users(&record.messages), ["hello there", "tell me a story", "go on"]);
+    assert!(record.forks.is_empty());
+}

@@ -170,7 +170,23 @@ impl Worker {
         let replaces = active.messages.len() - index;
         self.emit(EngineEvent::Rewound { kept: index });
         self.regenerations = 0;
-        self.answer(text, replaces)
+        let shutdown = self.answer(text, replaces);
+        self.settle_unanswered_edit(index);
+        shutdown
+    }
+
+    /// After an edit that was not answered (the turn failed before its reply): the chat
+    /// is as it was, so the session is set to re-read it and the transcript is shown again.
+    fn settle_unanswered_edit(&mut self, index: usize) {
+        let (Some(active), Some(l)) = (self.active.as_ref(), self.loaded.as_mut()) else { return };
+        let answered = active.messages.len() == index + 2 && l.session.messages().last() == active.messages.last();
+        if answered {
+            return;
+        }
+        l.session.set_history(active.history());
+        let messages = active.messages.clone();
+        self.emit(EngineEvent::BranchSwitched { messages, kept_tokens: 0, fed_tokens: 0, cached: false });
+        self.emit_branches();
     }
 
     /// Decodes the reply to a prefilled prompt (`fed` tokens in `started`'s time so far)
