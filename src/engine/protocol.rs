@@ -20,9 +20,11 @@ pub enum Command {
     /// stays in the list; without one it is forgotten.
     NewConversation,
     /// Write the last reply again (a new sample): the cache goes back to the reply's
-    /// start, nothing before it is fed again.
+    /// start, nothing before it is fed again. With a chat store the old reply stays as
+    /// another version of it.
     Regenerate,
     /// Replace the last user message with `text` and answer it: only that turn is fed.
+    /// With a chat store the old turn stays as another version.
     EditLast { text: String },
     /// Replace the open chat's user message `index` (in its transcript, from 0) with
     /// `text` and answer it: the old message and what followed stay as another version

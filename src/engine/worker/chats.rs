@@ -1,7 +1,8 @@
 //! The chat store's conversations on the engine thread: the open chat's whole transcript
 //! (its trimmed turns too), switching (the target's cache restored without re-prefill,
 //! or its text re-read at the next message), rename, delete, the per-chat system prompt,
-//! and the record saved beside the cache after each reply.
+//! the versions of a message (a replaced turn kept as one, another one shown with the
+//! cache kept up to the fork), and the record saved beside the cache after each reply.
 
 use super::Worker;
 use crate::chats::{unix_ms, ChatRecord, ChatStore, ChatStoreError, UNTITLED};
