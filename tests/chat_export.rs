@@ -36,7 +36,8 @@ fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 }
 
 /// A store with two chats: one with every field set (a name longer than its title, a
-/// system prompt, a code block, a cache's token count), one plain.
+/// system prompt, a code block, another version of a message, a cache's token count), one
+/// plain.
 fn two_chats(dir: &Path) -> (ChatStore, Vec<ChatRecord>) {
     let store = ChatStore::open(dir, 1 << 20).unwrap();
     let mut full = store.create("Notes from the planning meeting about the spring release, part two").unwrap();
@@ -47,6 +48,13 @@ fn two_chats(dir: &Path) -> (ChatStore, Vec<ChatRecord>) {
         Message::new(Role::User, "Thanks — ünïcödé 😀 and <b>tags</b>"),
         Message::new(Role::Assistant, "You're welcome."),
     ];
+    // Another version of the second question (and its reply), the first one shown.
+    full.replace_from(
+        2,
+        vec![Message::new(Role::User, "And in Python?"), Message::new(Role::Assistant, "for i in range(3)")],
+    );
+    full.switch_version(2, 0).unwrap();
+    assert_eq!(full.branch_points().len(), 1);
     full.tokens = 321;
     full.created = 1_700_000_000_000;
     full.updated = 1_700_000_500_000;
