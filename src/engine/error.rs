@@ -16,7 +16,7 @@ pub enum EngineError {
     BadModelFile { path: PathBuf, message: String },
     #[error("model architecture `{0}` is not supported (supported: llama, qwen2)")]
     UnsupportedArchitecture(String),
-    #[error("unsupported tokenizer: {0} (pocketchat reads GPT2-style BPE tokenizers from the GGUF)")]
+    #[error("unsupported tokenizer: {0}")]
     UnsupportedTokenizer(String),
     #[error(
         "{name} needs about {footprint_mib} MiB at its smallest usable context, over this device's {ceiling_mib} MiB \

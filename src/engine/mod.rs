@@ -6,6 +6,8 @@
 
 pub(crate) mod attention;
 pub mod budget;
+mod bpe;
+mod byte_level;
 mod detokenizer;
 mod error;
 pub mod gguf_check;
@@ -14,6 +16,7 @@ pub mod model;
 pub mod perplexity;
 pub mod persist;
 pub mod pool;
+pub mod pretokenize;
 pub mod protocol;
 pub mod sampler;
 pub mod session;
@@ -28,7 +31,6 @@ pub use model::{Model, ModelConfig, SUPPORTED_ARCHITECTURES};
 pub use protocol::{Command, DoneReason, EngineEvent, ModelInfo, Stats};
 pub use session::{DraftExtent, DraftFed, Session, TrimMode, DRAFT_STEP};
 pub use state::State;
-pub use tokenizer::SUPPORTED_PRE_TOKENIZERS;
 pub mod qlinear;
 pub mod weights;
 mod worker;
