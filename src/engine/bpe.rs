@@ -32,8 +32,7 @@ pub struct BytePair {
     /// Tokens matched before the split: control and unknown ones (only with special tokens
     /// allowed) and user-defined ones (always), longest first.
     specials: Vec<u32>,
-    /// Tokens read as their text in decoding: control, unknown, user-defined and unused
-    /// ones, and the BOS/EOS/padding tokens the file names.
+    /// Tokens read as their text in decoding: control, unknown, user-defined and unused.
     verbatim: Vec<bool>,
     pre: PreTokenizer,
 }
@@ -65,13 +64,22 @@ impl BytePair {
         if n == 0 || n > u32::MAX as usize / 2 {
             return Err(bad(format!("the vocabulary has {n} tokens")));
         }
-        let kinds: Vec<PieceKind> = match content.metadata.get("tokenizer.ggml.token_type") {
+        let mut kinds: Vec<PieceKind> = match content.metadata.get("tokenizer.ggml.token_type") {
             Some(Value::Array(items)) if items.len() == n => {
                 items.iter().map(|v| PieceKind::from_gguf(v.to_i32().unwrap_or(1))).collect()
             }
             Some(_) => return Err(bad("`tokenizer.ggml.token_type` does not match the tokens".into())),
             None => vec![PieceKind::Normal; n],
         };
+        // The BOS/EOS/padding tokens the file names are control tokens even where it gives no
+        // types (as candle's reader had it; llama.cpp also makes end-of-turn tokens control).
+        for key in ["tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id"] {
+            if let Some(id) = content.metadata.get(key).and_then(|v| v.to_u32().ok()).filter(|&id| (id as usize) < n) {
+                if kinds[id as usize] == PieceKind::Normal {
+                    kinds[id as usize] = PieceKind::Control;
+                }
+            }
+        }
         // As llama.cpp: an empty token gets a placeholder text, and of equal texts the last
         // token is the one text maps to.
         for (i, t) in tokens.iter_mut().enumerate() {
@@ -99,15 +107,10 @@ impl BytePair {
             .filter(|&id| matches!(kinds[id as usize], PieceKind::Control | PieceKind::Unknown | PieceKind::UserDefined))
             .collect();
         specials.sort_by(|&a, &b| tokens[b as usize].len().cmp(&tokens[a as usize].len()).then(a.cmp(&b)));
-        let mut verbatim: Vec<bool> = kinds
+        let verbatim = kinds
             .iter()
             .map(|k| matches!(k, PieceKind::Control | PieceKind::Unknown | PieceKind::UserDefined | PieceKind::Unused))
             .collect();
-        for key in ["tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id"] {
-            if let Some(id) = content.metadata.get(key).and_then(|v| v.to_u32().ok()).filter(|&id| (id as usize) < n) {
-                verbatim[id as usize] = true;
-            }
-        }
         Ok(BytePair { tokens, kinds, by_text, merge_parts, ranks, specials, verbatim, pre })
     }
 
