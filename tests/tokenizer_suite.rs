@@ -137,3 +137,27 @@ fn every_vocabulary_gives_llama_cpps_ids_or_is_refused() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// SmolLM's pre-tokenizer (`smollm`) isolates every digit before GPT-2's split, so a
+/// white-space run before a digit stays whole: "\n\n  0" is ["\n\n  ", "0"], where GPT-2's
+/// split alone would give ["\n\n ", " 0"]. Ids from llama.cpp (llama-cpp-python 0.3.36,
+/// `tokenize(add_bos=False, special=False)`) on the default model.
+#[test]
+fn the_default_models_smollm_split_isolates_digits_like_llama_cpp() {
+    let path = pocketchat::catalog::models_dir().join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(path.is_file(), "{} is missing: run scripts/fetch-model.sh", path.display());
+    let (content, _) = read_gguf(&path).unwrap();
+    let tokenizer = TextTokenizer::from_gguf(&content).unwrap();
+    let cases: &[(&str, &[u32])] = &[
+        ("\n\n  0", &[39892, 32]),
+        (
+            "  1. Indented item 12\n  2. Next 2024-12-02",
+            &[256, 33, 30, 1218, 6574, 5033, 216, 33, 34, 11181, 34, 30, 9528, 216, 34, 32, 34, 36, 29, 33, 34, 29, 32, 34],
+        ),
+        ("Price: $1,234.56 (x3)", &[27148, 42, 1885, 33, 28, 34, 35, 36, 30, 37, 38, 365, 104, 35, 25]),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(tokenizer.encode_text(text).unwrap(), *expected, "{text:?}");
+        assert_eq!(tokenizer.decode(expected).unwrap(), *text);
+    }
+}
