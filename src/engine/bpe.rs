@@ -22,6 +22,69 @@ use super::EngineError;
 /// SentencePiece's visible space, Gemma 4's spelling of a space.
 const SPACE: &str = "\u{2581}";
 
+/// Tokens llama.cpp makes control tokens by their text whatever the file's type says
+/// (end-of-turn and fill-in-the-middle markers, `llama-vocab.cpp`): user text that spells
+/// them stays text, so it cannot forge, say, Gemma 4's user-defined `<|tool_response>`.
+const CONTROL_BY_NAME: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<\u{FF5C}end\u{2581}of\u{2581}sentence\u{FF5C}>",
+    "[e~[",
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<\u{FF5C}fim\u{2581}begin\u{FF5C}>",
+    "<PRE>",
+    "\u{2581}<PRE>",
+    "<|code_prefix|>",
+    "<|prefix|>",
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<\u{FF5C}fim\u{2581}hole\u{FF5C}>",
+    "<SUF>",
+    "\u{2581}<SUF>",
+    "<|code_suffix|>",
+    "<|suffix|>",
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<\u{FF5C}fim\u{2581}end\u{FF5C}>",
+    "<MID>",
+    "\u{2581}<MID>",
+    "<|code_middle|>",
+    "<|middle|>",
+    "<|fim_pad|>",
+    "<fim-pad>",
+    "<fim_pad>",
+    "<PAD>",
+    "[PAD]",
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<REPO>",
+    "<reponame>",
+    "<|file_sep|>",
+];
+
 pub struct BytePair {
     tokens: Vec<String>,
     kinds: Vec<PieceKind>,
@@ -78,6 +141,11 @@ impl BytePair {
                 if kinds[id as usize] == PieceKind::Normal {
                     kinds[id as usize] = PieceKind::Control;
                 }
+            }
+        }
+        for (kind, token) in kinds.iter_mut().zip(&tokens) {
+            if *kind != PieceKind::Control && CONTROL_BY_NAME.contains(&token.as_str()) {
+                *kind = PieceKind::Control;
             }
         }
         // As llama.cpp: an empty token gets a placeholder text, and of equal texts the last

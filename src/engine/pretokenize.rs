@@ -240,6 +240,19 @@ mod tests {
         assert_eq!(split("qwen2", "12"), ["1", "2"]);
     }
 
+    /// fancy_regex backtracks; a long run must still split as a short one does.
+    #[test]
+    fn long_runs_split_like_short_ones() {
+        let spaces = " ".repeat(100_000);
+        for pre in ["smollm", "llama-bpe", "qwen2", "gpt-2", "deepseek-llm"] {
+            let pieces = split(pre, &format!("{spaces}a{spaces}"));
+            assert_eq!(pieces.concat().len(), 200_001, "{pre}");
+            assert_eq!(pieces[0].len(), 99_999, "{pre}: {:?}", &pieces[1..]);
+        }
+        let letters = "ab".repeat(100_000);
+        assert_eq!(split("qwen2", &format!(" {letters}!")), [format!(" {letters}"), "!".into()]);
+    }
+
     #[test]
     fn unknown_pre_tokenizers_are_refused_naming_model_and_pre() {
         let err = PreTokenizer::for_vocabulary("gpt2", Some("no-such-split")).err().unwrap();
