@@ -161,3 +161,28 @@ fn the_default_models_smollm_split_isolates_digits_like_llama_cpp() {
         assert_eq!(tokenizer.decode(expected).unwrap(), *text);
     }
 }
+
+/// Texts test-tokenizer-0 leaves out, on the suite's BPE vocabularies: special-token
+/// strings read as text and parsed, odd Unicode, code and white space. llama.cpp's ids
+/// are stored by `scripts/llamacpp_tokenizer_cases.py`.
+#[test]
+fn bpe_vocabularies_read_special_tokens_like_llama_cpp() {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llamacpp_tokenizer_cases.json");
+    let cases: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    };
+    let vocabularies = cases.as_object().unwrap();
+    assert!(vocabularies.len() >= 12, "{} vocabularies in the fixture", vocabularies.len());
+    for (file, cases) in vocabularies {
+        let path = suite_dir().join(file);
+        assert!(path.is_file(), "{} is missing: run scripts/fetch-llamacpp-suite.sh", path.display());
+        let (content, _) = read_gguf(&path).unwrap();
+        let tokenizer = TextTokenizer::from_gguf(&content).unwrap();
+        for case in cases.as_array().unwrap() {
+            let text = case["text"].as_str().unwrap();
+            assert_eq!(tokenizer.encode_text(text).unwrap(), ids(&case["text_ids"]), "{file}, as text: {text:?}");
+            assert_eq!(tokenizer.encode(text).unwrap(), ids(&case["special_ids"]), "{file}, parsed: {text:?}");
+        }
+    }
+}
