@@ -68,10 +68,8 @@ fn cases(gguf: &std::path::Path) -> Vec<(String, Vec<u32>)> {
             }
         }
     }
-    let ids: Vec<Vec<u32>> = out
-        .lines()
-        .map(|line| line.split_whitespace().map(|id| id.parse().unwrap()).collect())
-        .collect();
+    let ids: Vec<Vec<u32>> =
+        out.lines().map(|line| line.split_whitespace().map(|id| id.parse().unwrap()).collect()).collect();
     assert_eq!(texts.len(), ids.len(), "{}: cases and expected ids differ in number", gguf.display());
     texts.into_iter().zip(ids).collect()
 }
@@ -152,7 +150,10 @@ fn the_default_models_smollm_split_isolates_digits_like_llama_cpp() {
         ("\n\n  0", &[39892, 32]),
         (
             "  1. Indented item 12\n  2. Next 2024-12-02",
-            &[256, 33, 30, 1218, 6574, 5033, 216, 33, 34, 11181, 34, 30, 9528, 216, 34, 32, 34, 36, 29, 33, 34, 29, 32, 34],
+            &[
+                256, 33, 30, 1218, 6574, 5033, 216, 33, 34, 11181, 34, 30, 9528, 216, 34, 32, 34, 36, 29, 33, 34, 29,
+                32, 34,
+            ],
         ),
         ("Price: $1,234.56 (x3)", &[27148, 42, 1885, 33, 28, 34, 35, 36, 30, 37, 38, 365, 104, 35, 25]),
     ];

@@ -172,7 +172,9 @@ impl BytePair {
         }
 
         let mut specials: Vec<u32> = (0..n as u32)
-            .filter(|&id| matches!(kinds[id as usize], PieceKind::Control | PieceKind::Unknown | PieceKind::UserDefined))
+            .filter(|&id| {
+                matches!(kinds[id as usize], PieceKind::Control | PieceKind::Unknown | PieceKind::UserDefined)
+            })
             .collect();
         specials.sort_by(|&a, &b| tokens[b as usize].len().cmp(&tokens[a as usize].len()).then(a.cmp(&b)));
         let verbatim = kinds
@@ -311,8 +313,7 @@ impl BytePair {
             return;
         }
         let whole = self.id_of(word);
-        let keep_whole = (self.pre.ignores_merges()
-            || (!self.pre.byte_encodes() && word.bytes().all(|b| b == b'\n')))
+        let keep_whole = (self.pre.ignores_merges() || (!self.pre.byte_encodes() && word.bytes().all(|b| b == b'\n')))
             && whole.is_some();
         let mut symbols: Vec<Symbol> = if keep_whole {
             vec![Symbol { start: 0, len: word.len(), prev: -1, next: -1 }]

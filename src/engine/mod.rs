@@ -5,8 +5,8 @@
 //! Nothing here imports the UI.
 
 pub(crate) mod attention;
-pub mod budget;
 mod bpe;
+pub mod budget;
 mod byte_level;
 mod detokenizer;
 mod error;
