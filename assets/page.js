@@ -4,6 +4,8 @@
 //    sending a message pins it again.
 // 2. Clears the (uncontrolled) composer when Enter or Send sends a message.
 // 3. window.pcCopy(text): copies a reply to the clipboard.
+// 4. A code block's Copy button (src/ui/markdown.rs) copies the text of its <code>: the
+//    code alone, its last line break dropped.
 (function () {
   var stick = true;
   var queued = false;
@@ -76,4 +78,11 @@
       fallback();
     }
   };
+  document.addEventListener("click", function (e) {
+    var button = e.target && e.target.closest ? e.target.closest("button.code-copy") : null;
+    var code = button && button.parentNode ? button.parentNode.querySelector("pre code") : null;
+    if (!code) { return; }
+    window.pcCopy(code.textContent.replace(/\n$/, ""));
+    if (button.dataset.copied) { button.textContent = button.dataset.copied; }
+  });
 })();

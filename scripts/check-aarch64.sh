@@ -5,8 +5,8 @@
 #   scripts/check-aarch64.sh             # the kernel unit tests, then the greedy reply check
 #   scripts/check-aarch64.sh --unit-only # the kernel unit tests only
 #
-# 1. The unit tests of the kernels (`engine::qlinear`, `engine::attention`,
-#    `engine::kernels`), built for aarch64-unknown-linux-gnu without the UI, on two
+# 1. The unit tests of the kernels (`engine::cpu::qlinear`, `engine::cpu::attention`,
+#    `engine::cpu::kernels`), built for aarch64-unknown-linux-gnu without the UI, on two
 #    emulated CPUs: `max` has dotprod, so detection picks NeonDot and the tests run
 #    NeonDot, Neon and Scalar side by side (`Isa::all_supported`); `cortex-a53` has none,
 #    so detection must pick Neon.
@@ -69,7 +69,7 @@ fail() {
   status=1
 }
 
-kernel_tests=(engine::qlinear engine::attention engine::kernels)
+kernel_tests=(engine::cpu::qlinear engine::cpu::attention engine::cpu::kernels)
 # candle 0.11's own aarch64 kernels for Q4_0, Q8_0 and the K-quants use `sdot` without
 # checking that the CPU has it (a SIGILL on cortex-a53), so the tests that compare ours
 # against them run on `max` only; on cortex-a53 the NEON kernels are checked against

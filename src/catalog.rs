@@ -18,13 +18,15 @@
 
 use std::ffi::OsString;
 use std::fmt;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use serde::Deserialize;
 
-use crate::engine::kernels::Kernels;
+use crate::engine::sampler::SamplingOverrides;
+use crate::engine::Kernels;
+pub use crate::files::sha256_file;
 use crate::memory::{self as mem, ModelFacts, PrefillShape, RamTier, WeightQuant};
 
 pub mod download;
@@ -116,7 +118,7 @@ fn known_ids() -> String {
 }
 
 /// One model file the catalog knows.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ModelEntry {
     /// Stable id, e.g. `smollm2-135m-instruct-q4_1`.
     pub id: String,
@@ -150,6 +152,11 @@ pub struct ModelEntry {
     pub label: String,
     /// Where the file comes from; see [`Source`].
     pub source: String,
+    /// The sampling the model's authors recommend (its model card or
+    /// `generation_config.json`): the model's defaults where the GGUF has no
+    /// `general.sampling.*` keys. Empty for models without a recommendation.
+    #[serde(default)]
+    pub sampling: SamplingOverrides,
 }
 
 impl ModelEntry {
@@ -186,7 +193,7 @@ impl ModelEntry {
         // The catalog does not give Gemma 3's sliding window: 1,024 positions, the widest
         // of the family's published configurations (270M: 512).
         let window = (self.arch == "gemma3").then_some(GEMMA3_WIDEST_WINDOW);
-        let attention = crate::engine::attention::prefill_attention(Kernels::default(), true, s.head_dim, window);
+        let attention = crate::engine::cpu::attention::prefill_attention(Kernels::default(), true, s.head_dim, window);
         // Files of the types our kernels read in place are mapped, only their norms (f32)
         // copied; any other is counted as copied whole.
         let (weights_bytes, mapped_bytes) = if runs_in_place(&self.quant) {
@@ -439,6 +446,12 @@ pub fn display_name(path: &Path) -> Option<String> {
     catalog().models.iter().find(|e| e.file == file).map(|e| e.name.clone())
 }
 
+/// The sampling the catalog recommends for a known model file (empty for other files).
+pub fn recommended_sampling(path: &Path) -> SamplingOverrides {
+    let file = path.file_name().and_then(|f| f.to_str());
+    catalog().models.iter().find(|e| Some(e.file.as_str()) == file).map(|e| e.sampling).unwrap_or_default()
+}
+
 /// Path of the default model file: `POCKETCHAT_MODEL` when set, else the default
 /// entry's file in [`models_dir`]. The file may not exist yet; see [`fetch_default`].
 pub fn default_model_path() -> PathBuf {
@@ -469,22 +482,6 @@ pub fn quant_sibling_path(src: &Path, quant: &str) -> PathBuf {
         },
     };
     src.with_file_name(new_name)
-}
-
-/// sha256 of a file as lowercase hex.
-pub fn sha256_file(path: impl AsRef<Path>) -> io::Result<String> {
-    use sha2::{Digest, Sha256};
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Marks a downloaded model so that iCloud and Time Machine backups skip it: it can be

@@ -20,6 +20,9 @@
 //! Records are read as hostile input: a file that is too large, does not parse, does not
 //! name itself or has a `system` message after the first is listed as unreadable (never
 //! fatal, never hidden), and no new chat is made under a name it may hold.
+//!
+//! [`export`] writes chats out (Markdown to read, JSON to move) and imports them as new
+//! chats; [`search`] finds chats by their text.
 
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -29,10 +32,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::persist::write_atomically;
-use crate::engine::template::{Message, Role};
+use crate::files::write_atomically;
+use crate::transcript::{Message, Role};
 
+pub mod export;
 pub mod lock;
+pub mod search;
 mod sweep;
 
 use lock::{ChatLock, LockError};
@@ -120,6 +125,16 @@ impl ChatRecord {
             Some(i) => Err(format!("its message {} has the role system (only a first message may)", i + 1)),
             None => Ok(()),
         }
+    }
+
+    /// What every record read from outside passes (a record file, an imported chat): the
+    /// roles are checked, and the title and name lose control characters (they are shown
+    /// in terminals and the app: a hostile title's escape sequences are not).
+    fn check_and_clean(&mut self) -> Result<(), String> {
+        self.check_roles()?;
+        self.title = clean_title(&self.title);
+        self.name = self.name.as_deref().map(clean_name);
+        Ok(())
     }
 }
 
@@ -429,10 +444,7 @@ impl ChatStore {
         if record.id != id {
             return Err(unreadable(format!("it names itself {:?}", record.id)));
         }
-        record.check_roles().map_err(unreadable)?;
-        // Shown in terminals and the app: a hostile title's escape sequences are not.
-        record.title = clean_title(&record.title);
-        record.name = record.name.as_deref().map(clean_name);
+        record.check_and_clean().map_err(unreadable)?;
         Ok(record)
     }
 
@@ -445,6 +457,24 @@ impl ChatStore {
 
     fn create_with(&self, name: Option<String>) -> Result<ChatRecord, ChatStoreError> {
         let now = unix_ms();
+        let id = self.new_id(now)?;
+        let title = name.as_deref().map_or_else(|| UNTITLED.to_string(), clean_title);
+        let record = ChatRecord {
+            id,
+            title,
+            name,
+            created: now,
+            updated: now,
+            tokens: 0,
+            system_prompt: None,
+            messages: Vec::new(),
+        };
+        self.save(&record).inspect_err(|_| self.unlock(&record.id))?;
+        Ok(record)
+    }
+
+    /// An id no record or cache has (made from `now`), locked for this process.
+    fn new_id(&self, now: u64) -> Result<String, ChatStoreError> {
         let mut n = 1u32;
         let id = loop {
             let id = format!("{now:x}-{n}");
@@ -461,19 +491,7 @@ impl ChatStore {
                 Err(e) => return Err(e),
             }
         };
-        let title = name.as_deref().map_or_else(|| UNTITLED.to_string(), clean_title);
-        let record = ChatRecord {
-            id,
-            title,
-            name,
-            created: now,
-            updated: now,
-            tokens: 0,
-            system_prompt: None,
-            messages: Vec::new(),
-        };
-        self.save(&record).inspect_err(|_| self.unlock(&record.id))?;
-        Ok(record)
+        Ok(id)
     }
 
     /// Writes the record (atomically: a crash leaves the old one or the new one), under

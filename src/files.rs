@@ -1,11 +1,18 @@
-//! Opening files that may be hostile: a FIFO blocks an `open` for reading until a writer
+//! Files, read and written safely.
+//!
+//! Reading: a file may be hostile. A FIFO blocks an `open` for reading until a writer
 //! comes (forever, at a start), a device such as `/dev/zero` never ends. Everything the
 //! app reads back from disk (saved conversations, chat records) goes through
 //! [`open_regular`], which never blocks and refuses anything that is not a regular file.
+//!
+//! Writing: a crash leaves the old file or the new one, never half of one. A file is
+//! written to a uniquely named [`TempFile`] beside it, synced and renamed over it
+//! ([`write_atomically`]); the temp file is removed if anything fails before the rename.
+//! Downloads use their own resumable `.part` files (`catalog::PartFile`).
 
 use std::fs::File;
-use std::io;
-use std::path::Path;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
 
 /// Opens `path` for reading only once it is known to be a regular file: the open itself
 /// does not block (`O_NONBLOCK`, so a FIFO without a writer opens at once), and the
@@ -117,4 +124,75 @@ mod tests {
         assert_eq!(s, "abc");
         assert_eq!(open_regular(&dir.path().join("missing")).unwrap_err().kind(), io::ErrorKind::NotFound);
     }
+}
+
+/// Writes `bytes` to `path` so that a crash leaves the old file or the new one, never
+/// half of one: a temp file beside it, synced, then renamed over it.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = folder_of(path);
+    let tmp = TempFile::new(&dir, path);
+    let mut f = File::create_new(tmp.path())?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(tmp.path(), path)?;
+    tmp.keep();
+    Ok(())
+}
+
+/// The folder a file is in (`.` for a bare name).
+pub fn folder_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// A uniquely named hidden temp file in `dir` for `target` (`.NAME.PID.UNIQUE.tmp`),
+/// removed when dropped unless [`TempFile::keep`] was called (after it was renamed into
+/// place).
+pub struct TempFile(PathBuf);
+
+impl TempFile {
+    pub fn new(dir: &Path, target: &Path) -> TempFile {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        let unique = format!("{}.{nanos:x}{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+        TempFile(dir.join(format!(".{name}.{unique}.tmp")))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// The file was renamed into place: nothing to remove.
+    pub fn keep(mut self) {
+        self.0 = PathBuf::new();
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.0.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+/// sha256 of a file as lowercase hex.
+pub fn sha256_file(path: impl AsRef<Path>) -> io::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut file = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -6,5 +6,6 @@ pub mod chats;
 pub mod engine;
 pub mod files;
 pub mod memory;
+pub mod transcript;
 #[cfg(feature = "ui")]
 pub mod ui;

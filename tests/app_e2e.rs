@@ -8,7 +8,8 @@
 //! to `target/e2e/`.
 //!
 //! Needs `xvfb-run`, `xdotool`, `xwd` and ImageMagick's `convert`. Without `xvfb-run`
-//! the test prints a loud SKIPPED banner and returns; anything else missing fails it.
+//! the test prints a loud SKIPPED banner and returns (under `CI=true` it fails); anything
+//! else missing fails it.
 //! The model is `models/SmolLM2-135M-Instruct.Q4_1.gguf` (or `POCKETCHAT_MODEL`).
 
 #![cfg(feature = "desktop")]
@@ -43,7 +44,10 @@ fn have(tool: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Prints a loud SKIPPED banner; under `CI=true` (where .ci/run installs xvfb) it fails
+/// instead, so that a green CI means the window was tested.
 fn skip_loudly(why: &str) {
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "app_e2e cannot run under CI=true: {why}");
     let bar = "!".repeat(78);
     eprintln!("\n{bar}\n!! SKIPPED app_e2e: {why}\n!! The end-to-end app test did NOT run. Install xvfb (xvfb-run) to run it.\n{bar}\n");
 }

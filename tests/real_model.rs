@@ -21,8 +21,7 @@ fn tokenizer() -> TextTokenizer {
 }
 
 fn fixtures() -> serde_json::Value {
-    // The shared folder sits beside the checkout (here and in CI).
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/smollm2-tokenizer.json");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smollm2-tokenizer.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
 }
@@ -408,6 +407,7 @@ fn switching_models_at_run_time_keeps_the_conversation_and_survives_a_bad_file()
     let switch = |path: std::path::PathBuf, name: &str| Command::SwitchModel {
         path,
         display_name: Some(name.into()),
+        recommended_sampling: Default::default(),
         allow_too_large: false,
     };
     handle.send(switch(q8.clone(), "SmolLM2 8-bit")).unwrap();

@@ -192,6 +192,11 @@ fn finished_reply_renders_markdown_with_copy_and_speed() {
     assert!(!html.contains("<script>"), "raw HTML must be escaped: {html}");
     assert!(html.contains("&lt;script&gt;"), "{html}");
     assert!(html.contains(">Copy<"), "{html}");
+    assert_eq!(count(&html, "<button class=\"code-copy\""), 1, "the code block has its own Copy: {html}");
+    assert!(
+        html.contains(">Copy</button><pre><code class=\"language-rust\">fn main() {}\n</code></pre></div>"),
+        "{html}"
+    );
     assert!(html.contains("class=\"toks\""), "{html}");
     assert!(html.contains("17 tokens · 31.5 tok/s"), "the engine's token count wins: {html}");
     assert!(!html.contains("streaming"), "{html}");
@@ -475,6 +480,10 @@ fn settings_show_the_sampling_with_the_models_defaults_and_a_reset() {
     assert!(t.contains("model: 0.8"), "the model's default beside a changed value: {t}");
     // The token repetition penalty is off by default: 1.
     assert!(html.contains("data-figure=\"repeat-penalty\"") && html.contains("value=\"1\""), "{html}");
+    // DRY is on by default, with llama.cpp's recommended values.
+    assert!(html.contains("data-figure=\"dry-multiplier\"") && html.contains("value=\"0.8\""), "{html}");
+    assert!(html.contains("data-figure=\"dry-base\"") && html.contains("value=\"1.75\""), "{html}");
+    assert!(html.contains("data-figure=\"dry-allowed-length\"") && html.contains("value=\"2\""), "{html}");
     assert!(html.contains("id=\"reset-sampling\""), "{html}");
     assert!(t.contains("Reset to the model's defaults"), "{t}");
 }
@@ -514,6 +523,11 @@ fn the_chat_list_marks_the_open_chat_and_the_last_turn_offers_edit_and_regenerat
     assert_eq!(count(&html, "id=\"regenerate\""), 1, "only the last reply");
     assert_eq!(count(&html, "id=\"edit-last\""), 1, "only the last message");
     assert!(t.contains("This chat") && t.contains("Saved chat caches"), "{t}");
+    // Search, Share and Import (issue 32).
+    assert!(html.contains("id=\"chat-search\"") && html.contains("placeholder=\"Search chats\""), "{html}");
+    assert!(html.contains("id=\"share-all\"") && t.contains("Share all"), "{t}");
+    assert!(html.contains("id=\"import-chats\"") && html.contains("type=\"file\""), "{html}");
+    assert_eq!(count(&html, ">Share<"), 2, "each chat has Share: {html}");
 }
 
 #[derive(Props, Clone, PartialEq)]

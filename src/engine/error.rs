@@ -14,7 +14,10 @@ pub enum EngineError {
     ModelLoad { path: PathBuf, source: Cause },
     #[error("{path} is not a usable GGUF model file: {message}")]
     BadModelFile { path: PathBuf, message: String },
-    #[error("model architecture `{0}` is not supported (supported: llama, qwen2)")]
+    #[error(
+        "model architecture `{0}` is not supported (supported: {supported})",
+        supported = crate::engine::model::SUPPORTED_ARCHITECTURES.join(", ")
+    )]
     UnsupportedArchitecture(String),
     #[error("unsupported tokenizer: {0}")]
     UnsupportedTokenizer(String),

@@ -4,18 +4,16 @@
 //!
 //! Nothing here imports the UI.
 
-pub(crate) mod attention;
 mod bpe;
 pub mod budget;
 mod byte_level;
+pub mod cpu;
 mod detokenizer;
 mod error;
 pub mod gguf_check;
-pub mod kernels;
 pub mod model;
 pub mod perplexity;
 pub mod persist;
-pub mod pool;
 pub mod pretokenize;
 pub mod protocol;
 pub mod sampler;
@@ -26,12 +24,14 @@ pub mod template;
 pub mod tokenizer;
 
 pub use error::{Cause, EngineError, Result};
+// The CPU modules by their former paths too (`engine::kernels::Kernels`, ...), for the
+// tests and benchmarks that name them.
+pub use cpu::{kernels, pool, qlinear};
 pub use kernels::Kernels;
 pub use model::{Model, ModelConfig, SUPPORTED_ARCHITECTURES};
 pub use protocol::{Command, DoneReason, EngineEvent, ModelInfo, Stats};
 pub use session::{DraftExtent, DraftFed, Session, TrimMode, DRAFT_STEP};
 pub use state::State;
-pub mod qlinear;
 pub mod weights;
 mod worker;
 

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use super::session::{Session, SessionSnapshot};
 use super::Cause;
+use crate::files::TempFile;
 
 const MAGIC: &[u8; 8] = b"PCSTATE\0";
 pub const FORMAT_VERSION: u32 = 2;
@@ -103,14 +104,11 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
         session: session.snapshot(),
     };
     let json = serde_json::to_vec(&header).map_err(|e| StateFileError::Encode(Cause::new(e)))?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let dir = crate::files::folder_of(path);
     // No folder is made on the way: a path in a folder that is not there is a mistake.
     check_folder(&dir).map_err(StateFileError::Io)?;
     let tmp = TempFile::new(&dir, path);
-    let mut f = Checksummed::new(BufWriter::new(File::create_new(&tmp.0).map_err(io)?));
+    let mut f = Checksummed::new(BufWriter::new(File::create_new(tmp.path()).map_err(io)?));
     f.write_all(MAGIC).map_err(io)?;
     f.write_all(&FORMAT_VERSION.to_le_bytes()).map_err(io)?;
     f.write_all(&(json.len() as u32).to_le_bytes()).map_err(io)?;
@@ -131,7 +129,7 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
     let crc = crc.finalize();
     f.write_all(&crc.to_le_bytes()).map_err(io)?;
     f.into_inner().map_err(|e| io(e.into_error()))?.sync_all().map_err(io)?;
-    std::fs::rename(&tmp.0, path).map_err(io)?;
+    std::fs::rename(tmp.path(), path).map_err(io)?;
     tmp.keep();
     // The rename itself survives a power cut once the folder is synced (not possible on
     // every platform: best effort).
@@ -139,22 +137,6 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
         let _ = d.sync_all();
     }
     Ok(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
-}
-
-/// Writes `bytes` to `path` so that a crash leaves the old file or the new one, never
-/// half of one: a temp file beside it, synced, then renamed over it.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let tmp = TempFile::new(&dir, path);
-    let mut f = File::create_new(&tmp.0)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp.0, path)?;
-    tmp.keep();
-    Ok(())
 }
 
 /// Ok when `path` is absent or holds a state file of `model` (of this format or older):
@@ -458,34 +440,6 @@ impl Body {
             return Err(StateFileError::Damaged("its checksum does not match: it was altered or corrupted".into()));
         }
         Ok(())
-    }
-}
-
-/// A temporary file beside the target with a name no other writer uses; removed when
-/// dropped unless [`TempFile::keep`] was called (after it was renamed into place).
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn new(dir: &Path, target: &Path) -> TempFile {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-        let unique = format!("{}.{nanos:x}{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
-        TempFile(dir.join(format!(".{name}.{unique}.tmp")))
-    }
-
-    fn keep(mut self) {
-        self.0 = PathBuf::new();
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if !self.0.as_os_str().is_empty() {
-            let _ = std::fs::remove_file(&self.0);
-        }
     }
 }
 

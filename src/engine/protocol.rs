@@ -31,6 +31,8 @@ pub enum Command {
     /// Delete a chat, its text and its caches (chat store only); stops a running reply
     /// first when it is the open chat.
     DeleteChat { id: String },
+    /// Send the chat list again (chats were added to the folder: an import).
+    ListChats,
     /// The open chat's own system prompt; empty goes back to the model's default. The
     /// conversation is re-read with it at the next message.
     SetSystemPrompt { text: String },
@@ -44,8 +46,14 @@ pub enum Command {
     /// Load another model file (the app's model screen): the conversation is saved, the
     /// new file loads with `Loading` progress and the open chat goes on with it (re-read
     /// at the next message). That exact file is loaded, whatever the tier prefers; a file
-    /// the fit check calls too large loads only with `allow_too_large`.
-    SwitchModel { path: std::path::PathBuf, display_name: Option<String>, allow_too_large: bool },
+    /// the fit check calls too large loads only with `allow_too_large`. Its sampling
+    /// defaults come from its GGUF, then `recommended_sampling` (the catalog's).
+    SwitchModel {
+        path: std::path::PathBuf,
+        display_name: Option<String>,
+        recommended_sampling: crate::engine::sampler::SamplingOverrides,
+        allow_too_large: bool,
+    },
     /// Save the conversation to the state file now (the app going to the background).
     Save,
     /// Bring back the conversation saved just before the last memory-warning eviction.

@@ -130,7 +130,7 @@ impl Default for SamplingParams {
     /// values (multiplier 0.8, base 1.75, allowed length 2, the whole context). A penalty of
     /// 1.1 over the last 64 tokens, prompt included, pushed down the words a faithful answer
     /// repeats from the question: after "What is the capital of Germany?", "And of Italy?"
-    /// named Rome in 0 of 3 seeds with it (measurements/2026-12-02-sampling.md).
+    /// named Rome in 0 of 3 seeds with it (bench/runs/2026-12-02-epyc-2core/sampling.md).
     fn default() -> Self {
         Self {
             temperature: 0.8,
@@ -171,7 +171,14 @@ impl SamplingParams {
     /// a non-finite value is ignored. `top_k <= 0` means off and `penalty_last_n = -1`
     /// means the whole history, as in llama.cpp. The result is [`sanitized`](Self::sanitized).
     pub fn from_gguf(metadata: &HashMap<String, Value>) -> Self {
-        let mut p = Self::default();
+        Self::from_gguf_over(Self::default(), metadata)
+    }
+
+    /// [`from_gguf`](Self::from_gguf) over `base` instead of `Default`: the GGUF's keys
+    /// replace the fields they carry, `base` gives the rest (the model's recommended
+    /// settings from the catalog, below the file's own).
+    pub fn from_gguf_over(base: SamplingParams, metadata: &HashMap<String, Value>) -> Self {
+        let mut p = base;
         if let Some(v) = read_key(metadata, KEY_TEMP, as_f32) {
             p.temperature = v;
         }

@@ -12,40 +12,25 @@
 
 use std::ops::Range;
 
-use minijinja::{context, Environment, Error, ErrorKind};
-use serde::{Deserialize, Serialize};
+use minijinja::{context, Environment, Value};
+use serde::Serialize;
 
 use super::{Cause, EngineError};
+pub use crate::transcript::{Message, Role};
+
+pub mod hf;
+pub use hf::{Instant, Raised};
 
 const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 /// Gemma's turns (`<start_of_turn>user` … `<end_of_turn>`; the assistant is `model`).
-const GEMMA: &str = "{{ bos_token }}{% for message in messages %}<start_of_turn>{% if message['role'] == 'assistant' %}model{% else %}user{% endif %}\n{{ message['content'] }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
+/// Newlines inside expressions: `trim_blocks` drops the one after a block tag.
+const GEMMA: &str = "{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\n' + message['content'] + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
 
 /// The template for a file that has none: Gemma's turns for a vocabulary with Gemma's
 /// markers; `None` (ChatML) otherwise.
 pub fn builtin_for(tokenizer: &super::tokenizer::TextTokenizer) -> Option<&'static str> {
     (tokenizer.has_token("<start_of_turn>") && tokenizer.has_token("<end_of_turn>")).then_some(GEMMA)
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    System,
-    User,
-    Assistant,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Message {
-    pub role: Role,
-    pub content: String,
-}
-
-impl Message {
-    pub fn new(role: Role, content: impl Into<String>) -> Message {
-        Message { role, content: content.into() }
-    }
 }
 
 /// Instructions one render may run: a thousand-message conversation takes well under a
@@ -70,40 +55,111 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
+    /// What `strftime_now` reads: `None` for the clock (see [`ChatTemplate::at`]).
+    now: Option<hf::Instant>,
 }
 
 impl ChatTemplate {
     /// Builds from the file's template source, falling back to ChatML when absent or broken.
     pub fn new(source: Option<&str>, bos_token: &str, eos_token: &str) -> ChatTemplate {
+        match ChatTemplate::parse(source.unwrap_or(CHATML), bos_token, eos_token) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!("chat template in the model file does not parse ({e}); using ChatML");
+                ChatTemplate::parse(CHATML, bos_token, eos_token).expect("ChatML template parses")
+            }
+        }
+    }
+
+    /// The template of a model file as the engine uses it: `tokenizer.chat_template` (or
+    /// its family's built-in turns, [`builtin_for`]) with the vocabulary's BOS and EOS.
+    pub fn for_model(
+        content: &candle_core::quantized::gguf_file::Content,
+        tokenizer: &super::tokenizer::TextTokenizer,
+    ) -> ChatTemplate {
+        let source = content.metadata.get("tokenizer.chat_template").and_then(|v| v.to_string().ok());
+        let source = source.map(String::as_str).or_else(|| builtin_for(tokenizer));
+        ChatTemplate::new(source, tokenizer.bos_token(), tokenizer.eos_token())
+    }
+
+    /// Builds from a template source; a template that does not parse is an error.
+    ///
+    /// The environment is Hugging Face's `apply_chat_template` one (transformers'
+    /// `_compile_jinja_template`), so templates render as Python's jinja2 renders them:
+    /// `trim_blocks`, `lstrip_blocks`, `break`/`continue`, `raise_exception`,
+    /// `strftime_now`, `tojson` as `json.dumps` (no HTML escaping), the `{% generation %}`
+    /// tag, Python's string/dict methods (minijinja-contrib's pycompat) and values printed
+    /// as Python prints them. `tests/chat_templates.rs` checks llama.cpp's real templates
+    /// against jinja2's renders byte for byte.
+    pub fn parse(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate, EngineError> {
         let mut env = Environment::new();
         env.set_fuel(Some(TEMPLATE_FUEL));
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
-            Err(Error::new(ErrorKind::InvalidOperation, msg))
-        });
-        let source = source.unwrap_or(CHATML).to_string();
-        if let Err(e) = env.add_template_owned("chat", source) {
-            tracing::warn!("chat template in the model file does not parse ({e}); using ChatML");
-            env.add_template("chat", CHATML).expect("ChatML template parses");
-        }
-        ChatTemplate { env, bos_token: bos_token.into(), eos_token: eos_token.into() }
+        env.set_formatter(hf::format_value);
+        env.add_function("raise_exception", hf::raise_exception);
+        env.add_filter("tojson", hf::tojson);
+        env.add_filter("string", hf::string_filter);
+        env.add_test("iterable", hf::is_iterable);
+        env.add_template_owned("chat", hf::rewrite_generation_tags(source))
+            .map_err(|e| EngineError::Template(Cause::new(e)))?;
+        Ok(ChatTemplate { env, bos_token: bos_token.into(), eos_token: eos_token.into(), now: None })
+    }
+
+    /// The same template with other `bos_token` and `eos_token` values.
+    pub fn with_tokens(mut self, bos_token: &str, eos_token: &str) -> ChatTemplate {
+        (self.bos_token, self.eos_token) = (bos_token.into(), eos_token.into());
+        self
+    }
+
+    /// Makes `strftime_now` read `now` instead of the clock (renders that must not change
+    /// with the day: tests, fixtures).
+    pub fn at(mut self, now: hf::Instant) -> ChatTemplate {
+        self.now = Some(now);
+        self
     }
 
     /// Renders the conversation; with `add_generation_prompt` it ends where the assistant speaks.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, EngineError> {
+        self.render_any(messages, add_generation_prompt)
+    }
+
+    /// [`render`](Self::render) for messages of any shape (`pocketchat template` passes
+    /// the user's JSON as it is: tool calls, other roles). The variables are those
+    /// `apply_chat_template` passes: `messages`, `tools` and `documents` (none),
+    /// `add_generation_prompt`, `bos_token`, `eos_token`. An error the template raises
+    /// itself (`raise_exception`) is its own message.
+    pub fn render_any<M: Serialize>(&self, messages: &[M], add_generation_prompt: bool) -> Result<String, EngineError> {
+        self.render_at(messages, add_generation_prompt, self.now.unwrap_or_else(hf::Instant::now))
+    }
+
+    /// [`render_any`](Self::render_any) with `strftime_now` at `now`.
+    fn render_at<M: Serialize>(
+        &self,
+        messages: &[M],
+        add_generation_prompt: bool,
+        now: hf::Instant,
+    ) -> Result<String, EngineError> {
         let tmpl = self.env.get_template("chat").map_err(|e| EngineError::Template(Cause::new(e)))?;
         let mut out = CappedWriter(Vec::new());
         tmpl.render_captured_to(
             context! {
                 messages => messages,
+                tools => Value::from(()),
+                documents => Value::from(()),
                 add_generation_prompt => add_generation_prompt,
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
+                strftime_now => Value::from_function(move |format: String| now.strftime(&format)),
             },
             &mut out,
         )
-        .map_err(|e| EngineError::Template(Cause::new(e)))?;
+        .map_err(|e| match hf::raised(&e) {
+            Some(raised) => EngineError::Template(Cause::new(raised.clone())),
+            None => EngineError::Template(Cause::new(e)),
+        })?;
         String::from_utf8(out.0).map_err(|e| EngineError::Template(Cause::new(e)))
     }
 
@@ -113,7 +169,9 @@ impl ChatTemplate {
     /// fill the marks to give the first render exactly. A template that changes texts in
     /// other ways is refused: its markers could not be told from what people typed.
     pub fn render_marked(&self, messages: &[Message], add_generation_prompt: bool) -> Result<Rendered, EngineError> {
-        let text = self.render(messages, add_generation_prompt)?;
+        // One instant for both renders: a date that turned between them would differ.
+        let now = self.now.unwrap_or_else(hf::Instant::now);
+        let text = self.render_at(messages, add_generation_prompt, now)?;
         // Empty texts stay empty: templates may test a text for being there.
         let marked: Vec<Message> = (0..messages.len())
             .map(|i| match messages[i].content.is_empty() {
@@ -121,7 +179,7 @@ impl ChatTemplate {
                 false => Message::new(messages[i].role, format!("{MARK_OPEN}{i}{MARK_CLOSE}")),
             })
             .collect();
-        let skeleton = self.render(&marked, add_generation_prompt)?;
+        let skeleton = self.render_at(&marked, add_generation_prompt, now)?;
         match fill_marks(&skeleton, messages, &text) {
             Some(bodies) => Ok(Rendered { text, bodies }),
             None => Err(EngineError::Template(Cause::msg(
@@ -264,6 +322,42 @@ mod tests {
             "<bos><start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\nyo<end_of_turn>\n<start_of_turn>model\n"
         );
         assert_eq!(t.user_header().unwrap(), "<start_of_turn>user\n");
+    }
+
+    /// Hugging Face's `apply_chat_template` environment, checked against what jinja2 3.1.6
+    /// prints for the same snippets (the llama.cpp suite test covers real templates).
+    #[test]
+    fn renders_as_hugging_faces_jinja2_environment() {
+        let render = |src: &str| {
+            let t = ChatTemplate::parse(src, "<s>", "</s>").unwrap().at(Instant::civil(2026, 3, 5, 9, 7, 3));
+            t.render(&[Message::new(Role::User, "<b>\"é\"</b>")], true)
+        };
+        // trim_blocks and lstrip_blocks; a single trailing newline dropped.
+        assert_eq!(render("  {% if true %}\nx\n  {% endif %}\ny\n").unwrap(), "x\ny");
+        // tojson as json.dumps(ensure_ascii=False): Python's spacing, no HTML escaping.
+        assert_eq!(render("{{ messages | tojson }}").unwrap(), r#"[{"role": "user", "content": "<b>\"é\"</b>"}]"#);
+        assert_eq!(
+            render("{{ {'a': [1, 2.0]} | tojson(indent=2) }}").unwrap(),
+            "{\n  \"a\": [\n    1,\n    2.0\n  ]\n}"
+        );
+        // Python's printing, the variables HF passes, loop controls, strftime_now, generation.
+        assert_eq!(
+            render("{{ tools }} {{ true }} {{ [none, 'a'] }} {{ bos_token }}{{ eos_token }}").unwrap(),
+            "None True [None, 'a'] <s></s>"
+        );
+        assert_eq!(
+            render("{% for i in range(5) %}{% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}").unwrap(),
+            "012"
+        );
+        assert_eq!(render("{{ strftime_now('%d %B %Y') }}").unwrap(), "05 March 2026");
+        assert_eq!(render("{%- generation -%} g {% endgeneration %}").unwrap(), "g ");
+        assert_eq!(
+            render("{{ tools is iterable }} {{ tools is none }} {{ tools is defined }}").unwrap(),
+            "False True True"
+        );
+        // The template's own error is the message the user sees.
+        let e = render("{{ raise_exception('No system role') }}").unwrap_err();
+        assert_eq!(e.to_string(), "the chat template failed: No system role");
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub fn predicted_footprint(weights_bytes: u64, kv_bytes_per_token: u64, budget: 
 /// How a prefill chunk's attention runs, which decides its largest buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrefillAttention {
-    /// pocketchat's fused kernel (`engine::attention`): no score matrix is built.
+    /// pocketchat's fused kernel (`engine::cpu::attention`): no score matrix is built.
     /// Sliding-window layers still take candle's ops, over at most `window` cached
     /// positions and the chunk.
     Fused { window: Option<usize> },
@@ -109,7 +109,7 @@ pub fn prefill_scratch_bytes(chunk: usize, shape: &PrefillShape, budget: usize) 
         .saturating_add(2u64.saturating_mul(kv_heads).saturating_mul(head_dim));
     let window_mask = match shape.attention {
         PrefillAttention::Materialized { window: Some(w) } => {
-            group.saturating_mul(chunk).saturating_mul(w as u64 + chunk)
+            group.saturating_mul(chunk).saturating_mul((w as u64).saturating_add(chunk))
         }
         _ => 0,
     };

@@ -9,7 +9,8 @@ use dioxus::prelude::*;
 
 use crate::engine::Command;
 
-use super::app::send_command;
+use super::config::UiConfig;
+use super::engine_link::send_command;
 use super::fmt::format_rate;
 use super::markdown::{MarkdownBlocks, OpenHtml};
 use super::notices::{LoadFailureCard, LoadingCard, NoticeView};
@@ -294,18 +295,11 @@ fn tokens_label(n: usize) -> String {
     }
 }
 
-/// Whether the composer hands the engine its text as it is typed, so the reply to it
-/// starts sooner ([`Command::Draft`]); `POCKETCHAT_TYPE_AHEAD=0` turns it off, to measure
-/// without it.
-fn type_ahead() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("POCKETCHAT_TYPE_AHEAD").map_or(true, |v| v.trim() != "0"))
-}
-
 /// The input row. Enter sends, Shift+Enter inserts a newline; Stop while generating.
 #[component]
 pub fn Composer(ready: bool, generating: bool, failed: bool) -> Element {
     let mut draft = use_signal(String::new);
+    let type_ahead = use_hook(|| try_consume_context::<UiConfig>().unwrap_or_default().type_ahead);
     let can_send = ready && !generating;
     let mut submit = move || {
         let text = draft.peek().trim().to_string();
@@ -344,7 +338,8 @@ pub fn Composer(ready: bool, generating: bool, failed: bool) -> Element {
                 "data-can-send": if can_send { "true" } else { "false" },
                 oninput: move |e: FormEvent| {
                     let text = e.value();
-                    if type_ahead() {
+                    // The engine reads the text as it is typed ([`Command::Draft`]).
+                    if type_ahead {
                         send_command(Command::Draft { text: text.clone() });
                     }
                     draft.set(text);

@@ -1,10 +1,7 @@
-//! The words the app shows for what the engine reports: notice texts, labels and the
-//! load-failure card. Kept apart from the reducer so the copy can be read (and changed)
-//! in one place.
-
-use crate::engine::DoneReason;
-
-use super::state::LoadFailure;
+//! The words the app shows: notice texts, labels, the load-failure card's headlines and
+//! the chat list's search, Share and Import. Kept apart from the reducer so the copy can
+//! be read (and changed) in one place; plain strings only, no types of the engine or the
+//! state.
 
 /// The command that installs the default model; shown when no model is installed.
 pub const FETCH_COMMAND: &str = "pocketchat fetch";
@@ -20,23 +17,68 @@ pub const EVICTED_NOTHING_TEXT: &str =
 /// How every eviction notice begins.
 pub const EVICTED_PREFIX: &str = "Memory limit reached";
 
-/// The card shown when the model could not be loaded.
-pub(crate) fn load_failure(message: &str) -> LoadFailure {
-    LoadFailure {
-        title: "The model could not be loaded".into(),
-        message: message.to_string(),
-        command: None,
-        missing: false,
+/// Headlines of the card shown when the model cannot be used.
+pub const NO_MODEL_TITLE: &str = "No model installed";
+pub const LOAD_FAILED_TITLE: &str = "The model could not be loaded";
+pub const ENGINE_STOPPED_TITLE: &str = "The engine stopped";
+
+/// Labels of replies that did not end normally: the reply length limit, the Stop button,
+/// a memory warning, the token budget.
+pub const DONE_MAX_TOKENS: &str = "Reply length limit reached";
+pub const DONE_STOPPED: &str = "Stopped";
+pub const DONE_MEMORY_WARNING: &str = "Interrupted by a memory warning";
+pub const DONE_BUDGET_EXHAUSTED: &str = "Token budget reached";
+
+/// A code block's Copy button: its label, its tooltip and its label once it has copied.
+pub const COPY: &str = "Copy";
+pub const COPY_CODE_TITLE: &str = "Copy code";
+pub const COPIED: &str = "Copied";
+
+/// The chat list's search field.
+pub const SEARCH_PLACEHOLDER: &str = "Search chats";
+
+/// Shown when no chat holds the text searched for.
+pub fn no_chat_holds(query: &str) -> String {
+    format!("No chat holds “{}”.", query.trim())
+}
+
+/// Export and import in the chat list.
+pub const SHARE_ALL: &str = "Share all";
+pub const SHARE_ALL_TITLE: &str = "Save every chat as Markdown (to read) and JSON (to import elsewhere)";
+pub const SHARE: &str = "Share";
+pub const SHARE_TITLE: &str = "Save this chat as Markdown (to read) and JSON (to import elsewhere)";
+pub const IMPORT: &str = "Import";
+pub const IMPORT_TITLE: &str = "Add the chats of an exported JSON file";
+pub const EXPORTING: &str = "Saving…";
+pub const IMPORTING: &str = "Importing…";
+
+/// What an export wrote: `chats` chats into the files `markdown` and `json`, leaving out
+/// `unreadable` chats whose record could not be read.
+pub fn exported(chats: usize, markdown: &str, json: &str, unreadable: usize) -> String {
+    let noun = if chats == 1 { "chat" } else { "chats" };
+    let mut text = format!("Saved {chats} {noun} to {markdown} and {json}");
+    if unreadable > 0 {
+        text.push_str(&format!(" ({unreadable} unreadable left out)"));
+    }
+    text
+}
+
+/// Why an export or import failed when its thread ended without an answer.
+pub const STOPPED_EARLY: &str = "it stopped before it finished";
+
+pub fn export_failed(why: &str) -> String {
+    format!("Nothing was saved: {why}")
+}
+
+/// What an import added.
+pub fn imported(count: usize) -> String {
+    if count == 1 {
+        "Imported 1 chat".to_string()
+    } else {
+        format!("Imported {count} chats")
     }
 }
 
-/// A short label for replies that did not end normally.
-pub fn done_label(reason: DoneReason) -> Option<&'static str> {
-    match reason {
-        DoneReason::EndOfTurn => None,
-        DoneReason::MaxTokens => Some("Reply length limit reached"),
-        DoneReason::Stopped => Some("Stopped"),
-        DoneReason::MemoryWarning => Some("Interrupted by a memory warning"),
-        DoneReason::BudgetExhausted => Some("Token budget reached"),
-    }
+pub fn import_failed(why: &str) -> String {
+    format!("Nothing was imported: {why}")
 }

@@ -5,7 +5,9 @@
 //! (`<pre><code>`, shown in monospace by the stylesheet). Model output is untrusted, so
 //! raw HTML in it is escaped and shown as text, links become plain text followed by
 //! their address (a click must never navigate the app's webview away), images show
-//! their alt text, and single newlines are kept as line breaks.
+//! their alt text, and single newlines are kept as line breaks. Each code block comes in
+//! a box with its own Copy button ([`with_code_copy_buttons`]), which copies the block's
+//! text (the page script's `pcCopyCode`, assets/page.js).
 //!
 //! A streaming reply is rendered with [`MarkdownBlocks`]: the text's top-level blocks
 //! that are finished (a later block has begun) are rendered once and kept; only the open
@@ -17,6 +19,8 @@
 use std::rc::Rc;
 
 use pulldown_cmark::{html, CowStr, Event, LinkType, Options, Parser, Tag, TagEnd};
+
+use super::copy;
 
 fn options() -> Options {
     Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TABLES | Options::ENABLE_TASKLISTS
@@ -168,7 +172,24 @@ pub fn to_html(markdown: &str) -> String {
 fn render<'a>(events: impl IntoIterator<Item = Event<'a>>) -> String {
     let mut html_out = String::new();
     html::push_html(&mut html_out, events.into_iter());
-    html_out
+    with_code_copy_buttons(html_out)
+}
+
+/// Puts each code block of rendered HTML in a box with a Copy button; the page script
+/// copies the text of the box's `<code>` when it is clicked, the code alone, without
+/// its fences or language tag. The tags are found as text: the model's raw HTML is
+/// escaped ([`safe_events`]), so `<pre><code` and `</code></pre>` are only ours.
+fn with_code_copy_buttons(html: String) -> String {
+    if !html.contains("<pre><code") {
+        return html;
+    }
+    let open = format!(
+        "<div class=\"code-block\"><button class=\"code-copy\" type=\"button\" title=\"{}\" data-copied=\"{}\">{}</button><pre><code",
+        copy::COPY_CODE_TITLE,
+        copy::COPIED,
+        copy::COPY
+    );
+    html.replace("<pre><code", &open).replace("</code></pre>", "</code></pre></div>")
 }
 
 /// [`to_html`] in two parts, cut before the last line of the last block; see [`OpenHtml`].
@@ -290,7 +311,44 @@ mod tests {
         assert!(html.contains("<p>Hello <strong>world</strong>.</p>"), "{html}");
         assert!(html.contains("<ul>\n<li>one</li>\n<li>two</li>\n</ul>"), "{html}");
         assert!(html.contains("<ol>"), "{html}");
-        assert!(html.contains("<pre><code class=\"language-rust\">fn main() {}\n</code></pre>"), "{html}");
+        assert!(html.contains("<pre><code class=\"language-rust\">fn main() {}\n</code></pre></div>"), "{html}");
+    }
+
+    /// What a code block's Copy button copies: the text of the `<code>` in its box, as
+    /// the page script reads it (`textContent`, the last line break dropped).
+    fn copied_code(html: &str) -> Vec<String> {
+        html.split("<div class=\"code-block\">")
+            .skip(1)
+            .map(|block| {
+                assert!(block.starts_with("<button class=\"code-copy\""), "{block}");
+                let code = &block[block.find("<code").unwrap()..];
+                let code = &code[code.find('>').unwrap() + 1..code.find("</code></pre></div>").unwrap()];
+                let text = code.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&amp;", "&");
+                text.strip_suffix('\n').unwrap_or(&text).to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_code_block_has_a_copy_button_that_copies_the_code_alone() {
+        let reply = "Two ways:\n\n```rust\nfn main() {\n    println!(\"<b>&amp;</b>\");\n}\n```\n\n\
+            - in a list:\n\n  ~~~~\n  ```not a fence end\n  ~~~~\n\nAfter.\n\n    indented code\n\nNot code: `inline` \
+            and <pre><code>raw</code></pre>";
+        let html = to_html(reply);
+        assert_eq!(
+            copied_code(&html),
+            ["fn main() {\n    println!(\"<b>&amp;</b>\");\n}", "```not a fence end", "indented code"],
+            "{html}"
+        );
+        assert_eq!(html.matches("class=\"code-copy\"").count(), 3, "{html}");
+        assert!(html.contains(">Copy</button><pre><code class=\"language-rust\">"), "{html}");
+        assert!(html.contains("&lt;pre&gt;&lt;code&gt;raw"), "raw HTML stays text: {html}");
+        // A streamed reply's blocks carry the same buttons.
+        let mut blocks = MarkdownBlocks::default();
+        blocks.update(reply);
+        let streamed: String =
+            blocks.finished().iter().map(|b| b.to_string()).collect::<String>() + &blocks.open_whole();
+        assert_eq!(copied_code(&streamed), copied_code(&html));
     }
 
     #[test]
@@ -425,7 +483,7 @@ mod tests {
         assert_eq!(blocks.open_whole(), "<p>Second paragraph,<br />\nlonger still.</p>\n");
         // A fence left open holds everything after it in the open block.
         blocks.update("First paragraph.\n\nSecond paragraph,\nlonger still.\n\n```\ncode\n\nstill code");
-        assert!(blocks.open().live.starts_with("<pre><code>code\n\nstill code"), "{:?}", blocks.open());
+        assert!(blocks.open().live.contains("<pre><code>code\n\nstill code"), "{:?}", blocks.open());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! - [`state`]: the pure reducer [`ChatState`] that folds `EngineEvent`s.
 //! - [`app`]: [`launch`], the root component and the bridge coroutine.
 //! - [`chat`], [`chat_list`], [`settings`], [`notices`]: components; [`markdown`]:
-//!   reply rendering.
+//!   reply rendering; [`chat_transfer`]: the chat list's search, Share and Import.
 //! - [`models`]: the model screen (catalog, downloads, switching models).
 //! - [`copy`]: the words shown for what the engine reports.
 //! - [`qa`]: the `POCKETCHAT_QA_STATUS` file the end-to-end test reads.
@@ -14,8 +14,11 @@
 pub mod app;
 pub mod chat;
 pub mod chat_list;
+pub mod chat_transfer;
 mod clock;
+pub mod config;
 pub mod copy;
+pub mod engine_link;
 pub mod fmt;
 mod lifecycle;
 pub mod markdown;

@@ -5,7 +5,7 @@ use dioxus::prelude::*;
 
 use crate::engine::Command;
 
-use super::app::send_command;
+use super::engine_link::send_command;
 use super::state::{LoadFailure, Notice, NoticeKind};
 
 /// One inline notice between messages.

@@ -19,15 +19,6 @@ use crate::engine::{EngineEvent, EngineEvents};
 /// half the webview's work of 60 Hz).
 pub const FRAME: Duration = Duration::from_millis(33);
 
-/// The frame in force: [`FRAME`], or `POCKETCHAT_FRAME_MS` (1–1000 ms) when set, to
-/// measure other rates or to spare a slow device's web view.
-pub fn frame() -> Duration {
-    match std::env::var("POCKETCHAT_FRAME_MS").ok().and_then(|v| v.trim().parse::<u64>().ok()) {
-        Some(ms @ 1..=1000) => Duration::from_millis(ms),
-        _ => FRAME,
-    }
-}
-
 /// Decides when a batch may go out: one with tokens at most once per `frame`, others at
 /// once.
 #[derive(Debug, Clone)]

@@ -114,12 +114,6 @@ pub struct QaHook {
 }
 
 impl QaHook {
-    /// The hook named by `POCKETCHAT_QA_STATUS`, if set and non-empty.
-    pub fn from_env() -> Option<QaHook> {
-        let path = std::env::var_os(QA_STATUS_ENV).filter(|p| !p.is_empty())?;
-        Some(QaHook::new(PathBuf::from(path)))
-    }
-
     pub fn new(path: PathBuf) -> QaHook {
         QaHook { path, inner: Rc::new(RefCell::new(Inner::default())) }
     }

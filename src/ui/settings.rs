@@ -10,7 +10,7 @@ use dioxus::prelude::*;
 use crate::engine::{Command, Stats};
 use crate::memory::RamTier;
 
-use super::app::send_command;
+use super::engine_link::send_command;
 use super::fmt::{format_bytes, format_ms, format_rate, percent};
 use super::meter::LiveFigures;
 use super::qa;
@@ -112,7 +112,7 @@ fn ContextSection(state: ReadSignal<ChatState>) -> Element {
         let s = state.read();
         (s.stats.clone(), s.budget().unwrap_or(0), s.ceiling_bytes().unwrap_or(0))
     });
-    // Refreshed a few times a second while a reply streams (see `app::bridge`).
+    // Refreshed a few times a second while a reply streams (see `engine_link::bridge`).
     let live = try_consume_context::<Signal<Option<LiveFigures>>>().and_then(|l| l());
     let (stats, budget, ceiling) = figures();
     let Some(stats) = stats else {
@@ -298,6 +298,21 @@ fn GenerationSection(state: ReadSignal<ChatState>, ready: bool) -> Element {
                 name: "repeat-penalty", label: "Repeat penalty", value: p.repeat_penalty, default: d.repeat_penalty,
                 step: 0.05, max: 10.0, disabled: !ready,
                 on_set: move |t| set(|o, x| o.repeat_penalty = Some(x), t),
+            }
+            SamplingRow {
+                name: "dry-multiplier", label: "DRY multiplier (0 = off)", value: p.dry_multiplier, default: d.dry_multiplier,
+                step: 0.05, max: 10.0, disabled: !ready,
+                on_set: move |t| set(|o, x| o.dry_multiplier = Some(x), t),
+            }
+            SamplingRow {
+                name: "dry-base", label: "DRY base", value: p.dry_base, default: d.dry_base,
+                step: 0.05, max: 10.0, disabled: !ready,
+                on_set: move |t| set(|o, x| o.dry_base = Some(x), t),
+            }
+            SamplingRow {
+                name: "dry-allowed-length", label: "DRY allowed length", value: p.dry_allowed_length as f32,
+                default: d.dry_allowed_length as f32, step: 1.0, max: 1000.0, disabled: !ready,
+                on_set: move |t| set(|o, x| o.dry_allowed_length = Some(x.max(0.0) as usize), t),
             }
             button {
                 id: "reset-sampling",

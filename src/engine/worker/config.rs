@@ -7,7 +7,7 @@ use std::sync::Arc;
 use candle_core::DType;
 
 use crate::chats::ChatStore;
-use crate::engine::kernels::Kernels;
+use crate::engine::cpu::kernels::Kernels;
 use crate::engine::sampler::{SamplingOverrides, DEFAULT_BREAKERS};
 use crate::engine::session::TrimMode;
 use crate::memory::{self, RamTier};
@@ -50,8 +50,12 @@ pub struct EngineConfig {
     /// tokens, and faster late in a conversation; f32 for checks).
     pub kv_dtype: KvDtype,
     /// Sampling settings that replace the model's defaults (the rest come from the GGUF's
-    /// `general.sampling.*` keys, else the chat defaults).
+    /// `general.sampling.*` keys, else `recommended_sampling`, else the chat defaults).
     pub sampling: SamplingOverrides,
+    /// The settings the model's authors recommend (the catalog's, from the model card or
+    /// `generation_config.json`): the model's defaults where its GGUF carries no
+    /// `general.sampling.*` key. Empty for files the catalog does not know.
+    pub recommended_sampling: SamplingOverrides,
     /// DRY's sequence breakers (strings, mapped to the model's tokens at load); llama.cpp's
     /// [`DEFAULT_BREAKERS`] by default, empty for none.
     pub dry_sequence_breakers: Vec<String>,
@@ -102,6 +106,7 @@ impl EngineConfig {
             allow_too_large: false,
             kv_dtype: KvDtype::F16,
             sampling: SamplingOverrides::default(),
+            recommended_sampling: SamplingOverrides::default(),
             dry_sequence_breakers: DEFAULT_BREAKERS.iter().map(|b| b.to_string()).collect(),
             max_tokens: 512,
             trim_mode: TrimMode::Shift,

@@ -2,7 +2,7 @@
 
 use candle_core::Device;
 
-use crate::engine::pool;
+use crate::engine::cpu::pool;
 
 /// Metal on Apple devices when built with `metal`, CUDA with `cuda`, else the CPU.
 pub(super) fn pick_device() -> Device {

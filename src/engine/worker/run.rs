@@ -11,11 +11,11 @@ use futures::channel::mpsc as fmpsc;
 use super::device::{device_label, pick_device, set_threads};
 use super::saving::before_eviction_path;
 use super::{EngineConfig, Loaded, Worker};
+use crate::engine::cpu::pool;
 use crate::engine::model::{file_facts, read_gguf, Model};
-use crate::engine::pool;
-use crate::engine::sampler::SamplingParams;
+use crate::engine::sampler::{SamplingOverrides, SamplingParams};
 use crate::engine::session::Session;
-use crate::engine::template::{self, ChatTemplate};
+use crate::engine::template::ChatTemplate;
 use crate::engine::tokenizer::TextTokenizer;
 use crate::engine::{Command, EngineError, EngineEvent, ModelInfo, Stats};
 use crate::memory::process::{release_free_memory, rss_bytes};
@@ -138,6 +138,7 @@ impl Worker {
                 Command::OpenChat { id } => self.open_chat(&id),
                 Command::RenameChat { id, title } => self.rename_chat(&id, &title),
                 Command::DeleteChat { id } => self.delete_chat(&id),
+                Command::ListChats => self.emit_chats(),
                 Command::SetSystemPrompt { text } => self.set_system_prompt(&text),
                 Command::MemoryWarning { reason } => self.evict(&reason),
                 Command::SetPolicy { tier } => self.set_policy(tier),
@@ -145,8 +146,8 @@ impl Worker {
                     set_threads(threads.or(self.config.threads));
                     self.emit_stats();
                 }
-                Command::SwitchModel { path, display_name, allow_too_large } => {
-                    self.switch_model(path, display_name, allow_too_large)
+                Command::SwitchModel { path, display_name, recommended_sampling, allow_too_large } => {
+                    self.switch_model(path, display_name, recommended_sampling, allow_too_large)
                 }
                 Command::Save => self.save(),
                 Command::SetSampling { overrides } => {
@@ -218,8 +219,9 @@ impl Worker {
         let device = pick_device();
         let (content, _) = read_gguf(&path)?;
         let tokenizer = TextTokenizer::from_gguf(&content)?;
-        let template_src = content.metadata.get("tokenizer.chat_template").and_then(|v| v.to_string().ok()).cloned();
-        let sampling_defaults = SamplingParams::from_gguf(&content.metadata);
+        let template = ChatTemplate::for_model(&content, &tokenizer);
+        let recommended = self.config.recommended_sampling.apply(SamplingParams::default());
+        let sampling_defaults = SamplingParams::from_gguf_over(recommended, &content.metadata);
         let dry_breakers = Arc::new(tokenizer.dry_breakers(&self.config.dry_sequence_breakers));
         drop(content);
         let events = self.events.clone();
@@ -245,8 +247,6 @@ impl Worker {
                 ceiling_mib: self.policy.ceiling_bytes / memory::MIB,
             });
         }
-        let template_src = template_src.as_deref().or_else(|| template::builtin_for(&tokenizer));
-        let template = ChatTemplate::new(template_src, tokenizer.bos_token(), tokenizer.eos_token());
         let mut session = Session::new(model.make_state(self.budget(), self.config.kv_dtype.dtype()), template)?;
         session.trim_mode = self.config.trim_mode;
         let c = &model.config;
@@ -340,7 +340,13 @@ impl Worker {
 
     /// Loads another file; when it cannot be loaded (the error is reported), the model
     /// that was loaded before comes back, so the app keeps working.
-    fn switch_model(&mut self, path: PathBuf, display_name: Option<String>, allow_too_large: bool) {
+    fn switch_model(
+        &mut self,
+        path: PathBuf,
+        display_name: Option<String>,
+        recommended_sampling: SamplingOverrides,
+        allow_too_large: bool,
+    ) {
         let _span = tracing::info_span!("switch_model", path = %path.display()).entered();
         self.save();
         let had_model = self.loaded.is_some();
@@ -350,6 +356,7 @@ impl Worker {
         self.state_lock = None;
         self.config.model_path = path;
         self.config.display_name = display_name;
+        self.config.recommended_sampling = recommended_sampling;
         self.config.allow_too_large = allow_too_large;
         self.load();
         if self.loaded.is_none() && had_model {

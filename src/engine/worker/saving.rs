@@ -12,7 +12,7 @@ impl Loaded {
     fn identity(&mut self) -> Result<ModelIdentity, StateFileError> {
         if self.identity.is_none() {
             let path = self.model.path();
-            let sha256 = crate::catalog::sha256_file(path).map_err(|e| StateFileError::Unreadable(Cause::new(e)))?;
+            let sha256 = crate::files::sha256_file(path).map_err(|e| StateFileError::Unreadable(Cause::new(e)))?;
             self.identity = Some(ModelIdentity { sha256, bytes: self.info.file_bytes });
         }
         Ok(self.identity.clone().expect("set above"))

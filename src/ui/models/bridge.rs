@@ -139,7 +139,12 @@ pub async fn models_bridge(
                     ModelAction::Use { key, allow_too_large } => {
                         let Some(item) = view.peek().item(&key).cloned() else { continue };
                         view.write().notice = Some(format!("Loading {}…", item.name));
-                        engine.send(Command::SwitchModel { path: item.path, display_name: item.display_name, allow_too_large });
+                        engine.send(Command::SwitchModel {
+                            path: item.path,
+                            display_name: item.display_name,
+                            recommended_sampling: item.recommended_sampling,
+                            allow_too_large,
+                        });
                     }
                 }
             }

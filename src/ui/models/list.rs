@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use candle_core::DType;
 
 use crate::catalog::{self, listing, Catalog, Progress, Source};
-use crate::engine::kernels::Kernels;
 use crate::engine::model::file_facts;
+use crate::engine::sampler::SamplingOverrides;
+use crate::engine::Kernels;
 use crate::memory::{self, RamTier};
 use crate::ui::fmt::format_bytes;
 
@@ -54,6 +55,8 @@ pub struct ModelItem {
     pub not_yet: Option<String>,
     /// The catalog's name for the settings panel and the engine (`None` for other files).
     pub display_name: Option<String>,
+    /// The catalog's recommended sampling (empty for other files).
+    pub recommended_sampling: SamplingOverrides,
 }
 
 /// A download the screen shows.
@@ -117,6 +120,7 @@ pub fn scan(catalog: &Catalog, dir: &Path, tier: RamTier) -> Vec<ModelItem> {
             origin,
             not_yet: row.not_yet,
             display_name: Some(row.name),
+            recommended_sampling: entry.sampling,
         });
     }
     items
@@ -141,6 +145,7 @@ fn local_item(path: &Path, tier: RamTier) -> ModelItem {
         origin: Origin::Local,
         not_yet: None,
         display_name: None,
+        recommended_sampling: SamplingOverrides::default(),
     };
     // The app computes with the default kernels (the catalog's fit assumes them too).
     match file_facts(path, DType::F16, Kernels::default()) {
@@ -175,6 +180,7 @@ pub fn pending_item(name: &str, url: &str, dir: &Path) -> ModelItem {
         origin: Origin::Url(url.to_string()),
         not_yet: None,
         display_name: None,
+        recommended_sampling: SamplingOverrides::default(),
     }
 }
 

@@ -17,7 +17,8 @@ use crate::engine::template::{Message as TemplateMessage, Role as TemplateRole};
 use crate::engine::{DoneReason, EngineError, EngineEvent, ModelInfo, Stats};
 use crate::memory::{Policy, TierReport};
 
-use super::copy::{done_label, load_failure, EVICTED_NOTHING_TEXT, EVICTED_TEXT, FETCH_COMMAND};
+use super::copy;
+use super::copy::{EVICTED_NOTHING_TEXT, EVICTED_TEXT, FETCH_COMMAND};
 use super::fmt::format_bytes;
 
 /// Who wrote a message.
@@ -120,6 +121,29 @@ pub struct LoadFailure {
     pub command: Option<String>,
     /// The model is simply not there (as opposed to a broken file).
     pub missing: bool,
+}
+
+impl LoadFailure {
+    /// A file that is there but cannot be used (or a failure before the model was ready).
+    pub(crate) fn broken(message: &str) -> LoadFailure {
+        LoadFailure {
+            title: copy::LOAD_FAILED_TITLE.into(),
+            message: message.to_string(),
+            command: None,
+            missing: false,
+        }
+    }
+}
+
+/// A short label for replies that did not end normally.
+fn done_label(reason: DoneReason) -> Option<&'static str> {
+    match reason {
+        DoneReason::EndOfTurn => None,
+        DoneReason::MaxTokens => Some(copy::DONE_MAX_TOKENS),
+        DoneReason::Stopped => Some(copy::DONE_STOPPED),
+        DoneReason::MemoryWarning => Some(copy::DONE_MEMORY_WARNING),
+        DoneReason::BudgetExhausted => Some(copy::DONE_BUDGET_EXHAUSTED),
+    }
 }
 
 /// Where the engine is in its life.
@@ -549,7 +573,7 @@ impl ChatState {
         self.pending_user = None;
         let load_error = match &error {
             EngineError::ModelMissing { .. } => Some(LoadFailure {
-                title: "No model installed".into(),
+                title: copy::NO_MODEL_TITLE.into(),
                 message: message.clone(),
                 command: Some(FETCH_COMMAND.into()),
                 missing: true,
@@ -558,15 +582,15 @@ impl ChatState {
             | EngineError::BadModelFile { .. }
             | EngineError::UnsupportedArchitecture(_)
             | EngineError::UnsupportedTokenizer(_)
-            | EngineError::TooLarge { .. } => Some(load_failure(&message)),
+            | EngineError::TooLarge { .. } => Some(LoadFailure::broken(&message)),
             EngineError::EngineGone => Some(LoadFailure {
-                title: "The engine stopped".into(),
+                title: copy::ENGINE_STOPPED_TITLE.into(),
                 message: message.clone(),
                 command: None,
                 missing: false,
             }),
             // Before the model is ready, any failure means the model is unusable.
-            _ if !self.is_ready() => Some(load_failure(&message)),
+            _ if !self.is_ready() => Some(LoadFailure::broken(&message)),
             _ => None,
         };
         if let Some(failure) = load_error {

@@ -1,0 +1,90 @@
+//! What sets one architecture apart, decided in one place: [`ArchTraits::of`] is a single
+//! `match` on the GGUF's `general.architecture`, as llama.cpp's `load_hparams` is. The
+//! loader and the forward read these flags and never compare architecture names; the
+//! sizes (heads, widths, windows, RoPE bases) come from the file's own metadata.
+
+/// GGUF `general.architecture` values this engine loads: those [`ArchTraits::of`] knows.
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
+
+/// The FFN's gate activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    /// Tanh-approximated GELU (Gemma).
+    Gelu,
+}
+
+/// Layers that attend over a sliding window (`ARCH.attention.sliding_window` tokens) with
+/// RoPE of their own base, interleaved with global layers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlidingWindows {
+    /// Every `pattern`-th layer is global, the others slide (llama.cpp's `set_swa_pattern`).
+    pub pattern: usize,
+    /// The sliding layers' RoPE base (llama.cpp's `rope_freq_base_train_swa`).
+    pub rope_base: f32,
+}
+
+impl SlidingWindows {
+    /// Whether layer `i` (from 0) is a sliding-window layer.
+    pub fn slides(&self, i: usize) -> bool {
+        i % self.pattern < self.pattern - 1
+    }
+}
+
+/// An architecture's differences from plain llama. Optional tensors (q/k biases, q/k head
+/// norms, post-attention and post-FFN norms) are not listed: the loader takes them when
+/// the file has them, as llama.cpp's graphs do for these families.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ArchTraits {
+    /// Half-split ("neox") rotary pairs instead of interleaved ones.
+    pub rope_neox: bool,
+    /// Sliding-window layers, where the family has them.
+    pub sliding_windows: Option<SlidingWindows>,
+    /// Token embeddings multiplied by √width.
+    pub scale_embeddings: bool,
+    pub activation: Activation,
+}
+
+impl ArchTraits {
+    /// The traits of `general.architecture = arch`; `None` for one this engine cannot run.
+    pub fn of(arch: &str) -> Option<ArchTraits> {
+        let llama = ArchTraits {
+            rope_neox: false,
+            sliding_windows: None,
+            scale_embeddings: false,
+            activation: Activation::Silu,
+        };
+        match arch {
+            "llama" => Some(llama),
+            // Biases on q, k and v (qwen2) or RMSNorms over the q and k heads (qwen3).
+            "qwen2" | "qwen3" => Some(ArchTraits { rope_neox: true, ..llama }),
+            "gemma3" => Some(ArchTraits {
+                rope_neox: true,
+                sliding_windows: Some(SlidingWindows { pattern: 6, rope_base: 10_000.0 }),
+                scale_embeddings: true,
+                activation: Activation::Gelu,
+            }),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_supported_architecture_has_traits_and_no_other() {
+        for arch in SUPPORTED_ARCHITECTURES {
+            assert!(ArchTraits::of(arch).is_some(), "{arch}");
+        }
+        assert_eq!(ArchTraits::of("mamba"), None);
+    }
+
+    #[test]
+    fn gemma3_slides_on_five_layers_of_six() {
+        let w = ArchTraits::of("gemma3").unwrap().sliding_windows.unwrap();
+        let sliding: Vec<bool> = (0..12).map(|i| w.slides(i)).collect();
+        assert_eq!(sliding, [true, true, true, true, true, false, true, true, true, true, true, false]);
+    }
+}

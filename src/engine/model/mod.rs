@@ -1,0 +1,940 @@
+//! A llama-family transformer (architectures `llama`, `qwen2`, `qwen3` and `gemma3`) over
+//! GGUF weights, with the KV cache kept outside the model in a [`State`], like Core ML's
+//! `MLState`.
+//!
+//! ```text
+//!   model.make_state(capacity) ──▶ State { per-layer K/V, token ids, len }
+//!   model.forward(&new_tokens, &mut state) ──▶ logits of the last new token
+//!                                        (appends K/V at positions len..len+n)
+//! ```
+//!
+//! Unlike candle-transformers' `quantized_llama`, the cache never resets itself, the
+//! token-embedding table stays quantized (rows are looked up, not a 113 MB f32 copy), the
+//! tied output matrix shares that same tensor, RoPE angles are computed for the positions
+//! of each call, and grouped-query attention reads the shared K/V heads without copying
+//! them.
+//!
+//! What the families add to llama's block, as llama.cpp runs them:
+//! - `qwen2`: biases on q, k and v; half-split ("neox") RoPE.
+//! - `qwen3`: an RMSNorm over each q and k head before RoPE; no biases.
+//! - `gemma3`: embeddings scaled by √width; q/k head norms; RMSNorms after attention and
+//!   after the FFN as well as before; a GELU-gated FFN; five of every six layers attend
+//!   to a sliding window of the last `attention.sliding_window` positions with RoPE base
+//!   10,000, the sixth to everything with `rope.freq_base`.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+use candle_core::{DType, Device, Tensor, D};
+
+use super::cpu::kernels::Kernels;
+use super::cpu::qlinear::QLinear as Linear;
+use super::state::State;
+use super::weights::{MappedFile, MappedTensor};
+use super::{Cause, EngineError, Result};
+use crate::memory::{ModelFacts, PrefillShape};
+
+mod arch;
+pub use arch::{Activation, ArchTraits, SlidingWindows, SUPPORTED_ARCHITECTURES};
+
+/// Upper bound for the RoPE tables when a file claims a huge context.
+const MAX_ROPE_POSITIONS: usize = 32_768;
+
+/// Prompt tokens one forward pass takes at most (see [`Model::forward`]); the memory
+/// accounting reserves the activations of this many (`memory::prefill_scratch_bytes`).
+pub const PREFILL_CHUNK: usize = 256;
+
+/// Shape facts of a loaded model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub architecture: String,
+    pub name: String,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub embedding_length: usize,
+    /// Width of the feed-forward layer (`ffn_up` rows).
+    pub ffn_length: usize,
+    pub vocab_size: usize,
+    pub context_length: usize,
+    pub rope_freq_base: f32,
+    pub rms_eps: f32,
+    /// Interleaved (llama) or half-split (qwen2, qwen3, gemma3: "neox") rotary pairs.
+    pub rope_neox: bool,
+    /// Positions a sliding-window layer looks back over, itself included (gemma3).
+    pub sliding_window: Option<usize>,
+    /// The dtype of the attention/FFN matrices, e.g. Q4_1.
+    pub weights_dtype: GgmlDType,
+    /// Set when the file says it was requantized from another type (our `quantize`).
+    pub requantized_from: Option<String>,
+    pub file_bytes: u64,
+    /// Weights copied into the process's own memory: matrices our kernels do not read in
+    /// the file's layout (rewritten by `qlinear::repack`, or run by candle), the vectors,
+    /// and everything on a GPU.
+    pub heap_weight_bytes: u64,
+    /// Weights read in place from the mapped file (`engine::weights`): clean pages the OS
+    /// may drop and read again, not counted by jetsam.
+    pub mapped_weight_bytes: u64,
+    /// The matrices copied to the heap rather than read in place, with their types: the
+    /// named exceptions to the mapping (empty when everything runs in place).
+    pub copied_matrices: Vec<String>,
+    /// What runs on candle's ops although our kernels were chosen (logged once at load).
+    pub candle_fallbacks: Vec<String>,
+}
+
+struct Layer {
+    attn_norm: Tensor,
+    wq: Linear,
+    wk: Linear,
+    wv: Linear,
+    wo: Linear,
+    /// qwen2 has biases on q, k, v.
+    bq: Option<Tensor>,
+    bk: Option<Tensor>,
+    bv: Option<Tensor>,
+    /// RMSNorm over each q / k head before RoPE (qwen3, gemma3).
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    /// RMSNorm of the attention's and the FFN's output before the residual add (gemma3).
+    post_attn_norm: Option<Tensor>,
+    post_ffn_norm: Option<Tensor>,
+    ffn_norm: Tensor,
+    w_gate: Linear,
+    w_up: Linear,
+    w_down: Linear,
+    /// Sliding-window layers see the last `window` positions only.
+    window: Option<usize>,
+    /// Index into [`Model::ropes`].
+    rope: usize,
+}
+
+/// One RoPE frequency set: `1 / base^(2i/d)` (divided by the file's `rope_freqs` factors
+/// where it has them, times a linear scaling factor where it says so).
+struct Rope {
+    inv_freq: Tensor,
+}
+
+impl Rope {
+    fn new(head_dim: usize, base: f32, factors: Option<&[f32]>, scale: f32, device: &Device) -> Result<Rope> {
+        let inv_freq: Vec<f32> = (0..head_dim / 2)
+            .map(|i| {
+                let f = 1f32 / base.powf((2 * i) as f32 / head_dim as f32);
+                let factor = factors.and_then(|f| f.get(i)).copied().unwrap_or(1.0);
+                f / factor * scale
+            })
+            .collect();
+        Ok(Rope { inv_freq: Tensor::from_vec(inv_freq, (1, head_dim / 2), device)? })
+    }
+
+    /// cos and sin of the angles at positions `pos..pos + n`: `(n, head_dim / 2)` each.
+    fn at(&self, pos: usize, n: usize) -> Result<(Tensor, Tensor)> {
+        let device = self.inv_freq.device();
+        let t = Tensor::arange(pos as u32, (pos + n) as u32, device)?.to_dtype(DType::F32)?.reshape((n, 1))?;
+        let freqs = t.matmul(&self.inv_freq)?;
+        Ok((freqs.cos()?, freqs.sin()?))
+    }
+}
+
+/// The token-embedding table, looked up a row per token.
+enum Embeddings {
+    /// Rows dequantized straight from the mapped file (the CPU).
+    Mapped(MappedTensor),
+    /// candle's copy: the tied output layer's where it copied the table (a type our
+    /// kernels do not read in place, candle's path, a GPU), else the table's own on a GPU.
+    Owned(Arc<QTensor>),
+}
+
+impl Embeddings {
+    /// `(ids.len(), width)` f32 rows on `device`.
+    fn lookup(&self, ids: &[u32], device: &Device) -> candle_core::Result<Tensor> {
+        match self {
+            Embeddings::Mapped(t) => {
+                let width = t.dims()[1];
+                Tensor::from_vec(t.rows_f32(ids)?, (ids.len(), width), device)
+            }
+            Embeddings::Owned(q) => q.embedding(&Tensor::new(ids, device)?),
+        }
+    }
+}
+
+pub struct Model {
+    pub config: ModelConfig,
+    path: PathBuf,
+    device: Device,
+    embeddings: Embeddings,
+    layers: Vec<Layer>,
+    output_norm: Tensor,
+    output: Linear,
+    /// RoPE frequencies: `[global]`, or `[global, sliding-window]` (gemma3).
+    ropes: Vec<Rope>,
+    /// The most positions a State may hold (the file's context, capped).
+    positions: usize,
+    /// Embeddings are multiplied by this (gemma3: √width).
+    embedding_scale: Option<f64>,
+    activation: Activation,
+    /// `Candle` keeps every op on candle's own kernels (bit-faithful to the reference);
+    /// the others also take the plain-Rust attention kernels of `engine::cpu::attention`.
+    kernels: Kernels,
+}
+
+/// Opens and parses a GGUF header, mapping IO and format errors to user-facing ones.
+/// A FIFO or a device given as the model is refused unopened (it would block or never end).
+pub fn read_gguf(path: &Path) -> Result<(gguf_file::Content, BufReader<File>)> {
+    let file = crate::files::open_regular(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => EngineError::ModelMissing { path: path.to_path_buf() },
+        std::io::ErrorKind::InvalidInput => EngineError::BadModelFile {
+            path: path.to_path_buf(),
+            message: match std::fs::metadata(path) {
+                Ok(m) => format!("it is {}, not a regular file", crate::files::kind_of(&m)),
+                Err(_) => "it is not a regular file".into(),
+            },
+        },
+        _ => EngineError::ModelLoad { path: path.to_path_buf(), source: Cause::new(e) },
+    })?;
+    let mut reader = BufReader::new(file);
+    let content = super::gguf_check::read(&mut reader)
+        .map_err(|message| EngineError::BadModelFile { path: path.to_path_buf(), message })?;
+    Ok((content, reader))
+}
+
+/// What the fit check needs of a model file, read from its GGUF header alone (nothing is
+/// loaded): its shape, its size, and its average bits per weight.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FileFacts {
+    pub facts: ModelFacts,
+    pub bits_per_weight: f64,
+}
+
+/// Reads [`FileFacts`] from the header of the GGUF at `path`, for a KV cache of `kv` and
+/// the CPU running `kernels`.
+pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts> {
+    let (content, _) = read_gguf(path)?;
+    let arch = architecture(path, &content)?;
+    // The loader's own metadata readers (and defaults); nothing is loaded.
+    let ld = Loader { path, content: &content, map: None, device: &Device::Cpu, arch };
+    let heads = ld.meta_u32("attention.head_count")?;
+    let kv_heads = ld.meta_u32("attention.head_count_kv").unwrap_or(heads);
+    let layers = ld.meta_u32("block_count")?;
+    let width = ld.meta_u32("embedding_length")?;
+    let head_dim = match ld.meta_u32("attention.key_length") {
+        Ok(d) => d,
+        Err(_) => width.checked_div(heads).ok_or_else(|| ld.bad("no attention heads"))?,
+    };
+    let context = ld.meta_u32("context_length").unwrap_or(4096).clamp(1, MAX_ROPE_POSITIONS);
+    let ffn = content
+        .tensor_infos
+        .get("blk.0.ffn_up.weight")
+        .and_then(|t| t.shape.dims().first().copied())
+        .unwrap_or(4 * width);
+    let weights: u64 = content.tensor_infos.values().map(|t| t.shape.elem_count() as u64).sum();
+    let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    // What the engine will copy to its heap: the matrices its kernels do not read in the
+    // file's layout (as rewritten for them), and the vectors (as f32).
+    let tied = !content.tensor_infos.contains_key("output.weight");
+    let (mut heap, mut mapped) = (0u64, 0u64);
+    for (name, t) in &content.tensor_infos {
+        let elements = t.shape.elem_count() as u64;
+        let file = elements / t.ggml_dtype.block_size() as u64 * t.ggml_dtype.type_size() as u64;
+        let [_, columns] = *t.shape.dims() else {
+            heap += elements * 4;
+            continue;
+        };
+        let copied = super::cpu::qlinear::heap_bytes(t.ggml_dtype, elements, columns, kernels, true);
+        // The table is looked up in place unless the tied output layer copies it.
+        let in_place = copied == 0 || (name == "token_embd.weight" && !tied);
+        if in_place {
+            mapped += file;
+        } else {
+            heap += copied;
+        }
+    }
+    let window = match ArchTraits::of(&ld.arch).and_then(|t| t.sliding_windows) {
+        Some(_) => Some(ld.meta_u32("attention.sliding_window")?.max(1)),
+        None => None,
+    };
+    let attention = super::cpu::attention::prefill_attention(kernels, true, head_dim, window);
+    let facts = ModelFacts {
+        weights_bytes: heap,
+        mapped_bytes: mapped,
+        kv_bytes_per_token: crate::memory::kv_bytes_per_token(layers, kv_heads, head_dim, kv.size_in_bytes()),
+        context,
+        prefill: PrefillShape { heads, kv_heads, head_dim, width, ffn, attention },
+    };
+    Ok(FileFacts { facts, bits_per_weight: file_bytes as f64 * 8.0 / weights.max(1) as f64 })
+}
+
+/// The file's `general.architecture`.
+fn architecture(path: &Path, content: &gguf_file::Content) -> Result<String> {
+    content.metadata.get("general.architecture").and_then(|v| v.to_string().ok()).cloned().ok_or_else(|| {
+        EngineError::BadModelFile {
+            path: path.to_path_buf(),
+            message: "no `general.architecture` in the metadata".into(),
+        }
+    })
+}
+
+struct Loader<'a> {
+    path: &'a Path,
+    content: &'a gguf_file::Content,
+    /// The file's tensors (`None` when only the metadata is read).
+    map: Option<Arc<MappedFile>>,
+    device: &'a Device,
+    arch: String,
+}
+
+impl Loader<'_> {
+    fn bad(&self, message: impl Into<String>) -> EngineError {
+        EngineError::BadModelFile { path: self.path.to_path_buf(), message: message.into() }
+    }
+
+    fn meta(&self, key: &str) -> Result<&gguf_file::Value> {
+        let full = format!("{}.{key}", self.arch);
+        self.content.metadata.get(&full).ok_or_else(|| self.bad(format!("missing metadata `{full}`")))
+    }
+
+    fn meta_u32(&self, key: &str) -> Result<usize> {
+        self.meta(key)?.to_u32().map(|v| v as usize).map_err(|e| self.bad(e.to_string()))
+    }
+
+    fn meta_f32_or(&self, key: &str, default: f32) -> f32 {
+        self.meta(key).and_then(|v| v.to_f32().map_err(|e| self.bad(e.to_string()))).unwrap_or(default)
+    }
+
+    /// The figures in the metadata agree with the tensors in the file: every layer is
+    /// there with the shapes they imply (checked before anything is allocated for them).
+    fn check_shapes(&self, n_layers: usize, width: usize, q_width: usize, kv_width: usize) -> Result<()> {
+        if n_layers == 0 {
+            return Err(self.bad("the model has no layers (`block_count` is 0)"));
+        }
+        let present = self.content.tensor_infos.keys().filter(|n| n.ends_with(".attn_q.weight")).count();
+        if n_layers != present {
+            return Err(self.bad(format!("`block_count` is {n_layers} but the file has {present} layers")));
+        }
+        let shape = |name: &str| self.content.tensor_infos.get(name).map(|t| t.shape.dims().to_vec());
+        let expect = |name: String, dims: &[usize]| -> Result<()> {
+            match shape(&name) {
+                None => Err(self.bad(format!("missing tensor `{name}`"))),
+                Some(d) if d != dims => {
+                    Err(self.bad(format!("tensor `{name}` is {d:?}, the metadata implies {dims:?}")))
+                }
+                Some(_) => Ok(()),
+            }
+        };
+        match shape("token_embd.weight") {
+            None => return Err(self.bad("missing tensor `token_embd.weight`")),
+            Some(d) if d.len() != 2 || d[1] != width || d[0] == 0 => {
+                return Err(self.bad(format!("tensor `token_embd.weight` is {d:?}, rows of {width} expected")))
+            }
+            Some(_) => {}
+        }
+        for i in 0..n_layers {
+            let p = format!("blk.{i}");
+            expect(format!("{p}.attn_q.weight"), &[q_width, width])?;
+            expect(format!("{p}.attn_k.weight"), &[kv_width, width])?;
+            expect(format!("{p}.attn_v.weight"), &[kv_width, width])?;
+            expect(format!("{p}.attn_output.weight"), &[width, q_width])?;
+            expect(format!("{p}.attn_norm.weight"), &[width])?;
+            expect(format!("{p}.ffn_norm.weight"), &[width])?;
+            let ffn = shape(&format!("{p}.ffn_up.weight")).unwrap_or_default();
+            let hidden = ffn.first().copied().unwrap_or(0);
+            expect(format!("{p}.ffn_up.weight"), &[hidden, width])?;
+            expect(format!("{p}.ffn_gate.weight"), &[hidden, width])?;
+            expect(format!("{p}.ffn_down.weight"), &[width, hidden])?;
+        }
+        Ok(())
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.content.tensor_infos.contains_key(name)
+    }
+
+    /// Tensor `name` in the mapped file.
+    fn mapped(&self, name: &str) -> Result<MappedTensor> {
+        let Some(info) = self.content.tensor_infos.get(name) else {
+            return Err(self.bad(format!("missing tensor `{name}`")));
+        };
+        let map = self.map.as_ref().ok_or_else(|| self.bad("the file's tensors are not mapped"))?;
+        map.tensor(info, self.content.tensor_data_offset).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
+    }
+
+    /// Tensor `name`, copied to the device.
+    fn qtensor(&mut self, name: &str) -> Result<QTensor> {
+        let t = self.mapped(name)?;
+        let copy = t.to_qtensor(self.device).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))?;
+        t.release_pages();
+        Ok(copy)
+    }
+
+    fn vector(&mut self, name: &str) -> Result<Tensor> {
+        let q = self.qtensor(name)?;
+        q.dequantize(self.device).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
+    }
+
+    fn optional_vector(&mut self, name: &str) -> Result<Option<Tensor>> {
+        if self.has(name) {
+            self.vector(name).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// An RMSNorm weight of `len` values that some families have and others not.
+    fn optional_norm(&mut self, name: &str, len: usize) -> Result<Option<Tensor>> {
+        let norm = self.optional_vector(name)?;
+        match &norm {
+            Some(t) if t.dims() != [len] => {
+                Err(self.bad(format!("tensor `{name}` is {:?}, {len} values expected", t.dims())))
+            }
+            _ => Ok(norm),
+        }
+    }
+
+    fn linear(&mut self, name: &str, kernels: Kernels) -> Result<Linear> {
+        Linear::mapped(self.mapped(name)?, kernels, self.device).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
+    }
+}
+
+/// The copied matrices as "Q6_K: output, blk.0.ffn_down, … (9)": per type, the first few
+/// names and the count.
+fn summarize_copied(copied: impl Iterator<Item = (String, GgmlDType)>) -> Vec<String> {
+    let mut by_type: Vec<(GgmlDType, Vec<String>)> = Vec::new();
+    for (name, dtype) in copied {
+        match by_type.iter_mut().find(|(d, _)| *d == dtype) {
+            Some((_, names)) => names.push(name),
+            None => by_type.push((dtype, vec![name])),
+        }
+    }
+    by_type
+        .into_iter()
+        .map(|(dtype, names)| {
+            let shown = names.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
+            let more = if names.len() > 3 { ", …" } else { "" };
+            format!("{dtype:?}: {shown}{more} ({})", names.len())
+        })
+        .collect()
+}
+
+impl Model {
+    /// Loads a GGUF file. `progress` is called with values in 0.0..=1.0 while tensors load.
+    pub fn load(path: &Path, device: &Device, kernels: Kernels, mut progress: impl FnMut(f32)) -> Result<Model> {
+        let _span = tracing::info_span!("load", path = %path.display()).entered();
+        let (content, reader) = read_gguf(path)?;
+        let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let arch = architecture(path, &content)?;
+        let Some(traits) = ArchTraits::of(&arch) else {
+            return Err(EngineError::UnsupportedArchitecture(arch));
+        };
+        let map = MappedFile::map(reader.get_ref())
+            .map_err(|e| EngineError::ModelLoad { path: path.to_path_buf(), source: Cause::new(e) })?;
+        let mut ld = Loader { path, content: &content, map: Some(map), device, arch: arch.clone() };
+
+        let n_heads = ld.meta_u32("attention.head_count")?;
+        let n_kv_heads = ld.meta_u32("attention.head_count_kv").unwrap_or(n_heads);
+        let n_layers = ld.meta_u32("block_count")?;
+        let embedding_length = ld.meta_u32("embedding_length")?;
+        let context_length = ld.meta_u32("context_length").unwrap_or(4096);
+        let rms_eps = ld.meta_f32_or("attention.layer_norm_rms_epsilon", 1e-6);
+        let rope_freq_base = ld.meta_f32_or("rope.freq_base", 10_000.0);
+        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
+            return Err(ld.bad(format!("inconsistent head counts: {n_heads} heads, {n_kv_heads} kv heads")));
+        }
+        // The head size is the width over the heads unless the file says otherwise (qwen3
+        // and gemma3 heads are wider).
+        let head_dim = match ld.meta_u32("attention.key_length") {
+            Ok(d) => d,
+            Err(_) if embedding_length % n_heads == 0 => embedding_length / n_heads,
+            Err(_) => return Err(ld.bad(format!("a width of {embedding_length} does not split into {n_heads} heads"))),
+        };
+        let value_dim = ld.meta_u32("attention.value_length").unwrap_or(head_dim);
+        if head_dim == 0 || head_dim % 2 != 0 || head_dim > 1024 || value_dim != head_dim {
+            return Err(ld.bad(format!("unsupported head size: keys {head_dim}, values {value_dim}")));
+        }
+        let sliding_window = match traits.sliding_windows {
+            Some(_) => Some(ld.meta_u32("attention.sliding_window")?.max(1)),
+            None => None,
+        };
+        let rope_dim = ld.meta_u32("rope.dimension_count").unwrap_or(head_dim);
+        if rope_dim != head_dim {
+            return Err(ld.bad(format!("partial rotary embeddings ({rope_dim} of {head_dim}) are not supported")));
+        }
+
+        ld.check_shapes(n_layers, embedding_length, n_heads * head_dim, n_kv_heads * head_dim)?;
+        let ffn_length = content.tensor_infos["blk.0.ffn_up.weight"].shape.dims()[0];
+        let embeddings = ld.mapped("token_embd.weight")?;
+        let vocab_size = embeddings.dims()[0];
+        progress(0.05);
+        let mut layers = Vec::with_capacity(n_layers);
+        let mut weights_dtype = None;
+        for i in 0..n_layers {
+            let p = format!("blk.{i}");
+            let wq = ld.linear(&format!("{p}.attn_q.weight"), kernels)?;
+            weights_dtype.get_or_insert(wq.dtype());
+            let sliding = sliding_window.filter(|_| traits.sliding_windows.is_some_and(|w| w.slides(i)));
+            layers.push(Layer {
+                q_norm: ld.optional_norm(&format!("{p}.attn_q_norm.weight"), head_dim)?,
+                k_norm: ld.optional_norm(&format!("{p}.attn_k_norm.weight"), head_dim)?,
+                post_attn_norm: ld.optional_norm(&format!("{p}.post_attention_norm.weight"), embedding_length)?,
+                post_ffn_norm: ld.optional_norm(&format!("{p}.post_ffw_norm.weight"), embedding_length)?,
+                window: sliding,
+                rope: usize::from(sliding.is_some()),
+                attn_norm: ld.vector(&format!("{p}.attn_norm.weight"))?,
+                wq,
+                wk: ld.linear(&format!("{p}.attn_k.weight"), kernels)?,
+                wv: ld.linear(&format!("{p}.attn_v.weight"), kernels)?,
+                wo: ld.linear(&format!("{p}.attn_output.weight"), kernels)?,
+                bq: ld.optional_vector(&format!("{p}.attn_q.bias"))?,
+                bk: ld.optional_vector(&format!("{p}.attn_k.bias"))?,
+                bv: ld.optional_vector(&format!("{p}.attn_v.bias"))?,
+                ffn_norm: ld.vector(&format!("{p}.ffn_norm.weight"))?,
+                w_gate: ld.linear(&format!("{p}.ffn_gate.weight"), kernels)?,
+                w_up: ld.linear(&format!("{p}.ffn_up.weight"), kernels)?,
+                w_down: ld.linear(&format!("{p}.ffn_down.weight"), kernels)?,
+            });
+            progress(0.05 + 0.9 * (i + 1) as f32 / n_layers as f32);
+        }
+        let output_norm = ld.vector("output_norm.weight")?;
+        // Tied embeddings: the output projection reads the embedding table. The lookups
+        // read the mapped table, or the output layer's copy where it made one.
+        let output = if ld.has("output.weight") {
+            ld.linear("output.weight", kernels)?
+        } else {
+            Linear::mapped(embeddings.clone(), kernels, device).map_err(|e| ld.bad(format!("token_embd: {e}")))?
+        };
+        let embeddings = match output.owned_weight() {
+            // A tied table the output layer copied anyway: look up in that copy, so the
+            // mapped table's pages need not stay resident beside it.
+            Some(w) if !ld.has("output.weight") => {
+                embeddings.release_pages();
+                Embeddings::Owned(w.clone())
+            }
+            _ if device.is_cpu() => Embeddings::Mapped(embeddings),
+            _ => {
+                let copy = embeddings.to_qtensor(device).map_err(|e| ld.bad(format!("token_embd: {e}")))?;
+                embeddings.release_pages();
+                Embeddings::Owned(Arc::new(copy))
+            }
+        };
+        let positions = context_length.clamp(1, MAX_ROPE_POSITIONS);
+        // Llama 3.x files carry per-frequency factors; linear scaling applies to the
+        // global layers only (as llama.cpp does for gemma3).
+        let factors = match ld.optional_vector("rope_freqs.weight")? {
+            Some(t) => Some(t.flatten_all()?.to_vec1::<f32>()?),
+            None => None,
+        };
+        let linear = ld.meta("rope.scaling.type").ok().and_then(|v| v.to_string().ok()).is_some_and(|t| t == "linear");
+        let scale = if linear { 1.0 / ld.meta_f32_or("rope.scaling.factor", 1.0).max(1e-6) } else { 1.0 };
+        let mut ropes = vec![Rope::new(head_dim, rope_freq_base, factors.as_deref(), scale, device)?];
+        if let Some(w) = traits.sliding_windows {
+            ropes.push(Rope::new(head_dim, w.rope_base, None, 1.0, device)?);
+        }
+        let name = content
+            .metadata
+            .get("general.name")
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+            .unwrap_or_else(|| path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default());
+        let matrices = || {
+            layers
+                .iter()
+                .enumerate()
+                .flat_map(|(i, l): (usize, &Layer)| {
+                    [
+                        ("attn_q", &l.wq),
+                        ("attn_k", &l.wk),
+                        ("attn_v", &l.wv),
+                        ("attn_output", &l.wo),
+                        ("ffn_gate", &l.w_gate),
+                        ("ffn_up", &l.w_up),
+                        ("ffn_down", &l.w_down),
+                    ]
+                    .map(|(name, l)| (format!("blk.{i}.{name}"), l))
+                })
+                .chain([("output".to_string(), &output)])
+        };
+        let vectors: u64 = layers
+            .iter()
+            .flat_map(|l| {
+                [Some(&l.attn_norm), Some(&l.ffn_norm), l.q_norm.as_ref(), l.k_norm.as_ref()]
+                    .into_iter()
+                    .chain([l.post_attn_norm.as_ref(), l.post_ffn_norm.as_ref()])
+                    .chain([l.bq.as_ref(), l.bk.as_ref(), l.bv.as_ref()])
+            })
+            .chain([Some(&output_norm)])
+            .flatten()
+            .map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
+            .sum();
+        let (embeddings_heap, embeddings_mapped) = match &embeddings {
+            Embeddings::Owned(w) if ld.has("output.weight") => (w.storage_size_in_bytes() as u64, 0),
+            // the output layer's copy, counted there
+            Embeddings::Owned(_) => (0, 0),
+            Embeddings::Mapped(_) if output.is_mapped() && !ld.has("output.weight") => (0, 0),
+            Embeddings::Mapped(t) => (0, t.bytes().len() as u64),
+        };
+        let mapped_weight_bytes = matrices().map(|(_, l)| l.mapped_bytes()).sum::<u64>() + embeddings_mapped;
+        let heap_weight_bytes = matrices().map(|(_, l)| l.heap_bytes()).sum::<u64>() + vectors + embeddings_heap;
+        let copied_matrices = summarize_copied(matrices().filter(|(_, l)| !l.is_mapped()).map(|(n, l)| (n, l.dtype())));
+        let requantized_from = content.metadata.get("general.quantized_from").and_then(|v| v.to_string().ok()).cloned();
+        progress(1.0);
+        let config = ModelConfig {
+            rope_neox: traits.rope_neox,
+            sliding_window,
+            architecture: arch,
+            name,
+            n_layers,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            embedding_length,
+            ffn_length,
+            vocab_size,
+            context_length,
+            rope_freq_base,
+            rms_eps,
+            weights_dtype: weights_dtype.unwrap_or(GgmlDType::F32),
+            requantized_from,
+            file_bytes,
+            heap_weight_bytes,
+            mapped_weight_bytes,
+            copied_matrices,
+            candle_fallbacks: super::cpu::attention::candle_fallbacks(
+                kernels,
+                device.is_cpu(),
+                head_dim,
+                sliding_window,
+            ),
+        };
+        tracing::info!(
+            ?config.weights_dtype,
+            n_layers,
+            heap_weight_bytes = config.heap_weight_bytes,
+            mapped_weight_bytes = config.mapped_weight_bytes,
+            copied = ?config.copied_matrices,
+            candle_fallbacks = ?config.candle_fallbacks,
+            "model loaded"
+        );
+        Ok(Model {
+            config,
+            path: path.to_path_buf(),
+            device: device.clone(),
+            embeddings,
+            layers,
+            output_norm,
+            output,
+            ropes,
+            positions,
+            embedding_scale: traits.scale_embeddings.then(|| (embedding_length as f64).sqrt()),
+            activation: traits.activation,
+            kernels,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Positions the RoPE tables cover: the most tokens a State may hold.
+    pub fn max_positions(&self) -> usize {
+        self.positions
+    }
+
+    /// Bytes one token occupies in the KV cache with the given element type.
+    pub fn kv_bytes_per_token(&self, dtype: DType) -> u64 {
+        (2 * self.config.n_layers * self.config.n_kv_heads * self.config.head_dim * dtype.size_in_bytes()) as u64
+    }
+
+    /// What the fit check needs of this model, with a KV cache of `kv`.
+    pub fn facts(&self, kv: DType) -> ModelFacts {
+        let c = &self.config;
+        let attention =
+            super::cpu::attention::prefill_attention(self.kernels, self.device.is_cpu(), c.head_dim, c.sliding_window);
+        ModelFacts {
+            weights_bytes: c.heap_weight_bytes,
+            mapped_bytes: c.mapped_weight_bytes,
+            kv_bytes_per_token: self.kv_bytes_per_token(kv),
+            context: self.max_positions(),
+            prefill: PrefillShape {
+                heads: c.n_heads,
+                kv_heads: c.n_kv_heads,
+                head_dim: c.head_dim,
+                width: c.embedding_length,
+                ffn: c.ffn_length,
+                attention,
+            },
+        }
+    }
+
+    /// A fresh, empty state able to hold up to `max_tokens` (memory is allocated lazily,
+    /// in chunks, as the conversation grows).
+    pub fn make_state(&self, max_tokens: usize, dtype: DType) -> State {
+        State::new(
+            self.config.vocab_size,
+            self.config.n_layers,
+            self.config.n_kv_heads,
+            self.config.head_dim,
+            max_tokens.min(self.max_positions()),
+            dtype,
+            self.device.clone(),
+        )
+    }
+
+    /// Runs `tokens` at positions `state.len()..`, appends their K/V to `state`, and
+    /// returns the logits of the last token: shape `(vocab,)`.
+    ///
+    /// A long prompt runs in chunks of [`PREFILL_CHUNK`] tokens, so its activations (and
+    /// the process's peak memory) stay those of one chunk however long it is.
+    pub fn forward(&self, tokens: &[u32], state: &mut State) -> Result<Tensor> {
+        if state.len() + tokens.len() > state.max_tokens() {
+            return Err(EngineError::ContextFull { budget: state.max_tokens() });
+        }
+        // The whole prompt's cache at once: growing it chunk by chunk copied every earlier
+        // chunk again each time and left freed buffers behind (peak RSS over the
+        // prediction at 8K tokens of f32 cache).
+        state.reserve(state.len() + tokens.len())?;
+        let mut hidden = None;
+        for chunk in tokens.chunks(PREFILL_CHUNK) {
+            hidden = Some(self.forward_hidden(chunk, state)?);
+        }
+        let hidden = hidden.ok_or(EngineError::EmptyPrompt)?;
+        let last = hidden.narrow(0, hidden.dim(0)? - 1, 1)?;
+        let logits = self.output.forward(&last)?;
+        Ok(logits.squeeze(0)?.to_dtype(DType::F32)?)
+    }
+
+    /// Like [`Model::forward`] but returns the logits of every token: `(n, vocab)`.
+    /// Used by tests to compare against a from-scratch run.
+    pub fn forward_all(&self, tokens: &[u32], state: &mut State) -> Result<Tensor> {
+        let hidden = self.forward_hidden(tokens, state)?;
+        Ok(self.output.forward(&hidden)?)
+    }
+
+    fn forward_hidden(&self, tokens: &[u32], state: &mut State) -> Result<Tensor> {
+        let n = tokens.len();
+        if n == 0 {
+            return Err(EngineError::EmptyPrompt);
+        }
+        let pos = state.len();
+        if pos + n > state.max_tokens() {
+            return Err(EngineError::ContextFull { budget: state.max_tokens() });
+        }
+        state.reserve(pos + n)?;
+        let mut x = self.embeddings.lookup(tokens, &self.device)?; // (n, d)
+        if let Some(scale) = self.embedding_scale {
+            x = (x * scale)?;
+        }
+        let angles = self.ropes.iter().map(|r| r.at(pos, n)).collect::<Result<Vec<_>>>()?;
+        // Built on first use, one per window size: the fast attention kernels mask as they go.
+        let masks = [std::cell::OnceCell::new(), std::cell::OnceCell::new()];
+        let eps = self.config.rms_eps;
+        let norm = |x: &Tensor, w: &Option<Tensor>| -> candle_core::Result<Tensor> {
+            match w {
+                Some(w) => candle_nn::ops::rms_norm(x, w, eps),
+                None => Ok(x.clone()),
+            }
+        };
+        for (i, layer) in self.layers.iter().enumerate() {
+            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
+            let (cos, sin) = &angles[layer.rope];
+            let mask = &masks[usize::from(layer.window.is_some())];
+            let attn = self.attention(i, layer, &h, state, pos, cos, sin, mask)?;
+            x = (x + norm(&attn, &layer.post_attn_norm)?)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
+            let [gate, up]: [Tensor; 2] =
+                Linear::forward_many(&[&layer.w_gate, &layer.w_up], &h)?.try_into().expect("two layers, two outputs");
+            let gate = match self.activation {
+                Activation::Silu => candle_nn::ops::silu(&gate)?,
+                Activation::Gelu => gate.gelu()?,
+            };
+            let mlp = layer.w_down.forward(&(gate * up)?)?;
+            x = (x + norm(&mlp, &layer.post_ffn_norm)?)?;
+        }
+        state.commit(tokens);
+        Ok(candle_nn::ops::rms_norm(&x, &self.output_norm, self.config.rms_eps)?)
+    }
+
+    fn group(&self) -> usize {
+        self.config.n_heads / self.config.n_kv_heads
+    }
+
+    /// Self-attention of one layer. Queries of the `group` heads that share a K/V head are
+    /// stacked along the row axis, so shared heads are read in place, never repeated:
+    ///
+    /// ```text
+    ///   q: (n_kv, group·n, hd) @ kᵀ: (n_kv, hd, L) → scores (n_kv, group·n, L)
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        index: usize,
+        layer: &Layer,
+        h: &Tensor,
+        state: &mut State,
+        pos: usize,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: &std::cell::OnceCell<Tensor>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let n = h.dim(0)?;
+        let with_bias = |t: Tensor, b: &Option<Tensor>| -> candle_core::Result<Tensor> {
+            match b {
+                Some(b) => t.broadcast_add(b),
+                None => Ok(t),
+            }
+        };
+        // One activation quantization and one parallel region for q, k and v.
+        let [q, k, v]: [Tensor; 3] = Linear::forward_many(&[&layer.wq, &layer.wk, &layer.wv], h)?
+            .try_into()
+            .expect("three layers, three outputs");
+        let q = with_bias(q, &layer.bq)?;
+        let k = with_bias(k, &layer.bk)?;
+        let v = with_bias(v, &layer.bv)?;
+        let head_norm = |t: Tensor, w: &Option<Tensor>| -> candle_core::Result<Tensor> {
+            match w {
+                Some(w) => candle_nn::ops::rms_norm(&t, w, c.rms_eps),
+                None => Ok(t),
+            }
+        };
+        // (n, heads·hd) → (1, heads, n, hd)
+        let q = head_norm(q.reshape((1, n, c.n_heads, c.head_dim))?, &layer.q_norm)?.transpose(1, 2)?.contiguous()?;
+        let k =
+            head_norm(k.reshape((1, n, c.n_kv_heads, c.head_dim))?, &layer.k_norm)?.transpose(1, 2)?.contiguous()?;
+        let v = v.reshape((1, n, c.n_kv_heads, c.head_dim))?.transpose(1, 2)?.contiguous()?;
+        let (q, k) = if c.rope_neox {
+            (candle_nn::rotary_emb::rope(&q, cos, sin)?, candle_nn::rotary_emb::rope(&k, cos, sin)?)
+        } else {
+            (candle_nn::rotary_emb::rope_i(&q, cos, sin)?, candle_nn::rotary_emb::rope_i(&k, cos, sin)?)
+        };
+        state.write(index, pos, &k, &v)?;
+        // The first position a sliding-window layer's queries can see.
+        let first = layer.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let windowed = layer.window.is_some_and(|w| pos + n > w);
+        if let (Some(isa), false) = (self.kernels.isa(), windowed) {
+            // On the CPU: plain-Rust kernels instead of a dozen candle ops
+            // (sums in another order than candle's gemm, so not with candle's kernels).
+            let (k_buf, v_buf) = state.buffers(index);
+            if let Some(out) = super::cpu::attention::try_attention(&q, k_buf, v_buf, pos, isa) {
+                return Ok(layer.wo.forward(&out)?);
+            }
+        }
+        if n > 1 && mask.get().is_none() {
+            let window = layer.window.filter(|_| windowed);
+            let _ = mask.set(attention_mask(n, pos, first, window, self.group(), &self.device)?);
+        }
+        let mask = mask.get();
+        let (keys, values) = state.live(index, pos + n)?; // (n_kv, L, hd) in f32
+        let (keys, values) = (keys.narrow(1, first, pos + n - first)?, values.narrow(1, first, pos + n - first)?);
+        let group = self.group();
+        let q = q.reshape((c.n_kv_heads, group * n, c.head_dim))?;
+        let scale = 1.0 / (c.head_dim as f64).sqrt();
+        // Each step consumes the previous scores so at most two score matrices are alive at
+        // once (a long prefill's scores are the largest scratch buffers of a forward).
+        let probs = softmax_owned(masked(scaled(q.matmul(&keys.t()?)?, scale)?, mask)?)?;
+        let out = probs.matmul(&values)?; // (n_kv, group·n, hd)
+        let out = out.reshape((c.n_heads, n, c.head_dim))?.transpose(0, 1)?.reshape((n, c.n_heads * c.head_dim))?;
+        Ok(layer.wo.forward(&out)?)
+    }
+
+    /// Drops tokens `start..end` from `state` without recomputing the rest: the later
+    /// K/V entries move down by `end - start` positions and their keys are rotated back by
+    /// that many positions (RoPE is a rotation, so this is exact for the rotation itself).
+    pub fn shift_out(&self, state: &mut State, start: usize, end: usize) -> Result<()> {
+        let _span = tracing::info_span!("shift", start, end).entered();
+        let delta = end - start;
+        if delta == 0 {
+            return Ok(());
+        }
+        let tail = state.len() - end;
+        if tail > 0 {
+            // Rotation by -delta: cos(-a) = cos(a), sin(-a) = -sin(a); each layer by its own
+            // frequencies.
+            let half = self.config.head_dim / 2;
+            let mut back = Vec::with_capacity(self.ropes.len());
+            for rope in &self.ropes {
+                let (cos, sin) = rope.at(delta, 1)?;
+                back.push((
+                    cos.broadcast_as((tail, half))?.contiguous()?,
+                    sin.neg()?.broadcast_as((tail, half))?.contiguous()?,
+                ));
+            }
+            let neox = self.config.rope_neox;
+            state.shift_out(start, end, |layer, k| {
+                let (cos, sin) = &back[self.layers[layer].rope];
+                let k = k.unsqueeze(0)?;
+                let r = if neox {
+                    candle_nn::rotary_emb::rope(&k, cos, sin)?
+                } else {
+                    candle_nn::rotary_emb::rope_i(&k, cos, sin)?
+                };
+                r.squeeze(0)
+            })?;
+        } else {
+            state.truncate(start);
+        }
+        Ok(())
+    }
+}
+
+fn scaled(scores: Tensor, scale: f64) -> candle_core::Result<Tensor> {
+    scores * scale
+}
+
+fn masked(scores: Tensor, mask: Option<&Tensor>) -> candle_core::Result<Tensor> {
+    match mask {
+        Some(m) => scores.broadcast_add(m),
+        None => Ok(scores),
+    }
+}
+
+fn softmax_owned(scores: Tensor) -> candle_core::Result<Tensor> {
+    candle_nn::ops::softmax_last_dim(&scores)
+}
+
+/// Additive attention mask for `n` new queries after `pos` cached tokens, over the keys
+/// from position `first` on, repeated for the `group` query heads stacked per K/V head:
+/// `(group·n, pos + n - first)`, 0 or -inf. A query sees the keys at or before its own
+/// position and, with a `window`, only the last `window` of them (itself included).
+///
+/// ```text
+///            cached first..pos   new 0  new 1  new 2
+///   new 0:     0 … 0              0     -inf   -inf
+///   new 1:     0 … 0              0      0     -inf
+///   new 2:     0 … 0              0      0      0
+/// ```
+fn attention_mask(
+    n: usize,
+    pos: usize,
+    first: usize,
+    window: Option<usize>,
+    group: usize,
+    device: &Device,
+) -> Result<Tensor> {
+    let l = pos + n - first;
+    let mut data = Vec::with_capacity(group * n * l);
+    for _ in 0..group {
+        for i in 0..n {
+            let query = pos + i;
+            data.extend((first..pos + n).map(|key| {
+                let seen = key <= query && window.is_none_or(|w| query - key < w);
+                if seen {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            }));
+        }
+    }
+    Ok(Tensor::from_vec(data, (group * n, l), device)?)
+}
+
+/// Greedy pick over logits, for tests and benches.
+pub fn argmax(logits: &Tensor) -> Result<u32> {
+    Ok(logits.argmax(D::Minus1)?.to_scalar::<u32>()?)
+}
