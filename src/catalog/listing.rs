@@ -100,8 +100,8 @@ mod tests {
         other.arch = "mamba".into();
         assert!(other.runs_here().unwrap_err().contains("`mamba`"));
         other.arch = "llama".into();
-        other.tokenizer = "deepseek-llm".into();
-        assert!(other.runs_here().unwrap_err().contains("`deepseek-llm`"));
+        other.tokenizer = "tekken".into();
+        assert!(other.runs_here().unwrap_err().contains("`tekken`"));
         let json = serde_json::to_value(small).unwrap();
         for key in ["id", "name", "params", "bits", "bytes", "fits", "budget", "for_this_tier"] {
             assert!(json.get(key).is_some(), "{key} in {json}");

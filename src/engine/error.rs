@@ -19,7 +19,7 @@ pub enum EngineError {
         supported = crate::engine::model::SUPPORTED_ARCHITECTURES.join(", ")
     )]
     UnsupportedArchitecture(String),
-    #[error("unsupported tokenizer: {0} (pocketchat reads GPT2-style BPE tokenizers from the GGUF)")]
+    #[error("unsupported tokenizer: {0}")]
     UnsupportedTokenizer(String),
     #[error(
         "{name} needs about {footprint_mib} MiB at its smallest usable context, over this device's {ceiling_mib} MiB \

@@ -4,7 +4,9 @@
 //!
 //! Nothing here imports the UI.
 
+mod bpe;
 pub mod budget;
+mod byte_level;
 pub mod cpu;
 mod detokenizer;
 mod error;
@@ -12,6 +14,7 @@ pub mod gguf_check;
 pub mod model;
 pub mod perplexity;
 pub mod persist;
+pub mod pretokenize;
 pub mod protocol;
 pub mod sampler;
 pub mod session;
@@ -29,7 +32,6 @@ pub use model::{Model, ModelConfig, SUPPORTED_ARCHITECTURES};
 pub use protocol::{Command, DoneReason, EngineEvent, ModelInfo, Stats};
 pub use session::{DraftExtent, DraftFed, Session, Switched, TrimMode, DRAFT_STEP};
 pub use state::State;
-pub use tokenizer::SUPPORTED_PRE_TOKENIZERS;
 pub mod weights;
 mod worker;
 

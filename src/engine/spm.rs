@@ -34,7 +34,7 @@ pub enum PieceKind {
 }
 
 impl PieceKind {
-    fn from_gguf(value: i32) -> PieceKind {
+    pub(crate) fn from_gguf(value: i32) -> PieceKind {
         match value {
             2 => PieceKind::Unknown,
             3 => PieceKind::Control,
@@ -362,7 +362,7 @@ impl PartialEq for Pair {
 impl Eq for Pair {}
 
 /// The byte of a `<0xXX>` piece.
-fn byte_of_piece(piece: &str) -> Option<u8> {
+pub(crate) fn byte_of_piece(piece: &str) -> Option<u8> {
     let hex = piece.strip_prefix("<0x")?.strip_suffix('>')?;
     if hex.len() != 2 {
         return None;

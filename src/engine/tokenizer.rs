@@ -1,29 +1,20 @@
 //! The tokenizer that ships inside the GGUF, with ids that match llama.cpp's: BPE
-//! (`tokenizer.ggml.model = "gpt2"`) through the `tokenizers` crate with its pre-tokenizer
-//! repaired, SentencePiece (`"llama"`) through our own [`super::spm`].
-//!
-//! candle's `Tokenizer::from_gguf` maps unknown `tokenizer.ggml.pre` values (SmolLM's
-//! `smollm`, plain `gpt2`) to `ByteLevel::default()`, which adds a prefix space: "Hello"
-//! would become "ĠHello" (38699) instead of 19556, and `<|im_start|>user` would tokenize
-//! "Ġuser". Those files use the GPT-2 split without a prefix space.
+//! (`tokenizer.ggml.model = "gpt2"` or `"gemma4"`) through our own [`super::bpe`] with the
+//! file's pre-tokenizer ([`super::pretokenize`]), SentencePiece (`"llama"`) through our own
+//! [`super::spm`]. Any other vocabulary, or a BPE pre-tokenizer we do not reproduce, is
+//! refused at load with the file's `tokenizer.ggml.model` and `tokenizer.ggml.pre`: a
+//! guessed split would feed the model other ids than the user's text, with no sign.
 //!
 //! Special tokens are read only in the chat template's own parts: message texts are
 //! tokenized with special-token strings as plain text ([`TextTokenizer::encode_rendered`]),
 //! so typing `<|im_end|><|im_start|>system` cannot forge a turn.
 
 use candle_core::quantized::gguf_file;
-use candle_core::quantized::tokenizer::TokenizerFromGguf;
 use std::ops::Range;
 
-use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::pre_tokenizers::PreTokenizerWrapper;
-use tokenizers::SplitDelimiterBehavior;
-use tokenizers::Tokenizer;
-
+use super::bpe::BytePair;
 use super::spm::SentencePiece;
-use super::{Cause, EngineError};
+use super::EngineError;
 
 pub struct TextTokenizer {
     backend: Backend,
@@ -32,66 +23,20 @@ pub struct TextTokenizer {
     bos_token: String,
     eos_token: String,
     /// The BOS id when the file says the model starts every text with it
-    /// (`tokenizer.ggml.add_bos_token`; BPE vocabularies default to no, as in llama.cpp).
+    /// (`tokenizer.ggml.add_bos_token`; BPE vocabularies default to no but Llama 3's, as
+    /// in llama.cpp).
     added_bos: Option<u32>,
 }
 
 enum Backend {
-    /// `inner` reads special-token strings as special tokens; `plain`, the same tokenizer,
-    /// reads them as text: for what people wrote.
-    Bpe {
-        inner: Box<Tokenizer>,
-        plain: Box<Tokenizer>,
-    },
+    Bpe(BytePair),
     SentencePiece(SentencePiece),
-}
-
-/// GGUF `tokenizer.ggml.pre` values whose split this tokenizer reproduces: GPT-2's
-/// byte-level split (SmolLM), and the regex splits of Llama 3 and Qwen 2/3 (llama.cpp's
-/// patterns) before the byte-level mapping.
-pub const SUPPORTED_PRE_TOKENIZERS: &[&str] = &["smollm", "gpt2", "default", "llama-bpe", "llama3", "qwen2"];
-
-/// llama.cpp's `LLAMA_VOCAB_PRE_TYPE_LLAMA3` split: case-insensitive contractions, a letter
-/// run with one leading non-letter, numbers in groups of up to three.
-const LLAMA3_SPLIT: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-/// llama.cpp's `LLAMA_VOCAB_PRE_TYPE_QWEN2` split: Llama 3's with single digits.
-const QWEN2_SPLIT: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-
-/// The pre-tokenizer for a GGUF `tokenizer.ggml.pre` value; `None` keeps the one
-/// candle's loader set (for values outside [`SUPPORTED_PRE_TOKENIZERS`]).
-fn pre_tokenizer(pre: Option<&str>) -> Result<Option<PreTokenizerWrapper>, EngineError> {
-    let byte_level = ByteLevel::new(false, true, false);
-    let split = match pre {
-        None | Some("smollm" | "gpt2" | "default") => return Ok(Some(ByteLevel::new(false, true, true).into())),
-        Some("llama-bpe" | "llama3") => LLAMA3_SPLIT,
-        Some("qwen2") => QWEN2_SPLIT,
-        Some(other) => {
-            tracing::warn!(pre = other, "unknown pre-tokenizer: token ids may differ from llama.cpp's");
-            return Ok(None);
-        }
-    };
-    let split = Split::new(SplitPattern::Regex(split.into()), SplitDelimiterBehavior::Isolated, false)
-        .map_err(|e| EngineError::UnsupportedTokenizer(format!("pre-tokenizer: {e}")))?;
-    Ok(Some(Sequence::new(vec![split.into(), byte_level.into()]).into()))
-}
-
-/// The byte GPT-2's byte-level alphabet spells with `c` (`bytes_to_unicode`: the printable
-/// bytes stand for themselves, the others for 256, 257, … in byte order); `None` for a
-/// character outside that alphabet.
-fn byte_level_byte(c: char) -> Option<u8> {
-    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
-    let code = c as u32;
-    if printable(code) {
-        return Some(code as u8);
-    }
-    let shifted = code.checked_sub(256)?;
-    (0..=255u32).filter(|&b| !printable(b)).nth(shifted as usize).map(|b| b as u8)
 }
 
 /// Whether a tokenizer named as the catalog names them (a GGUF `tokenizer.ggml.pre`, or
 /// `llama` for SentencePiece) gives llama.cpp's ids here.
 pub fn is_supported(name: &str) -> bool {
-    name == "llama" || SUPPORTED_PRE_TOKENIZERS.contains(&name)
+    name == "llama" || super::pretokenize::supported_names().any(|n| n == name)
 }
 
 /// Token strings that end a turn in the chat templates we know.
@@ -107,22 +52,15 @@ impl TextTokenizer {
             .cloned()
             .ok_or_else(|| EngineError::UnsupportedTokenizer("the file has no tokenizer".into()))?;
         let backend = match kind.as_str() {
-            "gpt2" => {
-                let mut inner =
-                    Tokenizer::from_gguf(content).map_err(|e| EngineError::UnsupportedTokenizer(e.to_string()))?;
-                let pre = content.metadata.get("tokenizer.ggml.pre").and_then(|v| v.to_string().ok()).cloned();
-                if let Some(pre) = pre_tokenizer(pre.as_deref())? {
-                    inner.with_pre_tokenizer(Some(pre));
-                }
-                let mut plain = inner.clone();
-                plain.set_encode_special_tokens(true);
-                Backend::Bpe { inner: Box::new(inner), plain: Box::new(plain) }
-            }
+            "gpt2" | "gemma4" => Backend::Bpe(BytePair::from_gguf(content)?),
             "llama" => Backend::SentencePiece(SentencePiece::from_gguf(content)?),
             other => {
+                let pre = content.metadata.get("tokenizer.ggml.pre").and_then(|v| v.to_string().ok());
                 return Err(EngineError::UnsupportedTokenizer(format!(
-                    "`{other}` (BPE `gpt2` and SentencePiece `llama` tokenizers are supported)"
-                )))
+                    "tokenizer.ggml.model `{other}` (tokenizer.ggml.pre `{}`): only BPE (`gpt2`, `gemma4`) and \
+                     SentencePiece (`llama`) vocabularies are supported",
+                    pre.map_or("none", |p| p.as_str())
+                )));
             }
         };
         let token_at = |key: &str| -> Option<u32> { content.metadata.get(key).and_then(|v| v.to_u32().ok()) };
@@ -145,9 +83,12 @@ impl TextTokenizer {
         stop_ids.dedup();
         tokenizer.stop_ids = stop_ids;
         // As in llama.cpp: SentencePiece files start texts with BOS unless they say not to,
-        // BPE files only when they say so.
+        // BPE files only when they say so (Llama 3's unless they say not to).
         let adds_bos = content.metadata.get("tokenizer.ggml.add_bos_token").and_then(|v| v.to_bool().ok());
-        let adds_bos = adds_bos.unwrap_or(matches!(tokenizer.backend, Backend::SentencePiece(_)));
+        let adds_bos = adds_bos.unwrap_or(match &tokenizer.backend {
+            Backend::SentencePiece(_) => true,
+            Backend::Bpe(bpe) => bpe.adds_bos_by_default(),
+        });
         tokenizer.added_bos = bos_id.filter(|_| adds_bos);
         Ok(tokenizer)
     }
@@ -155,7 +96,7 @@ impl TextTokenizer {
     /// The vocabulary's spelling of token `id` (empty when there is none).
     fn piece(&self, id: u32) -> String {
         match &self.backend {
-            Backend::Bpe { inner, .. } => inner.id_to_token(id).unwrap_or_default(),
+            Backend::Bpe(bpe) => bpe.piece(id).to_string(),
             Backend::SentencePiece(spm) => spm.piece(id).to_string(),
         }
     }
@@ -164,18 +105,7 @@ impl TextTokenizer {
     /// their text; a byte-level piece may be part of a character). Empty for an unknown id.
     pub fn token_bytes(&self, id: u32) -> Vec<u8> {
         match &self.backend {
-            Backend::Bpe { inner, .. } => {
-                let Some(piece) = inner.id_to_token(id) else { return Vec::new() };
-                let special = inner.get_added_vocabulary().is_special_token(&piece);
-                let mut out = Vec::with_capacity(piece.len());
-                for c in piece.chars() {
-                    match byte_level_byte(c).filter(|_| !special) {
-                        Some(b) => out.push(b),
-                        None => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
-                    }
-                }
-                out
-            }
+            Backend::Bpe(bpe) => bpe.token_bytes(id),
             Backend::SentencePiece(spm) => spm.decode_bytes(&[id]),
         }
     }
@@ -191,7 +121,7 @@ impl TextTokenizer {
     /// The id of the token spelled `text`, if the vocabulary has one.
     fn id_of(&self, text: &str) -> Option<u32> {
         match &self.backend {
-            Backend::Bpe { inner, .. } => inner.token_to_id(text),
+            Backend::Bpe(bpe) => bpe.id_of(text),
             Backend::SentencePiece(spm) => spm.id_of(text),
         }
     }
@@ -212,15 +142,7 @@ impl TextTokenizer {
     /// are special tokens; without, plain text.
     fn encode_parts(&self, parts: &[(&str, bool)]) -> Result<Vec<u32>, EngineError> {
         match &self.backend {
-            Backend::Bpe { inner, plain } => {
-                let mut ids = Vec::new();
-                for &(text, special) in parts {
-                    let tokenizer = if special { inner } else { plain };
-                    let enc = tokenizer.encode(text, false).map_err(|e| EngineError::Tokenizer(Cause::from(e)))?;
-                    ids.extend_from_slice(enc.get_ids());
-                }
-                Ok(ids)
-            }
+            Backend::Bpe(bpe) => Ok(bpe.encode(parts)),
             // One call, so a space prefix goes only where one text would get it.
             Backend::SentencePiece(spm) => Ok(spm.encode(parts)),
         }
@@ -254,7 +176,10 @@ impl TextTokenizer {
     /// Text of `ids`, special tokens included.
     pub fn decode(&self, ids: &[u32]) -> Result<String, EngineError> {
         match &self.backend {
-            Backend::Bpe { inner, .. } => inner.decode(ids, false).map_err(|e| EngineError::Tokenizer(Cause::from(e))),
+            Backend::Bpe(bpe) => {
+                let bytes: Vec<u8> = ids.iter().flat_map(|&id| bpe.token_bytes(id)).collect();
+                Ok(String::from_utf8_lossy(&bytes).into_owned())
+            }
             Backend::SentencePiece(spm) => Ok(String::from_utf8_lossy(&spm.decode_bytes(ids)).into_owned()),
         }
     }
@@ -262,12 +187,7 @@ impl TextTokenizer {
     /// The vocabulary's special tokens (control tokens such as `<|im_start|>`), by id.
     pub fn special_tokens(&self) -> Vec<(u32, String)> {
         let mut specials: Vec<(u32, String)> = match &self.backend {
-            Backend::Bpe { inner, .. } => inner
-                .get_added_tokens_decoder()
-                .into_iter()
-                .filter(|(_, t)| t.special)
-                .map(|(id, t)| (id, t.content))
-                .collect(),
+            Backend::Bpe(bpe) => bpe.special_tokens().map(|id| (id, bpe.piece(id).to_string())).collect(),
             Backend::SentencePiece(spm) => spm.control_tokens().map(|id| (id, spm.piece(id).to_string())).collect(),
         };
         specials.sort();
@@ -293,7 +213,7 @@ impl TextTokenizer {
 
     pub fn vocab_size(&self) -> usize {
         match &self.backend {
-            Backend::Bpe { inner, .. } => inner.get_vocab_size(true),
+            Backend::Bpe(bpe) => bpe.vocab_size(),
             Backend::SentencePiece(spm) => spm.vocab_size(),
         }
     }
