@@ -223,7 +223,7 @@ impl ModelEntry {
         if !crate::engine::SUPPORTED_ARCHITECTURES.contains(&self.arch.as_str()) {
             return Err(format!("the `{}` architecture is not supported yet", self.arch));
         }
-        if !crate::engine::tokenizer::is_supported(&self.tokenizer) {
+        if !crate::engine::text::tokenizer::is_supported(&self.tokenizer) {
             return Err(format!("the `{}` tokenizer is not supported yet", self.tokenizer));
         }
         Ok(())

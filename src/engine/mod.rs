@@ -4,34 +4,30 @@
 //!
 //! Nothing here imports the UI.
 
-mod bpe;
 pub mod budget;
-mod byte_level;
 pub mod cpu;
-mod detokenizer;
 mod error;
 pub mod gguf_check;
 pub mod model;
 pub mod perplexity;
 pub mod persist;
-pub mod pretokenize;
 pub mod protocol;
 pub mod sampler;
 pub mod session;
-pub mod spm;
 pub mod state;
-pub mod template;
-pub mod tokenizer;
+pub mod text;
 
 pub use error::{Cause, EngineError, Result};
 // The CPU modules by their former paths too (`engine::kernels::Kernels`, ...), for the
 // tests and benchmarks that name them.
 pub use cpu::{kernels, pool, qlinear};
+// The text modules by their former paths too (`engine::template::Message`, ...).
 pub use kernels::Kernels;
 pub use model::{Model, ModelConfig, SUPPORTED_ARCHITECTURES};
 pub use protocol::{Command, DoneReason, EngineEvent, ModelInfo, Stats};
 pub use session::{DraftExtent, DraftFed, Session, Switched, TrimMode, DRAFT_STEP};
 pub use state::State;
+pub use text::{pretokenize, spm, template, tokenizer};
 pub mod weights;
 mod worker;
 

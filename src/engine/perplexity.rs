@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, D};
 
 use super::model::{Model, PREFILL_CHUNK};
-use super::tokenizer::TextTokenizer;
+use super::text::tokenizer::TextTokenizer;
 use super::EngineError;
 
 /// The result, as `pocketchat perplexity --json` prints it.

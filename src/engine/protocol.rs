@@ -129,7 +129,7 @@ pub enum EngineEvent {
         id: String,
         title: String,
         system_prompt: Option<String>,
-        messages: Vec<crate::engine::template::Message>,
+        messages: Vec<crate::engine::text::template::Message>,
         tokens: usize,
         resumed: bool,
     },
@@ -140,13 +140,13 @@ pub enum EngineEvent {
     /// were fed after the `kept_tokens` the versions share; `cached` is false when the
     /// cache could not be kept (the chat is re-read at the next message).
     BranchSwitched {
-        messages: Vec<crate::engine::template::Message>,
+        messages: Vec<crate::engine::text::template::Message>,
         kept_tokens: usize,
         fed_tokens: usize,
         cached: bool,
     },
     /// A saved conversation was loaded (at launch, or by `RestoreEvicted`) without re-prefill.
-    Restored { messages: Vec<crate::engine::template::Message>, tokens: usize },
+    Restored { messages: Vec<crate::engine::text::template::Message>, tokens: usize },
     /// The conversation was written to the state file.
     Saved { path: String, bytes: u64, ms: f64 },
     /// The sampling settings in force (after `Ready` and after each `SetSampling`), and the

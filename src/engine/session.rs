@@ -16,8 +16,8 @@
 use super::budget::{self, Plan};
 use super::model::Model;
 use super::state::State;
-use super::template::{ChatTemplate, Message, Rendered, Role};
-use super::tokenizer::TextTokenizer;
+use super::text::template::{ChatTemplate, Message, Rendered, Role};
+use super::text::tokenizer::TextTokenizer;
 use super::{Cause, EngineError, Result};
 use std::ops::Range;
 

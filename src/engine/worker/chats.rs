@@ -7,7 +7,7 @@
 use super::Worker;
 use crate::chats::{unix_ms, ChatRecord, ChatStore, ChatStoreError, UNTITLED};
 use crate::engine::budget::reply_reserve;
-use crate::engine::template::{Message, Role};
+use crate::engine::text::template::{Message, Role};
 use crate::engine::EngineEvent;
 
 impl Worker {

@@ -37,7 +37,7 @@ use super::model::Model;
 use super::persist::{self, ModelIdentity};
 use super::sampler::{Breakers, SamplingParams};
 use super::session::Session;
-use super::tokenizer::TextTokenizer;
+use super::text::tokenizer::TextTokenizer;
 use super::{Command, EngineEvent, ModelInfo, Stats};
 use crate::chats::ChatRecord;
 use crate::memory::{Policy, TierReport};

@@ -7,9 +7,9 @@ use std::time::Instant;
 use super::device::with_autorelease_pool;
 use super::Worker;
 use crate::engine::budget::reply_reserve;
-use crate::engine::detokenizer::Detokenizer;
 use crate::engine::sampler::Sampler;
-use crate::engine::template::Role;
+use crate::engine::text::detokenizer::Detokenizer;
+use crate::engine::text::template::Role;
 use crate::engine::{Command, DoneReason, EngineError, EngineEvent};
 
 /// What a reply's interruption asked for, applied once the reply has ended cleanly.

@@ -14,7 +14,7 @@
 use crate::chats::branches::BranchPoint;
 use crate::chats::ChatSummary;
 use crate::engine::sampler::{SamplingOverrides, SamplingParams};
-use crate::engine::template::{Message as TemplateMessage, Role as TemplateRole};
+use crate::engine::text::template::{Message as TemplateMessage, Role as TemplateRole};
 use crate::engine::{DoneReason, EngineError, EngineEvent, ModelInfo, Stats};
 use crate::memory::{Policy, TierReport};
 

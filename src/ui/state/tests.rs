@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::chats::branches::BranchPoint;
-use crate::engine::template::{Message as TMessage, Role as TRole};
+use crate::engine::text::template::{Message as TMessage, Role as TRole};
 use crate::engine::Cause;
 use crate::memory::RamTier;
 use crate::ui::copy::EVICTED_PREFIX;

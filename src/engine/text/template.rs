@@ -15,7 +15,7 @@ use std::ops::Range;
 use minijinja::{context, Environment, Value};
 use serde::Serialize;
 
-use super::{Cause, EngineError};
+use crate::engine::{Cause, EngineError};
 pub use crate::transcript::{Message, Role};
 
 pub mod hf;

@@ -14,7 +14,7 @@ use std::ops::Range;
 
 use super::bpe::BytePair;
 use super::spm::SentencePiece;
-use super::EngineError;
+use crate::engine::EngineError;
 
 pub struct TextTokenizer {
     backend: Backend,
@@ -111,11 +111,11 @@ impl TextTokenizer {
     }
 
     /// DRY's sequence breakers mapped to this vocabulary's tokens (see
-    /// [`Breakers::new`](super::sampler::Breakers::new)); the rest of a breaker that spans
+    /// [`Breakers::new`](crate::engine::sampler::Breakers::new)); the rest of a breaker that spans
     /// tokens is tokenized as plain text.
-    pub fn dry_breakers(&self, breakers: &[String]) -> super::sampler::Breakers {
+    pub fn dry_breakers(&self, breakers: &[String]) -> crate::engine::sampler::Breakers {
         let bytes: Vec<Vec<u8>> = (0..self.vocab_size() as u32).map(|id| self.token_bytes(id)).collect();
-        super::sampler::Breakers::new(breakers, &bytes, |text| self.encode_text(text).unwrap_or_default())
+        crate::engine::sampler::Breakers::new(breakers, &bytes, |text| self.encode_text(text).unwrap_or_default())
     }
 
     /// The id of the token spelled `text`, if the vocabulary has one.

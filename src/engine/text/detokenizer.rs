@@ -3,7 +3,7 @@
 //! difference of two decodes so merges at token boundaries come out right.
 
 use super::tokenizer::TextTokenizer;
-use super::EngineError;
+use crate::engine::EngineError;
 
 #[derive(Default)]
 pub struct Detokenizer {

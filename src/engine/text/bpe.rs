@@ -17,7 +17,7 @@ use candle_core::quantized::gguf_file::{self, Value};
 use super::byte_level;
 use super::pretokenize::PreTokenizer;
 use super::spm::PieceKind;
-use super::EngineError;
+use crate::engine::EngineError;
 
 /// SentencePiece's visible space, Gemma 4's spelling of a space.
 const SPACE: &str = "\u{2581}";

@@ -20,7 +20,7 @@ use std::collections::BinaryHeap;
 
 use candle_core::quantized::gguf_file::{self, Value};
 
-use super::EngineError;
+use crate::engine::EngineError;
 
 /// `tokenizer.ggml.token_type` values (llama.cpp's `llama_token_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
