@@ -16,6 +16,7 @@ use candle_core::quantized::gguf_file::{self, Value};
 
 use super::byte_level;
 use super::pretokenize::PreTokenizer;
+use super::specials::{cut_at_specials, Fragment};
 use super::spm::PieceKind;
 use crate::engine::EngineError;
 
@@ -98,12 +99,6 @@ pub struct BytePair {
     /// Tokens read as their text in decoding: control, unknown, user-defined and unused.
     verbatim: Vec<bool>,
     pre: PreTokenizer,
-}
-
-/// A part of the text being tokenized: raw text, or a special token already recognised.
-enum Fragment<'a> {
-    Text(&'a str),
-    Token(u32),
 }
 
 impl BytePair {
@@ -266,39 +261,9 @@ impl BytePair {
 
     /// Step 1: `text` cut at the special tokens it contains, longest first.
     fn cut_at_specials<'a>(&self, text: &'a str, special: bool) -> Vec<Fragment<'a>> {
-        if text.is_empty() {
-            return Vec::new();
-        }
-        let mut fragments = vec![Fragment::Text(text)];
-        for &id in &self.specials {
-            if !special && self.kinds[id as usize] != PieceKind::UserDefined {
-                continue;
-            }
-            let piece = self.piece(id);
-            if !fragments.iter().any(|f| matches!(f, Fragment::Text(t) if t.contains(piece))) {
-                continue;
-            }
-            let mut next = Vec::with_capacity(fragments.len() + 2);
-            for fragment in fragments {
-                let Fragment::Text(t) = fragment else {
-                    next.push(fragment);
-                    continue;
-                };
-                let mut at = 0;
-                for (start, _) in t.match_indices(piece) {
-                    if start > at {
-                        next.push(Fragment::Text(&t[at..start]));
-                    }
-                    next.push(Fragment::Token(id));
-                    at = start + piece.len();
-                }
-                if at < t.len() {
-                    next.push(Fragment::Text(&t[at..]));
-                }
-            }
-            fragments = next;
-        }
-        fragments
+        let allowed =
+            self.specials.iter().copied().filter(|&id| special || self.kinds[id as usize] == PieceKind::UserDefined);
+        cut_at_specials(text, allowed.map(|id| (id, self.piece(id))))
     }
 
     /// The merge rank of the pair `left` + `right`, if the file has that merge.

@@ -8,6 +8,7 @@ pub(crate) mod bpe;
 pub(crate) mod byte_level;
 pub(crate) mod detokenizer;
 pub mod pretokenize;
+mod specials;
 pub mod spm;
 pub mod template;
 pub mod tokenizer;

@@ -20,6 +20,7 @@ use std::collections::BinaryHeap;
 
 use candle_core::quantized::gguf_file::{self, Value};
 
+use super::specials::{cut_at_specials, Fragment};
 use crate::engine::EngineError;
 
 /// `tokenizer.ggml.token_type` values (llama.cpp's `llama_token_type`).
@@ -62,13 +63,6 @@ pub struct SentencePiece {
     /// Control, unknown and user-defined pieces, longest first: llama.cpp's cutting order.
     specials: Vec<u32>,
     add_space_prefix: bool,
-}
-
-/// A part of the text being tokenized: raw text, or a special token already recognised.
-#[derive(Debug, Clone, Copy)]
-enum Fragment<'a> {
-    Text(&'a str),
-    Token(u32),
 }
 
 impl SentencePiece {
@@ -231,39 +225,8 @@ impl SentencePiece {
 
     /// Step 1: `text` cut at the special pieces it contains, longest piece first.
     fn cut_at_specials<'a>(&self, text: &'a str, special: bool) -> Vec<Fragment<'a>> {
-        let mut fragments = vec![Fragment::Text(text)];
-        if text.is_empty() {
-            return Vec::new();
-        }
-        for &id in &self.specials {
-            if !special && self.kind(id) != PieceKind::UserDefined {
-                continue;
-            }
-            let piece = self.piece(id);
-            if !fragments.iter().any(|f| matches!(f, Fragment::Text(t) if t.contains(piece))) {
-                continue;
-            }
-            let mut next = Vec::with_capacity(fragments.len() + 2);
-            for fragment in fragments {
-                let Fragment::Text(t) = fragment else {
-                    next.push(fragment);
-                    continue;
-                };
-                let mut at = 0;
-                for (start, _) in t.match_indices(piece) {
-                    if start > at {
-                        next.push(Fragment::Text(&t[at..start]));
-                    }
-                    next.push(Fragment::Token(id));
-                    at = start + piece.len();
-                }
-                if at < t.len() {
-                    next.push(Fragment::Text(&t[at..]));
-                }
-            }
-            fragments = next;
-        }
-        fragments
+        let allowed = self.specials.iter().copied().filter(|&id| special || self.kind(id) == PieceKind::UserDefined);
+        cut_at_specials(text, allowed.map(|id| (id, self.piece(id))))
     }
 
     /// Steps 3 and 4 for one piece of escaped text.
