@@ -213,7 +213,7 @@ impl Worker {
                 Err(e) => format!("its cache could not be used ({e})"),
             }
         } else {
-            "it has no cache on disk (the size cap drops the oldest first)".to_string()
+            "it has no cache on disk (imported, or dropped by the caches' size cap)".to_string()
         };
         if path.exists() || path.is_symlink() {
             // This process holds the chat (see `activate`): its caches are ours to drop.
