@@ -10,11 +10,13 @@
 //!    merged, again and again;
 //! 4. a symbol that is no token goes out as its bytes' tokens.
 
-use std::collections::{BinaryHeap, HashMap};
+use std::cmp::Reverse;
+use std::collections::HashMap;
 
 use candle_core::quantized::gguf_file::{self, Value};
 
 use super::byte_level;
+use super::merge::{merge, Symbol};
 use super::pretokenize::PreTokenizer;
 use super::specials::{cut_at_specials, Fragment};
 use super::spm::PieceKind;
@@ -280,53 +282,16 @@ impl BytePair {
         let whole = self.id_of(word);
         let keep_whole = (self.pre.ignores_merges() || (!self.pre.byte_encodes() && word.bytes().all(|b| b == b'\n')))
             && whole.is_some();
-        let mut symbols: Vec<Symbol> = if keep_whole {
+        let mut symbols = if keep_whole {
             vec![Symbol { start: 0, len: word.len(), prev: -1, next: -1 }]
         } else {
-            let n = word.chars().count() as isize;
-            word.char_indices()
-                .enumerate()
-                .map(|(i, (start, c))| {
-                    let i = i as isize;
-                    Symbol { start, len: c.len_utf8(), prev: i - 1, next: if i + 1 == n { -1 } else { i + 1 } }
-                })
-                .collect()
+            Symbol::chars(word)
         };
-
-        let mut queue = BinaryHeap::new();
-        let text = |s: &Symbol| &word[s.start..s.start + s.len];
-        let try_pair = |symbols: &[Symbol], queue: &mut BinaryHeap<Pair>, left: isize, right: isize| {
-            if left < 0 || right < 0 {
-                return;
-            }
-            let (l, r) = (&symbols[left as usize], &symbols[right as usize]);
-            if let Some(rank) = self.rank(text(l), text(r)) {
-                queue.push(Pair { left, right, rank, len: l.len + r.len });
-            }
-        };
-        for i in 1..symbols.len() as isize {
-            try_pair(&symbols, &mut queue, i - 1, i);
-        }
-        while let Some(pair) = queue.pop() {
-            let (l, r) = (pair.left as usize, pair.right as usize);
-            // Skip pairs whose symbols changed since they were queued.
-            if symbols[l].len == 0 || symbols[r].len == 0 || symbols[l].len + symbols[r].len != pair.len {
-                continue;
-            }
-            symbols[l].len += symbols[r].len;
-            symbols[r].len = 0;
-            symbols[l].next = symbols[r].next;
-            if symbols[r].next >= 0 {
-                let after = symbols[r].next as usize;
-                symbols[after].prev = pair.left;
-            }
-            let (prev, next) = (symbols[l].prev, symbols[l].next);
-            try_pair(&symbols, &mut queue, prev, pair.left);
-            try_pair(&symbols, &mut queue, pair.left, next);
-        }
+        // Lowest rank first.
+        merge(word, &mut symbols, |joined, split| self.rank(&joined[..split], &joined[split..]).map(Reverse));
 
         for s in symbols.iter().filter(|s| s.len > 0) {
-            let piece = text(s);
+            let piece = s.text(word);
             match self.id_of(piece) {
                 Some(id) => out.push(id),
                 // As llama.cpp: each byte on its own, as a one-byte token (byte-level
@@ -340,36 +305,5 @@ impl BytePair {
                 })),
             }
         }
-    }
-}
-
-/// One symbol of [`BytePair::merge`]: a byte range of the word, in a linked list.
-#[derive(Debug, Clone, Copy)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: isize,
-    next: isize,
-}
-
-/// A candidate merge of two adjacent symbols.
-#[derive(Debug, PartialEq, Eq)]
-struct Pair {
-    left: isize,
-    right: isize,
-    rank: u32,
-    len: usize,
-}
-
-/// Lowest rank first; of equal ranks, the leftmost (llama.cpp's order).
-impl Ord for Pair {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        other.rank.cmp(&self.rank).then_with(|| other.left.cmp(&self.left))
-    }
-}
-
-impl PartialOrd for Pair {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
     }
 }

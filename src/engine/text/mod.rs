@@ -7,6 +7,7 @@
 pub(crate) mod bpe;
 pub(crate) mod byte_level;
 pub(crate) mod detokenizer;
+mod merge;
 pub mod pretokenize;
 mod specials;
 pub mod spm;

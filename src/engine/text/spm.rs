@@ -16,10 +16,10 @@
 //! `String`s and a hash map.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
 
 use candle_core::quantized::gguf_file::{self, Value};
 
+use super::merge::{merge, Symbol};
 use super::specials::{cut_at_specials, Fragment};
 use crate::engine::EngineError;
 
@@ -231,51 +231,18 @@ impl SentencePiece {
 
     /// Steps 3 and 4 for one piece of escaped text.
     fn merge(&self, text: &str, out: &mut Vec<u32>) {
-        let mut symbols: Vec<Symbol> = Vec::new();
-        for (start, ch) in text.char_indices() {
-            let i = symbols.len() as isize;
-            symbols.push(Symbol { start, len: ch.len_utf8(), prev: i - 1, next: i + 1 });
+        let mut symbols = Symbol::chars(text);
+        if symbols.is_empty() {
+            return;
         }
-        let Some(last) = symbols.last_mut() else { return };
-        last.next = -1;
-
-        let mut queue = BinaryHeap::new();
-        let try_pair = |symbols: &[Symbol], queue: &mut BinaryHeap<Pair>, left: isize, right: isize| {
-            if left < 0 || right < 0 {
-                return;
-            }
-            let (l, r) = (&symbols[left as usize], &symbols[right as usize]);
-            let joined = &text[l.start..r.start + r.len];
-            if let Some(id) = self.id_of(joined) {
-                queue.push(Pair { left, right, score: self.scores[id as usize], len: joined.len() });
-            }
-        };
-        for i in 1..symbols.len() as isize {
-            try_pair(&symbols, &mut queue, i - 1, i);
-        }
-        while let Some(pair) = queue.pop() {
-            let (l, r) = (pair.left as usize, pair.right as usize);
-            // Skip pairs whose symbols were merged into others since.
-            if symbols[l].len == 0 || symbols[r].len == 0 || symbols[l].len + symbols[r].len != pair.len {
-                continue;
-            }
-            symbols[l].len += symbols[r].len;
-            symbols[r].len = 0;
-            symbols[l].next = symbols[r].next;
-            let after = symbols[r].next;
-            if after >= 0 {
-                symbols[after as usize].prev = pair.left;
-            }
-            let (prev, next) = (symbols[l].prev, symbols[l].next);
-            try_pair(&symbols, &mut queue, prev, pair.left);
-            try_pair(&symbols, &mut queue, pair.left, next);
-        }
+        // Highest score first.
+        merge(text, &mut symbols, |joined, _| self.id_of(joined).map(|id| Score(self.scores[id as usize])));
         // Every merge made a piece, so only single characters can be missing from the
         // vocabulary: those go out as their bytes.
         let mut i = 0isize;
         while i >= 0 {
             let s = &symbols[i as usize];
-            let piece = &text[s.start..s.start + s.len];
+            let piece = s.text(text);
             match self.id_of(piece) {
                 Some(id) => out.push(id),
                 None => out.extend(piece.bytes().map(|b| self.byte_ids[b as usize])),
@@ -285,44 +252,23 @@ impl SentencePiece {
     }
 }
 
-/// One symbol of [`SentencePiece::merge`]: a byte range of the text, in a linked list.
-#[derive(Debug, Clone, Copy)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: isize,
-    next: isize,
-}
+/// A piece's score, ordered as llama.cpp orders them (`total_cmp`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Score(f32);
 
-/// A candidate merge of two adjacent symbols.
-#[derive(Debug)]
-struct Pair {
-    left: isize,
-    right: isize,
-    score: f32,
-    len: usize,
-}
+impl Eq for Score {}
 
-/// Highest score first; of equal scores, the leftmost (llama.cpp's order).
-impl Ord for Pair {
+impl Ord for Score {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.score.total_cmp(&other.score).then_with(|| other.left.cmp(&self.left))
+        self.0.total_cmp(&other.0)
     }
 }
 
-impl PartialOrd for Pair {
+impl PartialOrd for Score {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
-
-impl PartialEq for Pair {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl Eq for Pair {}
 
 /// The byte of a `<0xXX>` piece.
 pub(crate) fn byte_of_piece(piece: &str) -> Option<u8> {
