@@ -1,6 +1,7 @@
 //! pocketchat: on-device chat with a persistent KV cache, memory-aware token budgets and
 //! graceful eviction on memory warnings. See `DESIGN.md` in the shared folder.
 
+pub mod calendar;
 pub mod catalog;
 pub mod chats;
 pub mod engine;

@@ -342,20 +342,11 @@ fn utc_date_time(ms: u64) -> String {
     format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02} UTC")
 }
 
-/// Year, month, day, hour and minute (UTC) of milliseconds since the Unix epoch (Howard
-/// Hinnant's `civil_from_days`).
+/// Year, month, day, hour and minute (UTC) of milliseconds since the Unix epoch.
 fn civil(ms: u64) -> (i64, u32, u32, u32, u32) {
     let secs = (ms / 1000) as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = crate::calendar::civil_from_days(days);
     (y, m, d, (rem / 3600) as u32, (rem % 3600 / 60) as u32)
 }
 
