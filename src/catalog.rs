@@ -206,6 +206,7 @@ impl ModelEntry {
             weights_bytes,
             mapped_bytes,
             kv_bytes_per_token: crate::memory::kv_bytes_per_token(s.layers, s.kv_heads, s.head_dim, 2),
+            recurrent_bytes: 0,
             context: s.context,
             prefill: PrefillShape {
                 heads: s.heads,
