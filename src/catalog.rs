@@ -43,7 +43,7 @@ const KV_BYTES: usize = 2;
 pub use download::{download, file_name_of_url, DownloadError, DownloadOptions, DownloadRequest, Progress};
 pub use fetch::{download_entry, fetch_default, fetch_entry};
 pub use quantize::{quantize, quantize_q8_0, quantize_to, QuantizeReport, Replace, QUANT_TYPES};
-pub use shape::{Shape, SlidingWindow};
+pub use shape::{PerLayerInput, Shape, SlidingWindow};
 
 /// The catalog as shipped, `models/catalog.json`.
 const CATALOG_JSON: &str = include_str!("../models/catalog.json");
@@ -202,10 +202,13 @@ impl ModelEntry {
         };
         let attention = crate::engine::cpu::attention::prefill_attention(Kernels::default(), true, s.head_dim, window);
         // Files of the types our kernels read in place are mapped, only their norms (f32)
-        // copied; any other is counted as copied whole.
+        // copied; any other is counted as copied whole. Of a per-layer input embedding
+        // table (Gemma 4) each token reads one row: it is mapped but not counted as
+        // resident (at the file's average bits per weight).
         let (weights_bytes, mapped_bytes) = if runs_in_place(&self.quant) {
             let norms = (2 * s.layers as u64 + 1) * s.width as u64 * 4;
-            (norms, self.estimated_bytes())
+            let lookup = (s.per_layer_input_params() as f64 * bits_per_weight(&self.quant) / 8.0) as u64;
+            (norms, self.estimated_bytes().saturating_sub(lookup))
         } else {
             (self.estimated_bytes(), 0)
         };

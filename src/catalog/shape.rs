@@ -41,6 +41,18 @@ pub struct Shape {
     /// `head_dim` (Gemma 4's `global_head_dim`).
     #[serde(default)]
     pub global_head_dim: Option<usize>,
+    /// Width of the per-layer input embeddings (Gemma 4's `hidden_size_per_layer_input`):
+    /// a table of `vocab` × `layers` × this many weights of which each token reads one row,
+    /// so most of it need not stay resident.
+    #[serde(default)]
+    pub per_layer_input: Option<PerLayerInput>,
+}
+
+/// Gemma 4's per-layer input embeddings: `vocab` rows of `layers` × `width` weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct PerLayerInput {
+    pub width: usize,
+    pub vocab: usize,
 }
 
 /// Sliding-window attention layers: every `global_every`-th layer (counting from 1) is
@@ -67,6 +79,11 @@ impl Shape {
     /// Whether layer `i` keeps a recurrent state instead (a hybrid's other layers).
     pub fn is_recurrent(&self, i: usize) -> bool {
         !self.keeps_kv(i) && !self.recurrent_state.is_empty()
+    }
+
+    /// Parameters of the per-layer input embedding table (0 without one).
+    pub fn per_layer_input_params(&self) -> u64 {
+        self.per_layer_input.map_or(0, |p| (p.vocab as u64) * (self.layers as u64) * (p.width as u64))
     }
 
     fn slides(&self, i: usize) -> bool {
@@ -148,8 +165,12 @@ mod tests {
         assert_eq!(s.kv_bytes_per_token(2), 3 * 2 * 512 * 2);
         assert_eq!(s.window_cache_bytes(2), 12 * 2 * 256 * 2 * 1024);
         assert_eq!(s.recurrent_bytes(), 0);
-        let facts = catalog().get("gemma-4-e2b-it-q4_k_m").unwrap().facts();
+        let entry = catalog().get("gemma-4-e2b-it-q4_k_m").unwrap();
+        let facts = entry.facts();
         assert_eq!(facts.recurrent_bytes, s.window_cache_bytes(2), "the window is fixed per chat");
+        // The per-layer input table (262,144 × 35 × 256 weights) is mapped, not resident.
+        assert_eq!(s.per_layer_input_params(), 262_144 * 35 * 256);
+        assert!(facts.mapped_bytes < entry.estimated_bytes() * 6 / 10, "{facts:?}");
     }
 
     /// A plain transformer's shape (no field after `context`) keeps keys and values in
