@@ -620,7 +620,11 @@ fn settings_show_a_hybrids_recurrent_state_and_not_a_transformers() {
 
     let mut s = ChatState::new();
     s.apply(EngineEvent::Loading { progress: 0.3, message: "reading weights".into() });
-    s.apply(EngineEvent::Ready(ModelInfo { architecture: "qwen35".into(), recurrent_bytes: 5 * 20 * MIB, ..model_info() }));
+    s.apply(EngineEvent::Ready(ModelInfo {
+        architecture: "qwen35".into(),
+        recurrent_bytes: 5 * 20 * MIB,
+        ..model_info()
+    }));
     let html = render(&s, true);
     let t = text(&html);
     assert!(html.contains("data-figure=\"recurrent-state\""), "{html}");

@@ -161,7 +161,9 @@ mod tests {
         other.tokenizer = "tekken".into();
         assert!(other.runs_here().unwrap_err().contains("`tekken`"));
         let json = serde_json::to_value(small).unwrap();
-        for key in ["id", "name", "params", "bits", "bytes", "fits", "budget", "for_this_tier", "tiers", "recurrent_bytes"] {
+        for key in
+            ["id", "name", "params", "bits", "bytes", "fits", "budget", "for_this_tier", "tiers", "recurrent_bytes"]
+        {
             assert!(json.get(key).is_some(), "{key} in {json}");
         }
     }

@@ -177,7 +177,8 @@ mod tests {
     /// every layer and no other state: the catalog's older entries mean what they meant.
     #[test]
     fn an_entry_without_the_new_fields_is_a_plain_transformer() {
-        let json = r#"{"layers": 30, "heads": 9, "kv_heads": 3, "head_dim": 64, "width": 576, "ffn": 1536, "context": 8192}"#;
+        let json =
+            r#"{"layers": 30, "heads": 9, "kv_heads": 3, "head_dim": 64, "width": 576, "ffn": 1536, "context": 8192}"#;
         let s: Shape = serde_json::from_str(json).unwrap();
         assert_eq!(s.kv_bytes_per_token(2), memory::kv_bytes_per_token(30, 3, 64, 2));
         assert_eq!((s.recurrent_bytes(), s.window_cache_bytes(2)), (0, 0));
