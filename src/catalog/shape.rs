@@ -31,7 +31,7 @@ pub struct Shape {
     /// The f32 tensors one recurrent layer keeps, as shapes (the engine's
     /// `LayerMemory::Recurrent`): every layer not in `attention_layers` keeps them.
     /// Short convolution (LFM2): `[L_cache − 1, width]`; gated delta-net (Qwen3.5): its
-    /// convolution's `[kernel − 1, channels]` and the `[v_heads, d_k, d_v]` state.
+    /// convolution's `[channels, kernel − 1]` and the `[v_heads, d_k, d_v]` state.
     #[serde(default)]
     pub recurrent_state: Vec<Vec<usize>>,
     /// Attention layers that see only the last `window` positions (Gemma 4).
@@ -66,7 +66,7 @@ pub struct SlidingWindow {
 impl SlidingWindow {
     /// Whether layer `i` (from 0) slides.
     pub fn slides(&self, i: usize) -> bool {
-        self.global_every == 0 || (i + 1) % self.global_every != 0
+        !(i + 1).is_multiple_of(self.global_every)
     }
 }
 
@@ -135,7 +135,7 @@ mod tests {
     }
 
     /// Qwen3.5-0.8B (config.json): 6 of 24 layers attend (2 KV heads of 256); the 18
-    /// gated delta-net layers keep a 3 × 6,144 convolution state and a 16 × 128 × 128
+    /// gated delta-net layers keep a 6,144 × 3 convolution state and a 16 × 128 × 128
     /// state matrix in f32, copied at each of the engine's turn checkpoints.
     #[test]
     fn a_gated_delta_net_hybrid_counts_its_attention_layers_and_its_state() {
