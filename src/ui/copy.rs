@@ -97,3 +97,8 @@ pub const NEXT_VERSION: &str = "Next version";
 
 /// What the Edit button of a message says it does.
 pub const EDIT_TITLE: &str = "Edit your message (what followed stays as another version)";
+
+/// The settings panel's row for a hybrid model's recurrent state (shown only when the
+/// model has one): its label, and what the figure holds besides the state itself.
+pub const RECURRENT_STATE_LABEL: &str = "Recurrent state";
+pub const RECURRENT_STATE_CHECKPOINTS: &str = "turn checkpoints";
