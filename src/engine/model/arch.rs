@@ -81,9 +81,7 @@ impl ArchTraits {
             // Short gated convolutions in the layers whose `attention.head_count_kv` is 0
             // (`model::short_conv`), q/k head norms in the others. The mixture-of-experts
             // variant (`lfm2moe`) is not run.
-            "lfm2" => {
-                Some(ArchTraits { rope_neox: true, output_norm: "token_embd_norm", short_conv: true, ..llama })
-            }
+            "lfm2" => Some(ArchTraits { rope_neox: true, output_norm: "token_embd_norm", short_conv: true, ..llama }),
             _ => None,
         }
     }

@@ -377,11 +377,9 @@ impl Loader<'_> {
                 .ok_or_else(|| self.bad(format!("`{}.{key}` holds {v:?}, not a count", self.arch)))
         };
         match value.to_vec() {
-            Ok(list) if list.len() != n_layers => Err(self.bad(format!(
-                "`{}.{key}` lists {} layers, `block_count` is {n_layers}",
-                self.arch,
-                list.len()
-            ))),
+            Ok(list) if list.len() != n_layers => {
+                Err(self.bad(format!("`{}.{key}` lists {} layers, `block_count` is {n_layers}", self.arch, list.len())))
+            }
             Ok(list) => list.iter().map(count).collect(),
             Err(_) => Ok(vec![count(value)?; n_layers]),
         }
@@ -634,7 +632,9 @@ impl Model {
             let p = format!("blk.{i}");
             let mixer = match memory[i] {
                 LayerMemory::Recurrent(_) => Mixer::ShortConv(ShortConv::load(&mut ld, &p, embedding_length, kernels)?),
-                LayerMemory::KeysValues => Mixer::Attention(ld.attention(&p, head_dim, &traits, sliding_window, i, kernels)?),
+                LayerMemory::KeysValues => {
+                    Mixer::Attention(ld.attention(&p, head_dim, &traits, sliding_window, i, kernels)?)
+                }
             };
             // The first layer's first matrix (q, or the convolution's input projection).
             weights_dtype.get_or_insert(mixer.matrices()[0].1.dtype());
@@ -650,7 +650,7 @@ impl Model {
             });
             progress(0.05 + 0.9 * (i + 1) as f32 / n_layers as f32);
         }
-                let output_norm = ld.vector(&format!("{}.weight", traits.output_norm))?;
+        let output_norm = ld.vector(&format!("{}.weight", traits.output_norm))?;
         // Tied embeddings: the output projection reads the embedding table. The lookups
         // read the mapped table, or the output layer's copy where it made one.
         let output = if ld.has("output.weight") {
