@@ -117,3 +117,198 @@ fn the_mixture_of_experts_variant_is_refused_by_name() {
     assert_eq!(err, EngineError::UnsupportedArchitecture("lfm2moe".into()));
     assert!(err.to_string().contains("lfm2moe"), "{err}");
 }
+
+/// An LFM2-shaped file small enough for tests: six layers (two attention), a real
+/// vocabulary and LFM2.5's chat template. No LFM2 vocabulary file is at hand (llama.cpp's
+/// suite has none), so Qwen2's stands in: the same ChatML turn markers, `<|im_end|>` as
+/// the end-of-turn token as LFM2's files have it.
+fn chat_model(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    let suite = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/llamacpp-suite");
+    let vocabulary = suite.join("ggml-vocab-qwen2.gguf");
+    let template = std::fs::read_to_string(suite.join("templates/LFM2.5-Instruct.jinja")).ok()?;
+    if !vocabulary.is_file() {
+        return None;
+    }
+    use candle_core::quantized::gguf_file::Value;
+    let spec = Lfm2Spec {
+        attention: vec![false, false, true, false, false, true],
+        width: 128,
+        heads: 2,
+        kv_heads: 1,
+        ffn: 256,
+        weight_dtype: candle_core::quantized::GgmlDType::Q8_0,
+        vocabulary: Some(vocabulary),
+        meta_overrides: vec![
+            ("tokenizer.chat_template".into(), Value::String(template)),
+            ("tokenizer.ggml.eos_token_id".into(), Value::U32(151_645)),
+        ],
+    };
+    Some(write_lfm2_gguf(dir, "lfm2-chat.gguf", &spec, 41))
+}
+
+mod chat {
+    use super::*;
+    use pocketchat::engine::persist::{self, ModelIdentity, StateFileError};
+    use pocketchat::engine::template::ChatTemplate;
+    use pocketchat::engine::tokenizer::TextTokenizer;
+    use pocketchat::engine::{DraftExtent, Session};
+
+    const RESERVE: usize = 32;
+
+    fn session(model: &Model, path: &std::path::Path, budget: usize) -> (Session, TextTokenizer) {
+        let (content, _) = pocketchat::engine::model::read_gguf(path).unwrap();
+        let tok = TextTokenizer::from_gguf(&content).unwrap();
+        let template = ChatTemplate::for_model(&content, &tok);
+        // An f16 cache, as the app keeps and saves it.
+        (Session::new(model.make_state(budget, DType::F16), template).unwrap(), tok)
+    }
+
+    /// Ends the turn as the engine does: the reply's tokens enter the cache as they are
+    /// decoded, then its text is recorded.
+    fn reply_with(s: &mut Session, model: &Model, tok: &TextTokenizer, reply: &str) {
+        model.forward(&tok.encode_text(reply).unwrap(), &mut s.state).unwrap();
+        s.finish_reply(reply);
+    }
+
+    /// The logits of a fresh prefill of the session's tokens.
+    fn fresh(model: &Model, s: &Session) -> Vec<f32> {
+        let mut state = model.make_state(s.state.max_tokens(), s.state.dtype());
+        model.forward(s.state.tokens(), &mut state).unwrap().to_vec1().unwrap()
+    }
+
+    fn logits(t: &Tensor) -> Vec<f32> {
+        t.to_vec1().unwrap()
+    }
+
+    fn close(a: &[f32], b: &[f32], what: &str) {
+        let scale = b.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let diff = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(diff <= 1e-3 * scale, "{what}: differ by {diff} (largest {scale})");
+    }
+
+    fn message(i: usize) -> String {
+        format!("Turn {i}: tell me something about lighthouses, storms and the number {}.", i * 7)
+    }
+
+    fn answer(i: usize) -> String {
+        format!("Here is answer {i}: the keeper lit the lamp {} times.", i + 2)
+    }
+
+    /// A 12-turn chat: each turn feeds only its own tokens, and the logits after every
+    /// prompt equal a fresh prefill's. Returns the session after the last reply.
+    fn twelve_turns(model: &Model, path: &std::path::Path, budget: usize) -> (Session, TextTokenizer) {
+        let (mut s, tok) = session(model, path, budget);
+        for i in 0..12 {
+            let before = s.state.len();
+            let p = s.prepare_turn(model, &tok, &message(i), RESERVE).unwrap();
+            assert_eq!(p.dropped_tokens, 0);
+            assert_eq!(s.state.len() - before, p.fed_tokens, "turn {i}: only its new tokens are fed");
+            if i > 0 {
+                assert!(p.fed_tokens < 60, "turn {i} fed {} tokens", p.fed_tokens);
+            }
+            close(&logits(&p.logits), &fresh(model, &s), &format!("turn {i}"));
+            reply_with(&mut s, model, &tok, &answer(i));
+        }
+        (s, tok)
+    }
+
+    #[test]
+    fn a_twelve_turn_chat_rolls_back_to_checkpoints_and_matches_a_fresh_prefill() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(path) = chat_model(dir.path()) else {
+            panic!("models/llamacpp-suite is missing: run scripts/fetch-llamacpp-suite.sh");
+        };
+        let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+        let (mut s, tok) = twelve_turns(&model, &path, 4096);
+        let end = s.state.len();
+        assert_eq!(s.state.checkpoint_lengths().last(), Some(&end), "a checkpoint after the reply");
+
+        // Regenerate: back to the checkpoint before the last prompt, which is fed again.
+        let (regenerated, prompt) = s.rewind_reply(&model).unwrap().unwrap();
+        assert_eq!(prompt, message(11));
+        close(&logits(&regenerated), &fresh(&model, &s), "regenerate");
+        reply_with(&mut s, &model, &tok, "another answer");
+
+        // A draft typed and dropped: the cache is the conversation's again, at a checkpoint.
+        let conversation = s.state.tokens().to_vec();
+        s.draft(&model, &tok, "something I will not send", DraftExtent::Whole, RESERVE).unwrap();
+        assert!(s.state.len() > conversation.len());
+        s.discard_draft();
+        assert_eq!(s.state.tokens(), &conversation[..]);
+        let p = s.prepare_turn(&model, &tok, "after the draft", RESERVE).unwrap();
+        close(&logits(&p.logits), &fresh(&model, &s), "after a dropped draft");
+        reply_with(&mut s, &model, &tok, "fine");
+
+        // Edit the last message: back to the checkpoint at its turn's start.
+        let before = s.state.len();
+        assert_eq!(s.rewind_turn(&model).as_deref(), Some("after the draft"));
+        let p = s.prepare_turn(&model, &tok, "an edited message", RESERVE).unwrap();
+        assert!(p.fed_tokens < 30, "only the edited turn is fed ({} of {before})", p.fed_tokens);
+        close(&logits(&p.logits), &fresh(&model, &s), "edit");
+        reply_with(&mut s, &model, &tok, "edited answer");
+
+        // Edit an older message, before every checkpoint kept: fed again from the latest
+        // checkpoint before it (or the start), never shifted.
+        let index = s.messages().iter().position(|m| m.content == message(9)).unwrap();
+        assert!(s.rewind_to_message(&model, index));
+        let p = s.prepare_turn(&model, &tok, "an older message edited", RESERVE).unwrap();
+        close(&logits(&p.logits), &fresh(&model, &s), "edit of an older message");
+        reply_with(&mut s, &model, &tok, "older edited answer");
+
+        // Save and restore: the recurrent state and its checkpoints come back.
+        let file = dir.path().join("chat.pcstate");
+        let identity = ModelIdentity { sha256: "lfm2-chat".into(), bytes: 1 };
+        persist::save(&s, &identity, &file).unwrap();
+        let (mut restored, _) = session(&model, &path, 4096);
+        persist::restore(&mut restored, &identity, &file).unwrap();
+        assert_eq!(restored.state.tokens(), s.state.tokens());
+        assert_eq!(restored.state.checkpoint_lengths(), s.state.checkpoint_lengths());
+        // Regenerate right after the restore: the saved checkpoint before the last prompt.
+        let (again, _) = restored.rewind_reply(&model).unwrap().expect("the last reply is cached");
+        close(&logits(&again), &fresh(&model, &restored), "regenerate after a restore");
+        reply_with(&mut restored, &model, &tok, "older edited answer");
+        let a = s.prepare_turn(&model, &tok, "after saving", RESERVE).unwrap();
+        let b = restored.prepare_turn(&model, &tok, "after saving", RESERVE).unwrap();
+        assert_eq!(restored.state.tokens(), s.state.tokens());
+        close(&logits(&b.logits), &logits(&a.logits), "restored");
+        close(&logits(&b.logits), &fresh(&model, &restored), "restored, fresh");
+
+        // A state file of another shape (the tiny LFM2's) is refused.
+        let tiny_path = tiny(dir.path());
+        let tiny_model = Model::load(&tiny_path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+        let (mut other, other_tok) = session(&tiny_model, &tiny_path, 256);
+        other.prepare_turn(&tiny_model, &other_tok, "hi", 16).unwrap();
+        let other_file = dir.path().join("other.pcstate");
+        persist::save(&other, &identity, &other_file).unwrap();
+        let err = persist::restore(&mut restored, &identity, &other_file).unwrap_err();
+        assert_eq!(err, StateFileError::OtherModel("different layer shapes".into()));
+        assert!(restored.is_empty());
+    }
+
+    #[test]
+    fn trimming_and_eviction_rebuild_the_recurrent_state_and_match_a_fresh_prefill() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = chat_model(dir.path()).expect("models/llamacpp-suite (scripts/fetch-llamacpp-suite.sh)");
+        let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+        let (mut s, tok) = twelve_turns(&model, &path, 4096);
+        let total = s.state.len();
+
+        // A budget the chat overflows: old turns go, what follows them is read again.
+        s.set_budget(total * 2 / 3);
+        let p = s.prepare_turn(&model, &tok, "one more question", RESERVE).unwrap();
+        assert!(p.dropped_tokens > 0);
+        let kept = s.state.len() - p.fed_tokens;
+        assert!(s.last_reread() > 0 && s.last_reread() <= kept, "re-read {} of {kept}", s.last_reread());
+        close(&logits(&p.logits), &fresh(&model, &s), "after trimming");
+        reply_with(&mut s, &model, &tok, "trimmed answer");
+
+        // A memory warning: down to half, rebuilt, and the next turn is exact.
+        let before = s.state.len();
+        s.evict_to(&model, before / 2).unwrap();
+        assert!(s.state.len() <= before / 2 && !s.state.is_empty());
+        assert!(s.last_reread() > 0);
+        assert_eq!(s.state.checkpoint_lengths().last(), Some(&s.state.len()));
+        let p = s.prepare_turn(&model, &tok, "after the warning", RESERVE).unwrap();
+        close(&logits(&p.logits), &fresh(&model, &s), "after eviction");
+    }
+}

@@ -24,6 +24,8 @@ pub struct Lfm2Spec {
     /// A vocabulary-only GGUF whose `tokenizer.*` keys (and token count) the file takes;
     /// `None`: the tiny byte-level BPE vocabulary of [`super::write_tiny_gguf`].
     pub vocabulary: Option<PathBuf>,
+    /// Metadata written over the usual entries (a chat template, the end-of-turn token).
+    pub meta_overrides: Vec<(String, Value)>,
 }
 
 impl Lfm2Spec {
@@ -38,6 +40,7 @@ impl Lfm2Spec {
             ffn: super::FFN,
             weight_dtype: GgmlDType::F32,
             vocabulary: None,
+            meta_overrides: Vec::new(),
         }
     }
 }
@@ -146,6 +149,10 @@ pub fn write_lfm2_gguf(dir: &Path, name: &str, spec: &Lfm2Spec, seed: u64) -> Pa
         (format!("{a}.shortconv.l_cache"), Value::U32(TAPS as u32)),
     ];
     meta.extend(vocab_keys);
+    for (key, value) in &spec.meta_overrides {
+        meta.retain(|(k, _)| k != key);
+        meta.push((key.clone(), value.clone()));
+    }
     let path = dir.join(name);
     let mut f = std::fs::File::create(&path).unwrap();
     let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();

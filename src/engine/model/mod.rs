@@ -1013,6 +1013,10 @@ impl Model {
     /// that many positions (RoPE is a rotation, so this is exact for the rotation itself).
     pub fn shift_out(&self, state: &mut State, start: usize, end: usize) -> Result<()> {
         let _span = tracing::info_span!("shift", start, end).entered();
+        if state.is_recurrent() {
+            // A recurrent layer's state holds every token it read: nothing to move down.
+            return Err(EngineError::Inference(Cause::msg("a recurrent state cannot be shifted: rebuild it")));
+        }
         let delta = end - start;
         if delta == 0 {
             return Ok(());
