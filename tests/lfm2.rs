@@ -312,3 +312,139 @@ mod chat {
         close(&logits(&p.logits), &fresh(&model, &s), "after eviction");
     }
 }
+
+/// What each operation on a recurrent state costs against reading the chat again, on an
+/// LFM2.5-1.2B-shaped file (`bench/shaped_model.py lfm2.5-1.2b`): prints time and tokens
+/// fed; asserts nothing about time. Run by hand:
+///
+/// ```text
+/// POCKETCHAT_LFM2_SHAPED=/work/shaped/LFM2.5-1.2B-shaped.Q4_K_M.gguf \
+///   cargo test --no-default-features --test lfm2 -- --ignored --nocapture recurrent_costs
+/// ```
+#[test]
+#[ignore = "a measurement on a 1.2B-shaped file: run by hand"]
+fn recurrent_costs() {
+    use pocketchat::engine::persist::{self, ModelIdentity};
+    use pocketchat::engine::template::ChatTemplate;
+    use pocketchat::engine::tokenizer::TextTokenizer;
+    use pocketchat::engine::{DraftExtent, Session};
+    use std::time::Instant;
+
+    let path = std::path::PathBuf::from(std::env::var("POCKETCHAT_LFM2_SHAPED").expect("POCKETCHAT_LFM2_SHAPED"));
+    let turns: usize = std::env::var("POCKETCHAT_TURNS").ok().and_then(|t| t.parse().ok()).unwrap_or(12);
+    let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+    let (content, _) = pocketchat::engine::model::read_gguf(&path).unwrap();
+    let tok = TextTokenizer::from_gguf(&content).unwrap();
+    let new_session =
+        || Session::new(model.make_state(8192, DType::F16), ChatTemplate::for_model(&content, &tok)).unwrap();
+    let mut s = new_session();
+    let reserve = 256;
+    let prompt = |i: usize| {
+        format!("Question {i}: what did the keeper of the lighthouse write in the log on night {i}, and why?")
+    };
+    let reply = |i: usize| "The keeper wrote about the storm, the ships and the lamp. ".repeat(2 + i % 3);
+    let feed_reply = |s: &mut Session, text: &str| {
+        model.forward(&tok.encode_text(text).unwrap(), &mut s.state).unwrap();
+        s.finish_reply(text);
+    };
+    let t = Instant::now();
+    for i in 0..turns {
+        s.prepare_turn(&model, &tok, &prompt(i), reserve).unwrap();
+        feed_reply(&mut s, &reply(i));
+    }
+    let tokens = s.state.len();
+    println!("chat: {turns} turns, {tokens} tokens, built in {:.1} s", t.elapsed().as_secs_f64());
+    println!(
+        "state: KV {} B/token (f16), recurrent {} B now, {} B with {} checkpoints",
+        model.kv_bytes_per_token(DType::F16),
+        s.state.recurrent_bytes() / (1 + s.state.checkpoint_lengths().len() as u64),
+        s.state.recurrent_bytes(),
+        s.state.checkpoint_lengths().len()
+    );
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+    let row = |what: &str, fed: usize, ms: f64| println!("| {what} | {fed} | {ms:.0} |");
+    println!("| operation | tokens fed | ms |");
+    println!("|---|---:|---:|");
+    let t = Instant::now();
+    let mut fresh = model.make_state(8192, DType::F16);
+    model.forward(s.state.tokens(), &mut fresh).unwrap();
+    row("re-read of the whole chat (the floor without checkpoints)", tokens, ms(t));
+    drop(fresh);
+
+    // Fed by an operation: what the state holds after it, less what it kept.
+    let kept_at = |s: &Session, cut: usize| s.state.checkpoint_lengths().into_iter().filter(|&c| c <= cut).max();
+    // Checkpoints: …, the previous reply's end, the last prompt's end, the last reply's end.
+    let start = s.state.checkpoint_lengths().into_iter().rev().nth(1).unwrap();
+    let kept = kept_at(&s, start - 1).unwrap_or(0);
+    let t = Instant::now();
+    s.rewind_reply(&model).unwrap().unwrap();
+    row("regenerate (rewind_reply)", start - kept, ms(t));
+    feed_reply(&mut s, &reply(0));
+
+    let t = Instant::now();
+    let mut fed = 0;
+    loop {
+        let step = s.draft(&model, &tok, "a message typed and then dropped", DraftExtent::Whole, reserve).unwrap();
+        fed += step.fed;
+        if step.left == 0 {
+            break;
+        }
+    }
+    let typed = ms(t);
+    let t = Instant::now();
+    s.discard_draft();
+    row(&format!("dropped draft ({fed} tokens typed ahead in {typed:.0} ms)"), 0, ms(t));
+
+    // Tokens an edit re-fed to reach the turn's start: from the checkpoint before it.
+    let refed =
+        |checkpoints: &[usize], at: usize| at - checkpoints.iter().copied().filter(|&c| c <= at).max().unwrap_or(0);
+    let checkpoints = s.state.checkpoint_lengths();
+    let t = Instant::now();
+    s.rewind_turn(&model).unwrap();
+    let again = refed(&checkpoints, s.state.len());
+    let p = s.prepare_turn(&model, &tok, "an edited question about the lighthouse", reserve).unwrap();
+    row("edit of the last message (rewind_turn + its prompt)", again + p.fed_tokens, ms(t));
+    feed_reply(&mut s, &reply(1));
+
+    let index = s.messages().iter().position(|m| m.content == prompt(turns / 2)).unwrap();
+    let (checkpoints, messages) = (s.state.checkpoint_lengths(), s.messages().len());
+    let t = Instant::now();
+    assert!(s.rewind_to_message(&model, index));
+    let again = refed(&checkpoints, s.state.len());
+    let p = s.prepare_turn(&model, &tok, "an edited older question", reserve).unwrap();
+    row(&format!("edit of message {index} of {messages} (older than every checkpoint)"), again + p.fed_tokens, ms(t));
+    for i in 0..turns - turns / 2 - 1 {
+        feed_reply(&mut s, &reply(i));
+        s.prepare_turn(&model, &tok, &prompt(turns / 2 + 1 + i), reserve).unwrap();
+    }
+    feed_reply(&mut s, &reply(3));
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("chat.pcstate");
+    let identity = ModelIdentity { sha256: "shaped".into(), bytes: 1 };
+    let t = Instant::now();
+    let bytes = persist::save(&s, &identity, &file).unwrap();
+    let saved = ms(t);
+    let mut restored = new_session();
+    let t = Instant::now();
+    persist::restore(&mut restored, &identity, &file).unwrap();
+    row(&format!("save ({bytes} B, {saved:.0} ms) and restore"), 0, ms(t));
+    drop(restored);
+
+    let len = s.state.len();
+    s.set_budget(len * 3 / 4 + reserve);
+    let t = Instant::now();
+    let p = s.prepare_turn(&model, &tok, &prompt(99), reserve).unwrap();
+    row(
+        &format!("trim of {} old tokens before a turn (+{} prompt tokens)", p.dropped_tokens, p.fed_tokens),
+        s.last_reread() + p.fed_tokens,
+        ms(t),
+    );
+    feed_reply(&mut s, &reply(2));
+    s.set_budget(8192);
+
+    let len = s.state.len();
+    let t = Instant::now();
+    s.evict_to(&model, len / 2).unwrap();
+    row(&format!("memory-warning eviction to half ({len} → {} tokens)", s.state.len()), s.last_reread(), ms(t));
+}
