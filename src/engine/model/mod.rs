@@ -108,6 +108,8 @@ struct Layer {
 }
 
 /// What mixes information across positions in a layer.
+// One per layer, made once at load and never moved: the sizes of the variants do not matter.
+#[allow(clippy::large_enum_variant)]
 enum Mixer {
     Attention(Attention),
     /// LFM2's gated short convolution.
@@ -520,7 +522,7 @@ impl Loader<'_> {
         kernels: Kernels,
     ) -> Result<Attention> {
         let sliding = sliding_window.filter(|_| traits.sliding_windows.is_some_and(|w| w.slides(i)));
-        let rotates = traits.no_rope_every.is_none_or(|every| (i + 1) % every != 0);
+        let rotates = traits.no_rope_every.is_none_or(|every| !(i + 1).is_multiple_of(every));
         Ok(Attention {
             q_norm: self.optional_norm(&format!("{p}.attn_q_norm.weight"), head_dim)?,
             k_norm: self.optional_norm(&format!("{p}.attn_k_norm.weight"), head_dim)?,
@@ -628,9 +630,9 @@ impl Model {
         progress(0.05);
         let mut layers = Vec::with_capacity(n_layers);
         let mut weights_dtype = None;
-        for i in 0..n_layers {
+        for (i, memory) in memory.iter().enumerate() {
             let p = format!("blk.{i}");
-            let mixer = match memory[i] {
+            let mixer = match memory {
                 LayerMemory::Recurrent(_) => Mixer::ShortConv(ShortConv::load(&mut ld, &p, embedding_length, kernels)?),
                 LayerMemory::KeysValues => {
                     Mixer::Attention(ld.attention(&p, head_dim, &traits, sliding_window, i, kernels)?)
