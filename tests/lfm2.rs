@@ -209,6 +209,12 @@ mod chat {
             close(&logits(&p.logits), &fresh(model, &s), &format!("turn {i}"));
             reply_with(&mut s, model, &tok, &answer(i));
         }
+        // LFM2.5's turn markers: `<|im_end|>` ends a reply and closes every turn (the
+        // last reply's close comes with the next prompt).
+        let im_end = tok.encode("<|im_end|>").unwrap();
+        assert_eq!(im_end.len(), 1);
+        assert!(tok.is_stop(im_end[0]));
+        assert_eq!(s.state.tokens().iter().filter(|&&t| t == im_end[0]).count(), 2 * 12 - 1);
         (s, tok)
     }
 
@@ -224,8 +230,12 @@ mod chat {
         assert_eq!(s.state.checkpoint_lengths().last(), Some(&end), "a checkpoint after the reply");
 
         // Regenerate: back to the checkpoint before the last prompt, which is fed again.
-        let (regenerated, prompt) = s.rewind_reply(&model).unwrap().unwrap();
+        let checkpoints = s.state.checkpoint_lengths();
+        let (regenerated, prompt, fed) = s.rewind_reply(&model).unwrap().unwrap();
         assert_eq!(prompt, message(11));
+        // The checkpoints: …, the last turn's start, its reply's start, its end.
+        let n = checkpoints.len();
+        assert_eq!(fed, checkpoints[n - 2] - checkpoints[n - 3], "only the last prompt is fed again");
         close(&logits(&regenerated), &fresh(&model, &s), "regenerate");
         reply_with(&mut s, &model, &tok, "another answer");
 
@@ -264,7 +274,7 @@ mod chat {
         assert_eq!(restored.state.tokens(), s.state.tokens());
         assert_eq!(restored.state.checkpoint_lengths(), s.state.checkpoint_lengths());
         // Regenerate right after the restore: the saved checkpoint before the last prompt.
-        let (again, _) = restored.rewind_reply(&model).unwrap().expect("the last reply is cached");
+        let (again, _, _) = restored.rewind_reply(&model).unwrap().expect("the last reply is cached");
         close(&logits(&again), &fresh(&model, &restored), "regenerate after a restore");
         reply_with(&mut restored, &model, &tok, "older edited answer");
         let a = s.prepare_turn(&model, &tok, "after saving", RESERVE).unwrap();
@@ -377,8 +387,9 @@ fn recurrent_costs() {
     let start = s.state.checkpoint_lengths().into_iter().rev().nth(1).unwrap();
     let kept = kept_at(&s, start - 1).unwrap_or(0);
     let t = Instant::now();
-    s.rewind_reply(&model).unwrap().unwrap();
-    row("regenerate (rewind_reply)", start - kept, ms(t));
+    let (_, _, fed) = s.rewind_reply(&model).unwrap().unwrap();
+    assert_eq!(fed, start - kept);
+    row("regenerate (rewind_reply)", fed, ms(t));
     feed_reply(&mut s, &reply(0));
 
     let t = Instant::now();

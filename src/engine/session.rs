@@ -797,9 +797,10 @@ impl Session {
 
     /// Takes the last reply back so it can be written again: the cache goes back to where
     /// the reply started, less its last prompt token, which is fed again for the logits
-    /// (one token, not a re-prefill). Returns the logits and the user text the reply
-    /// answers; `None` when the last turn is no longer in the cache.
-    pub fn rewind_reply(&mut self, model: &Model) -> Result<Option<(candle_core::Tensor, String)>> {
+    /// (one token, not a re-prefill; a recurrent state feeds the last prompt from the
+    /// checkpoint before it). Returns the logits, the user text the reply answers and the
+    /// tokens fed; `None` when the last turn is no longer in the cache.
+    pub fn rewind_reply(&mut self, model: &Model) -> Result<Option<(candle_core::Tensor, String, usize)>> {
         self.discard_draft();
         let Some(&Anchor { message, reply: Some((token, text)), .. }) = self.turns.last() else { return Ok(None) };
         let text_ok = text <= self.cached_text.len() && self.cached_text.is_char_boundary(text);
@@ -819,7 +820,7 @@ impl Session {
         self.cached_text.truncate(text);
         let logits = model.forward(&tokens[kept..], &mut self.state)?;
         self.state.checkpoint();
-        Ok(Some((logits, self.messages[message].content.clone())))
+        Ok(Some((logits, self.messages[message].content.clone(), token - kept)))
     }
 
     /// Takes the last turn (the user's message and its reply) back, so an edited message

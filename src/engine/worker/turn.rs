@@ -79,7 +79,7 @@ impl Worker {
     }
 
     /// Writes the last reply again with the next seed. Only the last prompt token is fed
-    /// again; when the last turn is no longer cached, the chat store's transcript is
+    /// again (a recurrent model's last prompt); when the last turn is no longer cached, the chat store's transcript is
     /// re-read instead.
     pub(super) fn regenerate(&mut self) -> bool {
         let Some(l) = self.loaded.as_mut() else {
@@ -88,13 +88,13 @@ impl Worker {
         };
         let started = Instant::now();
         match l.session.rewind_reply(&l.model) {
-            Ok(Some((logits, prompt))) => {
+            Ok(Some((logits, prompt, fed))) => {
                 let replaces = self.transcript_ends_with_turn(&prompt);
                 self.emit_rewound(replaces, true);
                 self.emit(EngineEvent::ReplyStarted { prompt });
                 self.regenerations += 1;
                 self.last_stats.drafted_tokens = 0;
-                self.reply(logits, 1, started, replaces)
+                self.reply(logits, fed, started, replaces)
             }
             Ok(None) => match self.reread_without_last_turn() {
                 Some(prompt) => {
