@@ -296,6 +296,27 @@ mod chat {
     }
 
     #[test]
+    fn typing_ahead_feeds_each_token_once_and_send_matches_a_fresh_prefill() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = chat_model(dir.path()).expect("models/llamacpp-suite (scripts/fetch-llamacpp-suite.sh)");
+        let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+        let (mut s, tok) = session(&model, &path, 4096);
+        s.prepare_turn(&model, &tok, "a first question", RESERVE).unwrap();
+        reply_with(&mut s, &model, &tok, "a first answer");
+        let base = s.state.len();
+        // Typed one character at a time, as the composer sends it: each word's tokens
+        // are fed once (a recurrent state never gives part of its draft back).
+        let text = "tell me about the lighthouse keeper and the long winter storms of that year";
+        let fed: usize =
+            (1..=text.len()).map(|n| s.draft(&model, &tok, &text[..n], DraftExtent::Words, RESERVE).unwrap().fed).sum();
+        let drafted = s.state.len() - base;
+        assert_eq!(fed, drafted, "every drafted token fed once");
+        let p = s.prepare_turn(&model, &tok, text, RESERVE).unwrap();
+        assert_eq!(p.drafted_tokens, drafted);
+        close(&logits(&p.logits), &fresh(&model, &s), "typed ahead, then sent");
+    }
+
+    #[test]
     fn trimming_and_eviction_rebuild_the_recurrent_state_and_match_a_fresh_prefill() {
         let dir = tempfile::tempdir().unwrap();
         let path = chat_model(dir.path()).expect("models/llamacpp-suite (scripts/fetch-llamacpp-suite.sh)");

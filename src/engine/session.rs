@@ -602,12 +602,20 @@ impl Session {
     /// the rest of it; returns the count kept. What is left of `ids` to feed is at least
     /// [`MIN_FEED`] tokens, or none when the draft holds them all and no logits are
     /// `wanted`.
+    ///
+    /// A recurrent state cannot give back part of a draft (it would go back to the
+    /// checkpoint at the conversation's end and read the whole draft again at each word),
+    /// so a draft that `ids` continue is kept whole even when one token is left to feed;
+    /// one that differs goes back to that checkpoint.
     fn keep_draft(&mut self, base: usize, ids: &[u32], wanted: bool) -> usize {
         let draft = &self.state.tokens()[base..];
         let same = draft.iter().zip(ids).take_while(|(a, b)| a == b).count();
-        let keep = if same == ids.len() && !wanted { same } else { same.min(ids.len().saturating_sub(MIN_FEED)) };
-        // A recurrent state keeps all of the draft or none of it (back to the checkpoint
-        // at the conversation's end).
+        let continued = self.state.is_recurrent() && same == draft.len() && (same < ids.len() || !wanted);
+        let keep = if (same == ids.len() && !wanted) || continued {
+            same
+        } else {
+            same.min(ids.len().saturating_sub(MIN_FEED))
+        };
         let kept = self.state.truncate(base + keep);
         self.draft = Draft::default();
         kept.saturating_sub(base)
