@@ -295,6 +295,58 @@ mod chat {
         assert!(restored.is_empty());
     }
 
+    /// A saved LFM2 chat with its header rewritten by `edit` (and its version).
+    fn rewritten(file: &std::path::Path, version: u32, edit: impl Fn(&mut serde_json::Value)) -> std::path::PathBuf {
+        let bytes = std::fs::read(file).unwrap();
+        let len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+        let mut header: serde_json::Value = serde_json::from_slice(&bytes[16..16 + len]).unwrap();
+        edit(&mut header);
+        let json = serde_json::to_vec(&header).unwrap();
+        let mut out = bytes[..8].to_vec();
+        out.extend(version.to_le_bytes());
+        out.extend((json.len() as u32).to_le_bytes());
+        out.extend(json);
+        out.extend(&bytes[16 + len..]);
+        let path = file.with_extension(format!("v{version}.pcstate"));
+        std::fs::write(&path, out).unwrap();
+        path
+    }
+
+    #[test]
+    fn state_files_without_the_recurrent_state_or_with_a_wrong_one_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = chat_model(dir.path()).expect("models/llamacpp-suite (scripts/fetch-llamacpp-suite.sh)");
+        let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+        let (mut s, tok) = session(&model, &path, 1024);
+        s.prepare_turn(&model, &tok, "a question", RESERVE).unwrap();
+        reply_with(&mut s, &model, &tok, "an answer");
+        let file = dir.path().join("chat.pcstate");
+        let identity = ModelIdentity { sha256: "lfm2-chat".into(), bytes: 1 };
+        persist::save(&s, &identity, &file).unwrap();
+        let (mut other, _) = session(&model, &path, 1024);
+        persist::restore(&mut other, &identity, &file).unwrap();
+        assert_eq!(other.state.tokens(), s.state.tokens());
+
+        // A format-2 file (K/V only) cannot hold this model's state.
+        let old = rewritten(&file, 2, |h| {
+            let h = h.as_object_mut().unwrap();
+            h.remove("recurrent");
+            h.remove("recurrent_lengths");
+        });
+        let err = persist::restore(&mut other, &identity, &old).unwrap_err();
+        assert_eq!(err, StateFileError::OtherModel("different layer shapes".into()));
+        assert!(other.is_empty());
+        // Checkpoints past the conversation's end.
+        let len = s.state.len();
+        let wrong = rewritten(&file, 3, |h| h["recurrent_lengths"] = serde_json::json!([len, len + 5]));
+        let err = persist::restore(&mut other, &identity, &wrong).unwrap_err();
+        assert!(matches!(err, StateFileError::Damaged(_)), "{err}");
+        // Another convolution width.
+        let wrong = rewritten(&file, 3, |h| h["recurrent"][0][0] = serde_json::json!([2, 64]));
+        let err = persist::restore(&mut other, &identity, &wrong).unwrap_err();
+        assert_eq!(err, StateFileError::OtherModel("different layer shapes".into()));
+    }
+
     #[test]
     fn typing_ahead_feeds_each_token_once_and_send_matches_a_fresh_prefill() {
         let dir = tempfile::tempdir().unwrap();
