@@ -368,6 +368,8 @@ impl Loader<'_> {
     /// every layer or one per layer (LFM2's, 0 for a layer without attention); `heads`
     /// where the file says nothing.
     fn kv_heads_per_layer(&self, n_layers: usize, heads: usize) -> Result<Vec<usize>> {
+        // Before anything is sized by it: a hostile `block_count` is refused here.
+        self.check_layer_count(n_layers)?;
         let key = "attention.head_count_kv";
         let Ok(value) = self.meta(key) else { return Ok(vec![heads; n_layers]) };
         let count = |v: &gguf_file::Value| {
@@ -413,9 +415,8 @@ impl Loader<'_> {
 
     /// The figures in the metadata agree with the tensors in the file: every layer is
     /// there with the shapes they imply (checked before anything is allocated for them).
-    /// `kv_widths` is each layer's K/V width (0: a short convolution of `taps` taps).
-    fn check_shapes(&self, width: usize, q_width: usize, kv_widths: &[usize], taps: Option<usize>) -> Result<()> {
-        let n_layers = kv_widths.len();
+    /// `block_count` is the number of layers in the file (every layer has `attn_norm`).
+    fn check_layer_count(&self, n_layers: usize) -> Result<()> {
         if n_layers == 0 {
             return Err(self.bad("the model has no layers (`block_count` is 0)"));
         }
@@ -423,6 +424,12 @@ impl Loader<'_> {
         if n_layers != present {
             return Err(self.bad(format!("`block_count` is {n_layers} but the file has {present} layers")));
         }
+        Ok(())
+    }
+
+    /// `kv_widths` is each layer's K/V width (0: a short convolution of `taps` taps).
+    fn check_shapes(&self, width: usize, q_width: usize, kv_widths: &[usize], taps: Option<usize>) -> Result<()> {
+        self.check_layer_count(kv_widths.len())?;
         let shape = |name: &str| self.content.tensor_infos.get(name).map(|t| t.shape.dims().to_vec());
         let expect = |name: String, dims: &[usize]| -> Result<()> {
             match shape(&name) {
