@@ -13,6 +13,7 @@ what they generate is noise.
   python3 bench/shaped_model.py qwen3-0.6b --out /work/shaped
   python3 bench/shaped_model.py qwen2.5-1.5b --out /work/shaped
   python3 bench/shaped_model.py gemma-3-1b --out /work/shaped
+  python3 bench/shaped_model.py lfm2.5-1.2b --out /work/shaped --quants Q4_K_M
     -> DIR/Llama-3.2-1B-shaped.{F16,Q4_K_M,Q8_0}.gguf, DIR/Qwen3-0.6B-shaped.{...}.gguf, ...
 
 Deterministic for a --seed (one generator per tensor, seeded with [seed, tensor index]).
@@ -23,8 +24,15 @@ vendor/llama.cpp, for models/ggml-vocab-*.gguf and models/templates/*.jinja).
 Shapes: the models' config.json (hidden_size, intermediate_size, num_hidden_layers,
 num_attention_heads, num_key_value_heads, head_dim, vocab_size, rope_theta, rope_scaling,
 rms_norm_eps, max_position_embeddings, tie_word_embeddings), written the way llama.cpp's
-convert_hf_to_gguf.py writes them (conversion/base.py, llama.py, qwen.py) and checked
-against the tensors src/models/llama.cpp and src/models/qwen3.cpp create.
+convert_hf_to_gguf.py writes them (conversion/base.py, llama.py, qwen.py, lfm2.py) and
+checked against the tensors src/models/llama.cpp, qwen3.cpp and lfm2.cpp create.
+
+LFM2.5 1.2B: 16 layers, 10 short convolutions and 6 GQA attention layers (the model
+card), attention at layers 2, 5, 8, 10, 12 and 14 (LFM2's `layer_types`), width 2048, FFN
+8192 (llama.cpp's `n_ff` of the 1.2B type), 32 heads of 64 and 8 K/V heads, a 3-tap
+convolution (`conv_L_cache`), RoPE base 1e6, tied embeddings. No LFM2 vocabulary file is
+in llama.cpp's suite: Qwen2's (151,936 tokens, ChatML markers) stands in for its 65,536,
+so the embedding table is larger than the real model's; the layers are its own.
 """
 import argparse, ctypes, math, os, sys, time
 
@@ -91,6 +99,15 @@ SHAPES = {
         qk_norm=True, post_norms=True, sliding_window=512, llama3_rope=None,
         tokens=dict(bos=2, eos=1, pad=0, unknown=3, add_bos=True, added={}),
     ),
+    # LiquidAI/LFM2.5-1.2B-Instruct (see the module doc for where each figure comes from)
+    "lfm2.5-1.2b": dict(
+        file="LFM2.5-1.2B-shaped", arch="lfm2", name="LFM2.5 1.2B Instruct (shaped, random weights)",
+        size_label="1.2B", vocab_file="ggml-vocab-qwen2.gguf", template="LFM2.5-Instruct.jinja",
+        n_layer=16, n_embd=2048, n_ff=8192, n_head=32, n_head_kv=8, head_dim=64,
+        n_vocab=151936, n_ctx=32768, rope_base=1000000.0, rms_eps=1e-5, tied=True,
+        qk_norm=True, llama3_rope=None, attention_layers=[2, 5, 8, 10, 12, 14], conv_l_cache=3,
+        tokens=dict(bos=151643, eos=151645, add_bos=True, added={}),
+    ),
 }
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -128,6 +145,17 @@ def tensor_plan(s):
     for i in range(s["n_layer"]):
         b = f"blk.{i}."
         plan.append((b + "attn_norm.weight", (s["n_embd"],), "norm"))
+        if "attention_layers" in s and i not in s["attention_layers"]:
+            # LFM2's short convolution (src/models/lfm2.cpp): in_proj to b, c, x; a depthwise
+            # kernel of conv_l_cache taps, kept F32 (ggml_ssm_conv reads F32 only).
+            plan.append((b + "shortconv.in_proj.weight", (3 * s["n_embd"], s["n_embd"]), "weight"))
+            plan.append((b + "shortconv.out_proj.weight", (s["n_embd"], s["n_embd"]), "weight"))
+            plan.append((b + "shortconv.conv.weight", (s["n_embd"], s["conv_l_cache"]), "conv"))
+            plan.append((b + "ffn_norm.weight", (s["n_embd"],), "norm"))
+            plan.append((b + "ffn_gate.weight", (s["n_ff"], s["n_embd"]), "weight"))
+            plan.append((b + "ffn_up.weight", (s["n_ff"], s["n_embd"]), "weight"))
+            plan.append((b + "ffn_down.weight", (s["n_embd"], s["n_ff"]), "weight"))
+            continue
         plan.append((b + "attn_q.weight", (q_dim, s["n_embd"]), "weight"))
         plan.append((b + "attn_k.weight", (kv_dim, s["n_embd"]), "weight"))
         plan.append((b + "attn_v.weight", (kv_dim, s["n_embd"]), "weight"))
@@ -147,7 +175,8 @@ def tensor_plan(s):
         plan.append((b + "ffn_down.weight", (s["n_embd"], s["n_ff"]), "weight"))
         if s.get("post_norms"):
             plan.append((b + "post_ffw_norm.weight", (s["n_embd"],), "norm"))
-    plan.append(("output_norm.weight", (s["n_embd"],), "norm"))
+    # LFM2's final norm keeps its converter's name.
+    plan.append(("token_embd_norm.weight" if s["arch"] == "lfm2" else "output_norm.weight", (s["n_embd"],), "norm"))
     if not s["tied"]:
         plan.append(("output.weight", (s["n_vocab"], s["n_embd"]), "weight"))
     return plan
@@ -197,7 +226,13 @@ def write_f16(path, s, llama_cpp_dir, seed):
     w.add_embedding_length(s["n_embd"])
     w.add_feed_forward_length(s["n_ff"])
     w.add_head_count(s["n_head"])
-    w.add_head_count_kv(s["n_head_kv"])
+    if "attention_layers" in s:
+        # One K/V head count per layer, 0 for a convolution (conversion/lfm2.py).
+        w.add_head_count_kv([s["n_head_kv"] if i in s["attention_layers"] else 0 for i in range(s["n_layer"])])
+        w.add_vocab_size(s["n_vocab"])
+        w.add_shortconv_l_cache(s["conv_l_cache"])
+    else:
+        w.add_head_count_kv(s["n_head_kv"])
     w.add_rope_freq_base(s["rope_base"])
     w.add_layer_norm_rms_eps(s["rms_eps"])
     w.add_key_length(s["head_dim"])
@@ -239,7 +274,7 @@ def write_f16(path, s, llama_cpp_dir, seed):
             rng = np.random.default_rng([seed, index])
             data = rng.standard_normal(shape, dtype=np.float32)
             data *= WEIGHT_STD
-            data = data.astype(np.float16)
+            data = data.astype(np.float16 if kind == "weight" else np.float32)
         w.write_tensor_data(data)
         del data
     w.close()

@@ -2,9 +2,15 @@
 //! so it survives the app being killed, and restoring it without re-prefill.
 //!
 //! ```text
-//!   "PCSTATE\0" | u32 version | u32 header length | JSON header | per layer: K f16, V f16
+//!   "PCSTATE\0" | u32 version | u32 header length | JSON header | per attention layer: K f16, V f16
+//!   | per saved recurrent state (now, then each checkpoint): every recurrent tensor, f32 (format 3)
 //!   | u32 CRC-32 of everything before it (format 2)
 //! ```
+//!
+//! A hybrid model's recurrent layers (short convolutions, gated delta-net) are saved with
+//! their turn checkpoints, so a restored chat regenerates and edits as the live one did.
+//! Files of format 1 and 2 have no recurrent tensors: they are read for a plain
+//! transformer and refused ("different layer shapes") for a hybrid model.
 //!
 //! The header names the model file (sha256 and size) and the shapes of the cache. A file
 //! from another model, a truncated or altered file, a newer version or garbage is refused
@@ -28,11 +34,12 @@ use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::session::{Session, SessionSnapshot};
+use super::state::LayerMemory;
 use super::Cause;
 use crate::files::TempFile;
 
 const MAGIC: &[u8; 8] = b"PCSTATE\0";
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Magic, version and header length.
 const PREFIX_BYTES: u64 = 16;
 /// Headers longer than this are refused unread (a 100k-token conversation's is ~2 MB).
@@ -84,7 +91,27 @@ struct Header {
     n_layers: usize,
     n_kv_heads: usize,
     head_dim: usize,
+    /// Per layer, the shapes of its recurrent tensors (empty for attention); absent before
+    /// format 3, whose files hold attention layers only.
+    #[serde(default)]
+    recurrent: Vec<Vec<Vec<usize>>>,
+    /// Token counts of the saved recurrent states: now, then each checkpoint (empty for
+    /// a plain transformer or an empty conversation).
+    #[serde(default)]
+    recurrent_lengths: Vec<usize>,
     session: SessionSnapshot,
+}
+
+/// Per layer, the shapes of the recurrent tensors `state` keeps (empty for attention).
+fn recurrent_shapes(state: &super::State) -> Vec<Vec<Vec<usize>>> {
+    state
+        .memory()
+        .iter()
+        .map(|m| match m {
+            LayerMemory::KeysValues => Vec::new(),
+            LayerMemory::Recurrent(shapes) => shapes.clone(),
+        })
+        .collect()
 }
 
 /// Writes `session` to `path` atomically; refuses to replace a file that is not a state
@@ -96,11 +123,14 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
     }
     let io = |e: std::io::Error| StateFileError::Io(Cause::new(e));
     let (n_kv_heads, head_dim) = session.state.shape();
+    let snapshots = session.state.recurrent_snapshots();
     let header = Header {
         model: model.clone(),
         n_layers: session.state.n_layers(),
         n_kv_heads,
         head_dim,
+        recurrent: recurrent_shapes(&session.state),
+        recurrent_lengths: snapshots.iter().map(|(len, _)| *len).collect(),
         session: session.snapshot(),
     };
     let json = serde_json::to_vec(&header).map_err(|e| StateFileError::Encode(Cause::new(e)))?;
@@ -124,6 +154,15 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
             let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
             f.write_all(&bytes).map_err(io)?;
         }
+    }
+    for t in snapshots.iter().flat_map(|(_, tensors)| tensors) {
+        let data: Vec<f32> = t
+            .to_dtype(DType::F32)
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1())
+            .map_err(|e| StateFileError::Encode(Cause::new(e)))?;
+        let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+        f.write_all(&bytes).map_err(io)?;
     }
     let Checksummed { inner: mut f, crc } = f;
     let crc = crc.finalize();
@@ -315,10 +354,33 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
     let Prefix { version, header, header_len, file_len } = read_header(&mut f, path)?;
     check_model(&header, model)?;
     let (n_kv, hd) = session.state.shape();
-    if (header.n_layers, header.n_kv_heads, header.head_dim) != (session.state.n_layers(), n_kv, hd) {
+    let shapes = recurrent_shapes(&session.state);
+    let saved_shapes = if header.recurrent.is_empty() { vec![Vec::new(); header.n_layers] } else { header.recurrent };
+    if (header.n_layers, header.n_kv_heads, header.head_dim) != (session.state.n_layers(), n_kv, hd)
+        || saved_shapes != shapes
+    {
         return Err(StateFileError::OtherModel("different layer shapes".into()));
     }
+    // The attention layers (those with K/V in the body) and each recurrent tensor's shape.
+    let kv_layers: Vec<usize> = shapes.iter().enumerate().filter(|(_, s)| s.is_empty()).map(|(i, _)| i).collect();
+    let recurrent_tensors: Vec<&Vec<usize>> = shapes.iter().flatten().collect();
     let len = header.session.tokens.len();
+    let lengths = &header.recurrent_lengths;
+    // A recurrent state is saved now and at each checkpoint (earlier, increasing), or not
+    // at all for an empty conversation.
+    let lengths_ok = match lengths.split_first() {
+        None => recurrent_tensors.is_empty() || len == 0,
+        Some((&now, checkpoints)) => {
+            !recurrent_tensors.is_empty()
+                && now == len
+                && checkpoints.len() <= super::state::MAX_CHECKPOINTS
+                && checkpoints.iter().all(|&c| c <= len)
+                && checkpoints.windows(2).all(|w| w[0] < w[1])
+        }
+    };
+    if !lengths_ok {
+        return Err(StateFileError::Damaged("its recurrent state does not match its conversation".into()));
+    }
     if len > session.state.max_tokens() {
         return Err(StateFileError::Damaged(format!(
             "{len} tokens do not fit the budget of {}",
@@ -327,7 +389,8 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
     }
     // Every size is checked against the file's length before the body is read.
     let per_tensor = n_kv * len * hd * 2;
-    let body = 2 * header.n_layers as u64 * per_tensor as u64;
+    let recurrent_bytes: u64 = recurrent_tensors.iter().map(|s| s.iter().product::<usize>() as u64 * 4).sum();
+    let body = 2 * kv_layers.len() as u64 * per_tensor as u64 + lengths.len() as u64 * recurrent_bytes;
     let trailer = if version >= 2 { 4 } else { 0 };
     let expected_len = PREFIX_BYTES + header_len + body + trailer;
     if file_len != expected_len {
@@ -339,15 +402,26 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
     // cache: the first checks the checksum and the values without keeping them, the
     // second writes each layer into the cache (and checks the checksum again, in case the
     // file changed in between).
-    let tensors = if len > 0 { 2 * header.n_layers } else { 0 };
+    let kv_tensors = if len > 0 { 2 * kv_layers.len() } else { 0 };
+    let tensors = kv_tensors + lengths.len() * recurrent_tensors.len();
     let mut chunk = vec![0u8; per_tensor];
     let unreadable = |e: std::io::Error| StateFileError::Unreadable(Cause::new(e));
     let mut body = Body::open(f, version, header_len, tensors).map_err(unreadable)?;
     // The checksum speaks first: an altered file is "altered", whatever its values.
     let mut values = Ok(());
-    while body.next(&mut chunk).map_err(unreadable)? {
+    for _ in 0..kv_tensors {
+        body.next(&mut chunk).map_err(unreadable)?;
         if values.is_ok() {
             values = check_values(&chunk);
+        }
+    }
+    for _ in 0..lengths.len() {
+        for shape in &recurrent_tensors {
+            let mut chunk = vec![0u8; shape.iter().product::<usize>() * 4];
+            body.next(&mut chunk).map_err(unreadable)?;
+            if values.is_ok() {
+                values = check_f32_values(&chunk);
+            }
         }
     }
     body.check_sum()?;
@@ -362,13 +436,28 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
     session.restore(header.session, |state| {
         let mut body = body.reopen().map_err(unreadable)?;
         let mut v_chunk = vec![0u8; per_tensor];
-        for layer in 0..tensors / 2 {
-            // `next` is true for each of the 2 · n_layers tensors the first pass counted.
+        for &layer in kv_layers.iter().take(kv_tensors / 2) {
+            // `next` is true for each of the tensors the first pass counted.
             body.next(&mut chunk).map_err(unreadable)?;
             body.next(&mut v_chunk).map_err(unreadable)?;
             let (k, v) = (tensor(&chunk)?, tensor(&v_chunk)?);
             state.import_layer(layer, &k, &v)?;
         }
+        let mut snapshots = Vec::with_capacity(lengths.len());
+        for &at in lengths {
+            let mut tensors = Vec::with_capacity(recurrent_tensors.len());
+            for shape in &recurrent_tensors {
+                let mut chunk = vec![0u8; shape.iter().product::<usize>() * 4];
+                body.next(&mut chunk).map_err(unreadable)?;
+                let data: Vec<f32> =
+                    chunk.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+                let t = Tensor::from_vec(data, shape.as_slice(), &Device::Cpu)
+                    .map_err(|e| StateFileError::Damaged(e.to_string()))?;
+                tensors.push(t);
+            }
+            snapshots.push((at, tensors));
+        }
+        state.import_recurrent(snapshots)?;
         body.check_sum().map_err(|_| StateFileError::Damaged("it changed while it was read".into()))
     })?;
     Ok(())
@@ -377,6 +466,15 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
 impl From<super::EngineError> for StateFileError {
     fn from(e: super::EngineError) -> Self {
         StateFileError::Damaged(e.to_string())
+    }
+}
+
+/// A state file's recurrent values (f32) must all be numbers.
+fn check_f32_values(chunk: &[u8]) -> Result<(), StateFileError> {
+    if chunk.chunks_exact(4).all(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite()) {
+        Ok(())
+    } else {
+        Err(StateFileError::Damaged("the recurrent state holds values that are not numbers".into()))
     }
 }
 

@@ -12,6 +12,15 @@
 //! token, so tokenizing the text piecewise at anchors gives the same ids as in one go.
 //! Message texts inside it are tokenized as plain text, the template's markers with
 //! special tokens ([`ChatTemplate::render_marked`]).
+//!
+//! A hybrid model's recurrent layers (LFM2's short convolutions, gated delta-net) cannot
+//! drop their last tokens: the session checkpoints the state at every turn boundary (after
+//! a prompt's prefill, after a reply, after any re-read), and every cut of the cache goes
+//! back to the latest checkpoint at or before it and feeds the tokens from there again
+//! ([`State::truncate`]). Regenerate, edit and a dropped draft land on a checkpoint and
+//! feed nothing or the last prompt; dropping old turns (the budget, a memory warning)
+//! cannot shift such a state and re-reads what is kept after them (see
+//! [`Session::last_reread`]).
 
 use super::budget::{self, Plan};
 use super::model::Model;
@@ -132,6 +141,9 @@ pub struct Session {
     /// with any message were dropped (see [`Session::draft`]).
     history_fitted: bool,
     pub trim_mode: TrimMode,
+    /// Tokens the last [`Session::drop_turns`] fed again because the state could not be
+    /// shifted (a recurrent model's): what a notice tells the user.
+    last_reread: usize,
 }
 
 impl Session {
@@ -148,11 +160,49 @@ impl Session {
             draft: Draft::default(),
             history_fitted: false,
             trim_mode: TrimMode::default(),
+            last_reread: 0,
         })
     }
 
     pub fn messages(&self) -> &[Message] {
         &self.messages
+    }
+
+    /// Tokens the last drop of old turns fed again: a recurrent state cannot be shifted,
+    /// so what followed the dropped turns was read again (0 for a plain transformer,
+    /// whose K/V move down).
+    pub fn last_reread(&self) -> usize {
+        self.last_reread
+    }
+
+    /// How dropped turns leave the cache: a recurrent state is always rebuilt.
+    fn cut_mode(&self) -> TrimMode {
+        if self.state.is_recurrent() {
+            TrimMode::Reprefill
+        } else {
+            self.trim_mode
+        }
+    }
+
+    /// Cuts the cache to its first `n` tokens. A recurrent state goes back to its latest
+    /// checkpoint at or before `n`, and the tokens from there to `n` are fed again (in one
+    /// call, as a prompt is); returns their logits when some were. On an error the session
+    /// is set to re-read its conversation.
+    fn cut_cache(&mut self, model: &Model, n: usize) -> Result<Option<candle_core::Tensor>> {
+        let tokens = self.state.tokens()[..n.min(self.state.len())].to_vec();
+        let kept = self.state.truncate(n);
+        if kept >= tokens.len() {
+            return Ok(None);
+        }
+        let _span = tracing::info_span!("refeed", tokens = tokens.len() - kept, from = kept).entered();
+        match model.forward(&tokens[kept..], &mut self.state) {
+            Ok(logits) => Ok(Some(logits)),
+            Err(e) => {
+                let messages = std::mem::take(&mut self.messages);
+                self.set_history(messages);
+                Err(e)
+            }
+        }
     }
 
     /// Tokens of the conversation in the cache (without a draft).
@@ -204,6 +254,7 @@ impl Session {
             return Err(e);
         }
         self.state.finish_import(snap.tokens);
+        self.state.checkpoint();
         self.messages = snap.messages;
         self.cached_text = snap.cached_text;
         self.pinned_tokens = snap.pinned_tokens;
@@ -538,6 +589,8 @@ impl Session {
             }
         };
         self.messages = messages;
+        // The reply starts here: regenerate comes back to this point.
+        self.state.checkpoint();
         if let Some(last) = self.turns.last_mut() {
             last.reply = Some((self.state.len(), full.len()));
         }
@@ -549,13 +602,23 @@ impl Session {
     /// the rest of it; returns the count kept. What is left of `ids` to feed is at least
     /// [`MIN_FEED`] tokens, or none when the draft holds them all and no logits are
     /// `wanted`.
+    ///
+    /// A recurrent state cannot give back part of a draft (it would go back to the
+    /// checkpoint at the conversation's end and read the whole draft again at each word),
+    /// so a draft that `ids` continue is kept whole even when one token is left to feed;
+    /// one that differs goes back to that checkpoint.
     fn keep_draft(&mut self, base: usize, ids: &[u32], wanted: bool) -> usize {
         let draft = &self.state.tokens()[base..];
         let same = draft.iter().zip(ids).take_while(|(a, b)| a == b).count();
-        let keep = if same == ids.len() && !wanted { same } else { same.min(ids.len().saturating_sub(MIN_FEED)) };
-        self.state.truncate(base + keep);
+        let continued = self.state.is_recurrent() && same == draft.len() && (same < ids.len() || !wanted);
+        let keep = if (same == ids.len() && !wanted) || continued {
+            same
+        } else {
+            same.min(ids.len().saturating_sub(MIN_FEED))
+        };
+        let kept = self.state.truncate(base + keep);
         self.draft = Draft::default();
-        keep
+        kept.saturating_sub(base)
     }
 
     /// The logits of a whole-prompt draft that is exactly `ids` (the tokens after
@@ -667,19 +730,28 @@ impl Session {
     /// Drops the draft from the cache (see [`Session::draft`]).
     pub fn discard_draft(&mut self) {
         let len = self.len();
-        self.state.truncate(len);
+        let kept = self.state.truncate(len);
         self.draft = Draft::default();
+        if kept < len {
+            // No checkpoint at the conversation's end (never so after a turn): read it
+            // again rather than keep a state that is not the conversation's.
+            let messages = std::mem::take(&mut self.messages);
+            self.set_history(messages);
+        }
     }
 
     /// Records a reply token that was just fed to the model, with its text so far.
     pub fn finish_reply(&mut self, reply_text: &str) {
         self.cached_text.push_str(reply_text);
         self.messages.push(Message::new(Role::Assistant, reply_text));
+        // The next turn (or a draft, or an edit of it) starts here.
+        self.state.checkpoint();
     }
 
     /// Drops the `count` oldest turns from the cache, the text and the messages.
     pub fn drop_turns(&mut self, model: &Model, count: usize) -> Result<usize> {
         self.discard_draft();
+        self.last_reread = 0;
         let count = count.min(self.turns.len());
         if count == 0 {
             return Ok(0);
@@ -691,15 +763,22 @@ impl Session {
             None => (self.state.len(), self.cached_text.len(), self.messages.len()),
         };
         let dropped = end_tok - first.token;
-        match self.trim_mode {
+        match self.cut_mode() {
             TrimMode::Shift => model.shift_out(&mut self.state, first.token, end_tok)?,
             TrimMode::Reprefill => {
-                let kept: Vec<u32> =
-                    self.state.tokens()[..first.token].iter().chain(&self.state.tokens()[end_tok..]).copied().collect();
-                self.state.reset();
-                if !kept.is_empty() {
-                    model.forward(&kept, &mut self.state)?;
+                let tokens = self.state.tokens().to_vec();
+                // What comes before the dropped turns stays where a checkpoint holds it.
+                let from = self.state.truncate(first.token);
+                let refeed: Vec<u32> = tokens[from..first.token].iter().chain(&tokens[end_tok..]).copied().collect();
+                if !refeed.is_empty() {
+                    if let Err(e) = model.forward(&refeed, &mut self.state) {
+                        let messages = std::mem::take(&mut self.messages);
+                        self.set_history(messages);
+                        return Err(e);
+                    }
                 }
+                self.state.checkpoint();
+                self.last_reread = refeed.len();
             }
         }
         self.cached_text.replace_range(first.text..end_txt, "");
@@ -726,9 +805,10 @@ impl Session {
 
     /// Takes the last reply back so it can be written again: the cache goes back to where
     /// the reply started, less its last prompt token, which is fed again for the logits
-    /// (one token, not a re-prefill). Returns the logits and the user text the reply
-    /// answers; `None` when the last turn is no longer in the cache.
-    pub fn rewind_reply(&mut self, model: &Model) -> Result<Option<(candle_core::Tensor, String)>> {
+    /// (one token, not a re-prefill; a recurrent state feeds the last prompt from the
+    /// checkpoint before it). Returns the logits, the user text the reply answers and the
+    /// tokens fed; `None` when the last turn is no longer in the cache.
+    pub fn rewind_reply(&mut self, model: &Model) -> Result<Option<(candle_core::Tensor, String, usize)>> {
         self.discard_draft();
         let Some(&Anchor { message, reply: Some((token, text)), .. }) = self.turns.last() else { return Ok(None) };
         let text_ok = text <= self.cached_text.len() && self.cached_text.is_char_boundary(text);
@@ -740,22 +820,30 @@ impl Session {
             return Ok(None);
         }
         let _span = tracing::info_span!("rewind", tokens = self.state.len() - token).entered();
-        let last_prompt_token = self.state.tokens()[token - 1];
-        self.state.truncate(token - 1);
+        // Back to before the last prompt token (a recurrent state: to the checkpoint
+        // before the prompt), which is fed again for the logits with what else must be.
+        let tokens = self.state.tokens()[..token].to_vec();
+        let kept = self.state.truncate(token - 1);
         self.messages.truncate(message + 1);
         self.cached_text.truncate(text);
-        let logits = model.forward(&[last_prompt_token], &mut self.state)?;
-        Ok(Some((logits, self.messages[message].content.clone())))
+        let logits = model.forward(&tokens[kept..], &mut self.state)?;
+        self.state.checkpoint();
+        Ok(Some((logits, self.messages[message].content.clone(), token - kept)))
     }
 
     /// Takes the last turn (the user's message and its reply) back, so an edited message
     /// can be sent in its place and only that turn is fed. Returns the message taken back;
     /// `None` when the last turn is no longer in the cache.
-    pub fn rewind_turn(&mut self) -> Option<String> {
+    ///
+    /// A recurrent state goes back to the checkpoint after the reply before, and the close
+    /// of that reply (the template's end-of-turn marker, fed with this turn's prompt) is
+    /// fed again; `None`, the session set to re-read, if that fails.
+    pub fn rewind_turn(&mut self, model: &Model) -> Option<String> {
         self.discard_draft();
         let &Anchor { token, text, message, .. } = self.turns.last()?;
         let user = self.messages.get(message).filter(|m| m.role == Role::User)?.content.clone();
-        self.state.truncate(token);
+        self.cut_cache(model, token).ok()?;
+        self.state.checkpoint();
         self.cached_text.truncate(text);
         self.messages.truncate(message);
         self.turns.pop();
@@ -766,14 +854,20 @@ impl Session {
     /// starts a cached turn): cache, text and messages, so an edited message can be sent
     /// in its place and only it is fed. False (nothing changed) when no cached turn starts
     /// there.
-    pub fn rewind_to_message(&mut self, index: usize) -> bool {
+    ///
+    /// A recurrent state goes back to its latest checkpoint before the message and feeds
+    /// the tokens from there to it again (false, the session set to re-read, if that fails).
+    pub fn rewind_to_message(&mut self, model: &Model, index: usize) -> bool {
         self.discard_draft();
         let Some(i) = self.turns.iter().position(|a| a.message == index) else { return false };
         if self.messages.get(index).is_none_or(|m| m.role != Role::User) {
             return false;
         }
         let Anchor { token, text, .. } = self.turns[i];
-        self.state.truncate(token);
+        if self.cut_cache(model, token).is_err() {
+            return false;
+        }
+        self.state.checkpoint();
         self.cached_text.truncate(text);
         self.messages.truncate(index);
         self.turns.truncate(i);
@@ -842,7 +936,11 @@ impl Session {
             }
         }
         let _span = tracing::info_span!("switch_history", kept, fed = ids.len()).entered();
-        self.state.truncate(kept);
+        // A recurrent state goes back to a checkpoint: what follows it is fed again.
+        let tokens = self.state.tokens()[..kept].to_vec();
+        let from = self.state.truncate(kept);
+        let ids: Vec<u32> = tokens[from..].iter().copied().chain(ids).collect();
+        let kept = from;
         self.turns.truncate(kept_turns);
         if !ids.is_empty() {
             if let Err(e) = model.forward(&ids, &mut self.state) {
@@ -850,6 +948,7 @@ impl Session {
                 return Err(e);
             }
         }
+        self.state.checkpoint();
         self.turns.extend(anchors);
         self.messages = history.to_vec();
         self.cached_text = text;

@@ -14,7 +14,7 @@
 
 use candle_core::{DType, Device, Tensor};
 
-use super::Result;
+use super::{Cause, EngineError, Result};
 
 /// Tokens added to the capacity each time the cache grows.
 pub const GROWTH_CHUNK: usize = 256;
@@ -361,6 +361,56 @@ impl State {
     /// Writes layer `index`'s saved K/V (shapes as from [`State::export`]).
     pub(crate) fn import_layer(&mut self, index: usize, k: &Tensor, v: &Tensor) -> Result<()> {
         self.write(index, 0, &k.unsqueeze(0)?, &v.unsqueeze(0)?)
+    }
+
+    /// The recurrent tensors of every recurrent layer (in layer order, each layer's in
+    /// the order of its shapes), for saving: `(length, tensors)` now, then at each
+    /// checkpoint, oldest first. Empty for a plain transformer or an empty state.
+    pub(crate) fn recurrent_snapshots(&self) -> Vec<(usize, Vec<Tensor>)> {
+        if !self.is_recurrent() || self.is_empty() {
+            return Vec::new();
+        }
+        let flat = |layers: &[Option<Vec<Tensor>>]| layers.iter().flatten().flatten().cloned().collect::<Vec<_>>();
+        std::iter::once((self.len(), flat(&self.recurrent)))
+            .chain(self.checkpoints.iter().map(|c| (c.len, flat(&c.layers))))
+            .collect()
+    }
+
+    /// Puts saved recurrent tensors back during an import (after
+    /// [`State::begin_import`]), as [`State::recurrent_snapshots`] gave them: the first
+    /// entry is the state now, the others its checkpoints. Shapes are checked.
+    pub(crate) fn import_recurrent(&mut self, snapshots: Vec<(usize, Vec<Tensor>)>) -> Result<()> {
+        let mut grouped = Vec::with_capacity(snapshots.len());
+        for (len, tensors) in snapshots {
+            let mut tensors = tensors.into_iter();
+            let mut layers = Vec::with_capacity(self.memory.len());
+            for memory in &self.memory {
+                let LayerMemory::Recurrent(shapes) = memory else {
+                    layers.push(None);
+                    continue;
+                };
+                let mut layer = Vec::with_capacity(shapes.len());
+                for shape in shapes {
+                    let t = tensors.next().ok_or_else(|| EngineError::Inference(Cause::msg("too few tensors")))?;
+                    if t.dims() != shape.as_slice() {
+                        let msg = format!("a recurrent tensor is {:?}, {shape:?} expected", t.dims());
+                        return Err(EngineError::Inference(Cause::msg(msg)));
+                    }
+                    layer.push(t.to_dtype(DType::F32)?.to_device(&self.device)?);
+                }
+                layers.push(Some(layer));
+            }
+            if tensors.next().is_some() {
+                return Err(EngineError::Inference(Cause::msg("too many recurrent tensors")));
+            }
+            grouped.push((len, layers));
+        }
+        let mut grouped = grouped.into_iter();
+        if let Some((_, now)) = grouped.next() {
+            self.recurrent = now;
+        }
+        self.checkpoints = grouped.map(|(len, layers)| Checkpoint { len, layers }).collect();
+        Ok(())
     }
 
     /// Ends an import: the cache now holds `tokens`.

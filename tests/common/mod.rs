@@ -2,6 +2,8 @@
 //! SentencePiece vocabulary) written by the test, and the path of the real default model.
 #![allow(dead_code)]
 
+pub mod lfm2;
+
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::{self, Value};

@@ -4,7 +4,7 @@
 //! sizes (heads, widths, windows, RoPE bases) come from the file's own metadata.
 
 /// GGUF `general.architecture` values this engine loads: those [`ArchTraits::of`] knows.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "smollm3"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "smollm3", "lfm2"];
 
 /// The FFN's gate activation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +46,12 @@ pub struct ArchTraits {
     /// Every `n`-th layer (counting from 1) attends without rotary embeddings (SmolLM3's
     /// "NoPE" layers, llama.cpp's `n_no_rope_layer_step`).
     pub no_rope_every: Option<usize>,
+    /// The final RMSNorm's tensor (LFM2's is `token_embd_norm`, a name kept from its
+    /// converter).
+    pub output_norm: &'static str,
+    /// Layers with no K/V heads (`attention.head_count_kv` 0 in the per-layer list) mix
+    /// with a short gated convolution (LFM2).
+    pub short_conv: bool,
 }
 
 impl ArchTraits {
@@ -57,6 +63,8 @@ impl ArchTraits {
             scale_embeddings: false,
             activation: Activation::Silu,
             no_rope_every: None,
+            output_norm: "output_norm",
+            short_conv: false,
         };
         match arch {
             "llama" => Some(llama),
@@ -68,8 +76,12 @@ impl ArchTraits {
                 sliding_windows: Some(SlidingWindows { pattern: 6, rope_base: 10_000.0 }),
                 scale_embeddings: true,
                 activation: Activation::Gelu,
-                no_rope_every: None,
+                ..llama
             }),
+            // Short gated convolutions in the layers whose `attention.head_count_kv` is 0
+            // (`model::short_conv`), q/k head norms in the others. The mixture-of-experts
+            // variant (`lfm2moe`) is not run.
+            "lfm2" => Some(ArchTraits { rope_neox: true, output_norm: "token_embd_norm", short_conv: true, ..llama }),
             _ => None,
         }
     }

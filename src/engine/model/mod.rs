@@ -22,6 +22,9 @@
 //!   to a sliding window of the last `attention.sliding_window` positions with RoPE base
 //!   10,000, the sixth to everything with `rope.freq_base`.
 //! - `smollm3`: llama's block; every fourth layer attends without rotary embeddings.
+//! - `lfm2`: the layers whose `attention.head_count_kv` is 0 mix with a short gated
+//!   convolution ([`short_conv`]) and keep a recurrent state; the others attend with q/k
+//!   head norms and half-split RoPE.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -39,7 +42,9 @@ use super::{Cause, EngineError, Result};
 use crate::memory::{ModelFacts, PrefillShape};
 
 mod arch;
+mod short_conv;
 pub use arch::{Activation, ArchTraits, SlidingWindows, SUPPORTED_ARCHITECTURES};
+use short_conv::ShortConv;
 
 /// Upper bound for the RoPE tables when a file claims a huge context.
 const MAX_ROPE_POSITIONS: usize = 32_768;
@@ -103,8 +108,12 @@ struct Layer {
 }
 
 /// What mixes information across positions in a layer.
+// One per layer, made once at load and never moved: the sizes of the variants do not matter.
+#[allow(clippy::large_enum_variant)]
 enum Mixer {
     Attention(Attention),
+    /// LFM2's gated short convolution.
+    ShortConv(ShortConv),
 }
 
 impl Mixer {
@@ -112,6 +121,7 @@ impl Mixer {
     fn memory(&self) -> LayerMemory {
         match self {
             Mixer::Attention(_) => LayerMemory::KeysValues,
+            Mixer::ShortConv(s) => s.memory(),
         }
     }
 
@@ -121,6 +131,7 @@ impl Mixer {
             Mixer::Attention(a) => {
                 vec![("attn_q", &a.wq), ("attn_k", &a.wk), ("attn_v", &a.wv), ("attn_output", &a.wo)]
             }
+            Mixer::ShortConv(s) => vec![("shortconv.in_proj", &s.in_proj), ("shortconv.out_proj", &s.out_proj)],
         }
     }
 
@@ -128,6 +139,7 @@ impl Mixer {
     fn vectors(&self) -> Vec<&Tensor> {
         match self {
             Mixer::Attention(a) => [&a.q_norm, &a.k_norm, &a.bq, &a.bk, &a.bv].into_iter().flatten().collect(),
+            Mixer::ShortConv(s) => s.vectors(),
         }
     }
 }
@@ -257,9 +269,12 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
     // The loader's own metadata readers (and defaults); nothing is loaded.
     let ld = Loader { path, content: &content, map: None, device: &Device::Cpu, arch };
     let heads = ld.meta_u32("attention.head_count")?;
-    let kv_heads = ld.meta_u32("attention.head_count_kv").unwrap_or(heads);
     let layers = ld.meta_u32("block_count")?;
     let width = ld.meta_u32("embedding_length")?;
+    let layer_kv_heads = ld.kv_heads_per_layer(layers, heads)?;
+    let kv_heads = shared_kv_heads(&layer_kv_heads).unwrap_or(heads);
+    let memory = ld.layer_memory(&layer_kv_heads, width)?;
+    let attention_layers = memory.iter().filter(|m| **m == LayerMemory::KeysValues).count();
     let head_dim = match ld.meta_u32("attention.key_length") {
         Ok(d) => d,
         Err(_) => width.checked_div(heads).ok_or_else(|| ld.bad("no attention heads"))?,
@@ -300,12 +315,20 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
     let facts = ModelFacts {
         weights_bytes: heap,
         mapped_bytes: mapped,
-        kv_bytes_per_token: crate::memory::kv_bytes_per_token(layers, kv_heads, head_dim, kv.size_in_bytes()),
-        recurrent_bytes: 0,
+        kv_bytes_per_token: crate::memory::kv_bytes_per_token(attention_layers, kv_heads, head_dim, kv.size_in_bytes()),
+        recurrent_bytes: (1 + MAX_CHECKPOINTS as u64) * super::state::recurrent_bytes_of(&memory),
         context,
         prefill: PrefillShape { heads, kv_heads, head_dim, width, ffn, attention },
     };
     Ok(FileFacts { facts, bits_per_weight: file_bytes as f64 * 8.0 / weights.max(1) as f64 })
+}
+
+/// The K/V head count every attention layer shares (`None` when they differ, or without
+/// attention layers).
+fn shared_kv_heads(layer_kv_heads: &[usize]) -> Option<usize> {
+    let mut attention = layer_kv_heads.iter().copied().filter(|&h| h > 0);
+    let first = attention.next()?;
+    attention.all(|h| h == first).then_some(first)
 }
 
 /// The file's `general.architecture`.
@@ -341,20 +364,72 @@ impl Loader<'_> {
         self.meta(key)?.to_u32().map(|v| v as usize).map_err(|e| self.bad(e.to_string()))
     }
 
+    /// Each layer's K/V head count: the file's `attention.head_count_kv`, one number for
+    /// every layer or one per layer (LFM2's, 0 for a layer without attention); `heads`
+    /// where the file says nothing.
+    fn kv_heads_per_layer(&self, n_layers: usize, heads: usize) -> Result<Vec<usize>> {
+        // Before anything is sized by it: a hostile `block_count` is refused here.
+        self.check_layer_count(n_layers)?;
+        let key = "attention.head_count_kv";
+        let Ok(value) = self.meta(key) else { return Ok(vec![heads; n_layers]) };
+        let count = |v: &gguf_file::Value| {
+            v.to_u64()
+                .ok()
+                .or_else(|| v.to_u32().ok().map(u64::from))
+                .or_else(|| v.to_i32().ok().and_then(|x| u64::try_from(x).ok()))
+                .and_then(|x| usize::try_from(x).ok())
+                .ok_or_else(|| self.bad(format!("`{}.{key}` holds {v:?}, not a count", self.arch)))
+        };
+        match value.to_vec() {
+            Ok(list) if list.len() != n_layers => {
+                Err(self.bad(format!("`{}.{key}` lists {} layers, `block_count` is {n_layers}", self.arch, list.len())))
+            }
+            Ok(list) => list.iter().map(count).collect(),
+            Err(_) => Ok(vec![count(value)?; n_layers]),
+        }
+    }
+
+    /// What each layer keeps in a [`State`], from its K/V head count: a layer without K/V
+    /// heads is a short convolution where the architecture has them, and refused elsewhere.
+    fn layer_memory(&self, layer_kv_heads: &[usize], width: usize) -> Result<Vec<LayerMemory>> {
+        let short_conv = ArchTraits::of(&self.arch).is_some_and(|t| t.short_conv);
+        if !layer_kv_heads.contains(&0) {
+            return Ok(vec![LayerMemory::KeysValues; layer_kv_heads.len()]);
+        }
+        if !short_conv {
+            return Err(self.bad("a layer has no K/V heads, and this architecture has no other kind of layer"));
+        }
+        let taps = self.meta_u32("shortconv.l_cache")?;
+        if !(2..=64).contains(&taps) {
+            return Err(self.bad(format!("unsupported short convolution of {taps} taps (`shortconv.l_cache`)")));
+        }
+        Ok(layer_kv_heads
+            .iter()
+            .map(|&h| if h == 0 { ShortConv::memory_of(taps, width) } else { LayerMemory::KeysValues })
+            .collect())
+    }
+
     fn meta_f32_or(&self, key: &str, default: f32) -> f32 {
         self.meta(key).and_then(|v| v.to_f32().map_err(|e| self.bad(e.to_string()))).unwrap_or(default)
     }
 
     /// The figures in the metadata agree with the tensors in the file: every layer is
     /// there with the shapes they imply (checked before anything is allocated for them).
-    fn check_shapes(&self, n_layers: usize, width: usize, q_width: usize, kv_width: usize) -> Result<()> {
+    /// `block_count` is the number of layers in the file (every layer has `attn_norm`).
+    fn check_layer_count(&self, n_layers: usize) -> Result<()> {
         if n_layers == 0 {
             return Err(self.bad("the model has no layers (`block_count` is 0)"));
         }
-        let present = self.content.tensor_infos.keys().filter(|n| n.ends_with(".attn_q.weight")).count();
+        let present = self.content.tensor_infos.keys().filter(|n| n.ends_with(".attn_norm.weight")).count();
         if n_layers != present {
             return Err(self.bad(format!("`block_count` is {n_layers} but the file has {present} layers")));
         }
+        Ok(())
+    }
+
+    /// `kv_widths` is each layer's K/V width (0: a short convolution of `taps` taps).
+    fn check_shapes(&self, width: usize, q_width: usize, kv_widths: &[usize], taps: Option<usize>) -> Result<()> {
+        self.check_layer_count(kv_widths.len())?;
         let shape = |name: &str| self.content.tensor_infos.get(name).map(|t| t.shape.dims().to_vec());
         let expect = |name: String, dims: &[usize]| -> Result<()> {
             match shape(&name) {
@@ -372,12 +447,21 @@ impl Loader<'_> {
             }
             Some(_) => {}
         }
-        for i in 0..n_layers {
+        for (i, &kv_width) in kv_widths.iter().enumerate() {
             let p = format!("blk.{i}");
-            expect(format!("{p}.attn_q.weight"), &[q_width, width])?;
-            expect(format!("{p}.attn_k.weight"), &[kv_width, width])?;
-            expect(format!("{p}.attn_v.weight"), &[kv_width, width])?;
-            expect(format!("{p}.attn_output.weight"), &[width, q_width])?;
+            match taps.filter(|_| kv_width == 0) {
+                Some(taps) => {
+                    for (name, dims) in ShortConv::expected_shapes(&p, width, taps) {
+                        expect(name, &dims)?;
+                    }
+                }
+                None => {
+                    expect(format!("{p}.attn_q.weight"), &[q_width, width])?;
+                    expect(format!("{p}.attn_k.weight"), &[kv_width, width])?;
+                    expect(format!("{p}.attn_v.weight"), &[kv_width, width])?;
+                    expect(format!("{p}.attn_output.weight"), &[width, q_width])?;
+                }
+            }
             expect(format!("{p}.attn_norm.weight"), &[width])?;
             expect(format!("{p}.ffn_norm.weight"), &[width])?;
             let ffn = shape(&format!("{p}.ffn_up.weight")).unwrap_or_default();
@@ -434,6 +518,33 @@ impl Loader<'_> {
         }
     }
 
+    /// Layer `i`'s (`p` = `blk.i`) attention.
+    fn attention(
+        &mut self,
+        p: &str,
+        head_dim: usize,
+        traits: &ArchTraits,
+        sliding_window: Option<usize>,
+        i: usize,
+        kernels: Kernels,
+    ) -> Result<Attention> {
+        let sliding = sliding_window.filter(|_| traits.sliding_windows.is_some_and(|w| w.slides(i)));
+        let rotates = traits.no_rope_every.is_none_or(|every| !(i + 1).is_multiple_of(every));
+        Ok(Attention {
+            q_norm: self.optional_norm(&format!("{p}.attn_q_norm.weight"), head_dim)?,
+            k_norm: self.optional_norm(&format!("{p}.attn_k_norm.weight"), head_dim)?,
+            window: sliding,
+            rope: rotates.then_some(usize::from(sliding.is_some())),
+            wq: self.linear(&format!("{p}.attn_q.weight"), kernels)?,
+            wk: self.linear(&format!("{p}.attn_k.weight"), kernels)?,
+            wv: self.linear(&format!("{p}.attn_v.weight"), kernels)?,
+            wo: self.linear(&format!("{p}.attn_output.weight"), kernels)?,
+            bq: self.optional_vector(&format!("{p}.attn_q.bias"))?,
+            bk: self.optional_vector(&format!("{p}.attn_k.bias"))?,
+            bv: self.optional_vector(&format!("{p}.attn_v.bias"))?,
+        })
+    }
+
     fn linear(&mut self, name: &str, kernels: Kernels) -> Result<Linear> {
         Linear::mapped(self.mapped(name)?, kernels, self.device).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
     }
@@ -474,9 +585,17 @@ impl Model {
         let mut ld = Loader { path, content: &content, map: Some(map), device, arch: arch.clone() };
 
         let n_heads = ld.meta_u32("attention.head_count")?;
-        let n_kv_heads = ld.meta_u32("attention.head_count_kv").unwrap_or(n_heads);
         let n_layers = ld.meta_u32("block_count")?;
         let embedding_length = ld.meta_u32("embedding_length")?;
+        let layer_kv_heads = ld.kv_heads_per_layer(n_layers, n_heads)?;
+        let memory = ld.layer_memory(&layer_kv_heads, embedding_length)?;
+        let n_kv_heads = match shared_kv_heads(&layer_kv_heads) {
+            Some(h) => h,
+            None if layer_kv_heads.iter().any(|&h| h > 0) => {
+                return Err(ld.bad(format!("attention layers with different K/V head counts: {layer_kv_heads:?}")))
+            }
+            None => n_heads,
+        };
         let context_length = ld.meta_u32("context_length").unwrap_or(4096);
         let rms_eps = ld.meta_f32_or("attention.layer_norm_rms_epsilon", 1e-6);
         let rope_freq_base = ld.meta_f32_or("rope.freq_base", 10_000.0);
@@ -498,40 +617,39 @@ impl Model {
             Some(_) => Some(ld.meta_u32("attention.sliding_window")?.max(1)),
             None => None,
         };
+        if traits.short_conv && ld.meta_u32("attention.sliding_window").is_ok_and(|w| w > 0) {
+            return Err(ld.bad("LFM2 with sliding-window attention is not supported"));
+        }
         let rope_dim = ld.meta_u32("rope.dimension_count").unwrap_or(head_dim);
         if rope_dim != head_dim {
             return Err(ld.bad(format!("partial rotary embeddings ({rope_dim} of {head_dim}) are not supported")));
         }
 
-        ld.check_shapes(n_layers, embedding_length, n_heads * head_dim, n_kv_heads * head_dim)?;
+        let taps = memory.iter().find_map(|m| match m {
+            LayerMemory::Recurrent(shapes) => Some(shapes[0][0] + 1),
+            LayerMemory::KeysValues => None,
+        });
+        let kv_widths: Vec<usize> = layer_kv_heads.iter().map(|h| h * head_dim).collect();
+        ld.check_shapes(embedding_length, n_heads * head_dim, &kv_widths, taps)?;
         let ffn_length = content.tensor_infos["blk.0.ffn_up.weight"].shape.dims()[0];
         let embeddings = ld.mapped("token_embd.weight")?;
         let vocab_size = embeddings.dims()[0];
         progress(0.05);
         let mut layers = Vec::with_capacity(n_layers);
         let mut weights_dtype = None;
-        for i in 0..n_layers {
+        for (i, memory) in memory.iter().enumerate() {
             let p = format!("blk.{i}");
-            let wq = ld.linear(&format!("{p}.attn_q.weight"), kernels)?;
-            weights_dtype.get_or_insert(wq.dtype());
-            let sliding = sliding_window.filter(|_| traits.sliding_windows.is_some_and(|w| w.slides(i)));
-            let rotates = traits.no_rope_every.is_none_or(|every| (i + 1) % every != 0);
-            let attention = Attention {
-                q_norm: ld.optional_norm(&format!("{p}.attn_q_norm.weight"), head_dim)?,
-                k_norm: ld.optional_norm(&format!("{p}.attn_k_norm.weight"), head_dim)?,
-                window: sliding,
-                rope: rotates.then_some(usize::from(sliding.is_some())),
-                wq,
-                wk: ld.linear(&format!("{p}.attn_k.weight"), kernels)?,
-                wv: ld.linear(&format!("{p}.attn_v.weight"), kernels)?,
-                wo: ld.linear(&format!("{p}.attn_output.weight"), kernels)?,
-                bq: ld.optional_vector(&format!("{p}.attn_q.bias"))?,
-                bk: ld.optional_vector(&format!("{p}.attn_k.bias"))?,
-                bv: ld.optional_vector(&format!("{p}.attn_v.bias"))?,
+            let mixer = match memory {
+                LayerMemory::Recurrent(_) => Mixer::ShortConv(ShortConv::load(&mut ld, &p, embedding_length, kernels)?),
+                LayerMemory::KeysValues => {
+                    Mixer::Attention(ld.attention(&p, head_dim, &traits, sliding_window, i, kernels)?)
+                }
             };
+            // The first layer's first matrix (q, or the convolution's input projection).
+            weights_dtype.get_or_insert(mixer.matrices()[0].1.dtype());
             layers.push(Layer {
                 attn_norm: ld.vector(&format!("{p}.attn_norm.weight"))?,
-                mixer: Mixer::Attention(attention),
+                mixer,
                 post_attn_norm: ld.optional_norm(&format!("{p}.post_attention_norm.weight"), embedding_length)?,
                 post_ffn_norm: ld.optional_norm(&format!("{p}.post_ffw_norm.weight"), embedding_length)?,
                 ffn_norm: ld.vector(&format!("{p}.ffn_norm.weight"))?,
@@ -541,7 +659,7 @@ impl Model {
             });
             progress(0.05 + 0.9 * (i + 1) as f32 / n_layers as f32);
         }
-        let output_norm = ld.vector("output_norm.weight")?;
+        let output_norm = ld.vector(&format!("{}.weight", traits.output_norm))?;
         // Tied embeddings: the output projection reads the embedding table. The lookups
         // read the mapped table, or the output layer's copy where it made one.
         let output = if ld.has("output.weight") {
@@ -796,6 +914,7 @@ impl Model {
                     let mask = &masks[usize::from(a.window.is_some())];
                     self.attention(i, a, &h, state, pos, angles, mask)?
                 }
+                Mixer::ShortConv(s) => s.forward(i, &h, state)?,
             };
             x = (x + norm(&mixed, &layer.post_attn_norm)?)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
@@ -903,6 +1022,10 @@ impl Model {
     /// that many positions (RoPE is a rotation, so this is exact for the rotation itself).
     pub fn shift_out(&self, state: &mut State, start: usize, end: usize) -> Result<()> {
         let _span = tracing::info_span!("shift", start, end).entered();
+        if state.is_recurrent() {
+            // A recurrent layer's state holds every token it read: nothing to move down.
+            return Err(EngineError::Inference(Cause::msg("a recurrent state cannot be shifted: rebuild it")));
+        }
         let delta = end - start;
         if delta == 0 {
             return Ok(());
@@ -922,9 +1045,10 @@ impl Model {
             }
             let neox = self.config.rope_neox;
             state.shift_out(start, end, |layer, k| {
-                let Mixer::Attention(attention) = &self.layers[layer].mixer;
-                let Some(rope) = attention.rope else { return Ok(k.clone()) };
-                let (cos, sin) = &back[rope];
+                let Mixer::Attention(Attention { rope: Some(rope), .. }) = &self.layers[layer].mixer else {
+                    return Ok(k.clone());
+                };
+                let (cos, sin) = &back[*rope];
                 let k = k.unsqueeze(0)?;
                 let r = if neox {
                     candle_nn::rotary_emb::rope(&k, cos, sin)?

@@ -407,7 +407,11 @@ impl Worker {
         release_free_memory();
         let after_tokens = l.session.state.len();
         let freed_bytes = before_bytes.saturating_sub(l.session.state.bytes());
+        let reread = if after_tokens > 0 { l.session.last_reread() } else { 0 };
         self.emit(EngineEvent::Evicted { reason: reason.to_string(), before_tokens, after_tokens, freed_bytes });
+        if reread > 0 {
+            self.emit(EngineEvent::Notice { message: super::turn::reread_notice(reread) });
+        }
         self.emit_stats();
     }
 }

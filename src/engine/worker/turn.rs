@@ -60,8 +60,12 @@ impl Worker {
             }
         };
         let kept = l.session.state.len() - prepared.fed_tokens;
+        let reread = l.session.last_reread();
         if prepared.dropped_tokens > 0 {
             self.emit(EngineEvent::Trimmed { dropped_tokens: prepared.dropped_tokens, kept_tokens: kept });
+            if reread > 0 {
+                self.emit(EngineEvent::Notice { message: reread_notice(reread) });
+            }
         }
         if let Some(n) = prepared.prompt_cut_to {
             self.emit(EngineEvent::Notice {
@@ -75,7 +79,7 @@ impl Worker {
     }
 
     /// Writes the last reply again with the next seed. Only the last prompt token is fed
-    /// again; when the last turn is no longer cached, the chat store's transcript is
+    /// again (a recurrent model's last prompt); when the last turn is no longer cached, the chat store's transcript is
     /// re-read instead.
     pub(super) fn regenerate(&mut self) -> bool {
         let Some(l) = self.loaded.as_mut() else {
@@ -84,13 +88,13 @@ impl Worker {
         };
         let started = Instant::now();
         match l.session.rewind_reply(&l.model) {
-            Ok(Some((logits, prompt))) => {
+            Ok(Some((logits, prompt, fed))) => {
                 let replaces = self.transcript_ends_with_turn(&prompt);
                 self.emit_rewound(replaces, true);
                 self.emit(EngineEvent::ReplyStarted { prompt });
                 self.regenerations += 1;
                 self.last_stats.drafted_tokens = 0;
-                self.reply(logits, 1, started, replaces)
+                self.reply(logits, fed, started, replaces)
             }
             Ok(None) => match self.reread_without_last_turn() {
                 Some(prompt) => {
@@ -121,7 +125,7 @@ impl Worker {
             self.emit(EngineEvent::Failed { error: EngineError::EmptyPrompt });
             return false;
         }
-        let replaces = match l.session.rewind_turn() {
+        let replaces = match l.session.rewind_turn(&l.model) {
             Some(old) => self.transcript_ends_with_turn(&old),
             None if self.reread_without_last_turn().is_some() => 2,
             None => {
@@ -163,7 +167,7 @@ impl Worker {
         let system = history.len() - active.messages.len();
         // The session holds the whole transcript unless old turns were trimmed from it.
         let whole = l.session.messages() == history.as_slice();
-        if !(whole && l.session.rewind_to_message(system + index)) {
+        if !(whole && l.session.rewind_to_message(&l.model, system + index)) {
             history.truncate(system + index);
             l.session.set_history(history);
         }
@@ -309,4 +313,11 @@ impl Worker {
             }
         }
     }
+}
+
+/// What a notice says when dropping old turns made the model read the rest again.
+pub(super) fn reread_notice(tokens: usize) -> String {
+    format!(
+        "This model keeps a running state that cannot forget old turns, so the {tokens} tokens kept were read again."
+    )
 }
