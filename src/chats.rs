@@ -82,6 +82,10 @@ pub struct ChatRecord {
     /// The chat's own system prompt; `None` uses the model's template default.
     #[serde(default)]
     pub system_prompt: Option<String>,
+    /// Its "Think before answering" switch: the template's `enable_thinking`; `None`
+    /// (and records from before it) use the template's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<bool>,
     /// Every user message and reply of the path shown, oldest first (also those trimmed
     /// from the cache).
     #[serde(default)]
@@ -484,6 +488,7 @@ impl ChatStore {
             updated: now,
             tokens: 0,
             system_prompt: None,
+            thinking: None,
             messages: Vec::new(),
             forks: Vec::new(),
         };
@@ -664,6 +669,7 @@ mod tests {
             updated: 0,
             tokens: 0,
             system_prompt: Some("Be brief.".into()),
+            thinking: None,
             messages: vec![Message::new(
                 Role::User,
                 "\n  What is a lighthouse for, and who keeps one running at night?",

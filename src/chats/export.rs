@@ -381,6 +381,7 @@ mod tests {
             updated: 60_000,
             tokens: 0,
             system_prompt: Some("Be brief.".into()),
+            thinking: None,
             messages: vec![
                 Message::new(Role::User, "Show me\n```rust\nfn main() {}\n```"),
                 Message::new(Role::Assistant, "Half a fence:\n~~~~py\nprint(1)"),
