@@ -80,6 +80,27 @@ fn qwen3_drops_the_last_replys_thinking_and_feeds_only_its_answer_again() {
 }
 
 #[test]
+fn the_answer_is_fed_again_while_the_next_message_is_typed() {
+    use pocketchat::engine::DraftExtent;
+    let dir = tempfile::tempdir().unwrap();
+    let (model, tok) = tiny(dir.path());
+    let template = || suite_template("Qwen-Qwen3-0.6B.jinja", &tok);
+    let mut s = Session::new(model.make_state(512, DType::F32), template()).unwrap();
+    s.prepare_turn(&model, &tok, "is 91 prime", 16).unwrap();
+    reply_with(&mut s, &model, &tok, "<think>
+try 7
+</think>
+
+no");
+    let expected = fresh_read(&template(), &tok, &s, "and 93");
+    s.draft(&model, &tok, "and 93", DraftExtent::Whole, 16).unwrap();
+    let p = s.prepare_turn(&model, &tok, "and 93", 16).unwrap();
+    assert_eq!(p.refed_tokens, 0, "fed while typing");
+    assert_eq!(p.drafted_tokens, p.fed_tokens, "the whole turn was read ahead");
+    assert_eq!(s.state.tokens(), expected);
+}
+
+#[test]
 fn qwen3_with_thinking_off_feeds_the_last_turn_again() {
     let dir = tempfile::tempdir().unwrap();
     let (model, tok) = tiny(dir.path());
