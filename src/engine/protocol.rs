@@ -141,9 +141,10 @@ pub enum EngineEvent {
         messages: Vec<crate::engine::text::template::Message>,
         tokens: usize,
         resumed: bool,
-        /// Its "Think before answering" switch (`None`: the model's default).
-        thinking: Option<bool>,
     },
+    /// The open chat's "Think before answering" switch (`None`: the model's default;
+    /// see `ModelInfo::thinking`), after `ChatOpened` and after each `SetThinking`.
+    ThinkingSwitch { enabled: Option<bool> },
     /// The open chat's messages that have other versions (after `ChatOpened`, after each
     /// reply and after `BranchSwitched`).
     Branches { points: Vec<crate::chats::branches::BranchPoint> },

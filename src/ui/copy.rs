@@ -97,3 +97,20 @@ pub const NEXT_VERSION: &str = "Next version";
 
 /// What the Edit button of a message says it does.
 pub const EDIT_TITLE: &str = "Edit your message (what followed stays as another version)";
+
+/// The composer's switch for models that can think before they answer.
+pub const THINK_SWITCH: &str = "Think before answering";
+pub const THINK_SWITCH_TITLE: &str =
+    "The model reasons step by step before it answers (slower, often better); applies to this chat";
+
+/// The disclosure above a reply while its thinking is written.
+pub const THINKING: &str = "Thinking…";
+
+/// The disclosure above a reply that thought, once the answer has begun.
+pub fn thought_for(tokens: usize) -> String {
+    match tokens {
+        0 => "Thought".to_string(),
+        1 => "Thought for 1 token".to_string(),
+        n => format!("Thought for {n} tokens"),
+    }
+}

@@ -164,6 +164,7 @@ impl Worker {
             l.session.set_enable_thinking(enabled);
         }
         self.save_record();
+        self.emit(EngineEvent::ThinkingSwitch { enabled });
     }
 
     /// Makes `record` the open chat: locked for this process (a chat open in another
@@ -195,8 +196,8 @@ impl Worker {
             messages: record.messages.clone(),
             tokens,
             resumed: not_resumed.is_none(),
-            thinking: record.thinking,
         });
+        self.emit(EngineEvent::ThinkingSwitch { enabled: record.thinking });
         self.emit_branches_of(&record);
         // After the transcript, so the UI shows it below.
         if let Some(why) = not_resumed.filter(|_| !record.messages.is_empty()) {
