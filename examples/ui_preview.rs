@@ -28,6 +28,7 @@ fn main() {
         kv_dtype: "f32".into(),
         kv_bytes_per_token: 46_080,
         device: "cpu".into(),
+        thinking: None,
     };
     let mut s = ChatState::new();
     let apply = |s: &mut ChatState, e: EngineEvent, t: &str| s.apply_at(e, t);

@@ -61,6 +61,7 @@ fn model_info() -> ModelInfo {
         kv_dtype: "f16".into(),
         kv_bytes_per_token: 23_040,
         device: "cpu".into(),
+        thinking: None,
     }
 }
 
