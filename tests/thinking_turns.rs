@@ -87,11 +87,16 @@ fn the_answer_is_fed_again_while_the_next_message_is_typed() {
     let template = || suite_template("Qwen-Qwen3-0.6B.jinja", &tok);
     let mut s = Session::new(model.make_state(512, DType::F32), template()).unwrap();
     s.prepare_turn(&model, &tok, "is 91 prime", 16).unwrap();
-    reply_with(&mut s, &model, &tok, "<think>
+    reply_with(
+        &mut s,
+        &model,
+        &tok,
+        "<think>
 try 7
 </think>
 
-no");
+no",
+    );
     let expected = fresh_read(&template(), &tok, &s, "and 93");
     s.draft(&model, &tok, "and 93", DraftExtent::Whole, 16).unwrap();
     let p = s.prepare_turn(&model, &tok, "and 93", 16).unwrap();
@@ -118,7 +123,10 @@ fn qwen3_with_thinking_off_feeds_the_last_turn_again() {
     let expected = fresh_read(&off, &tok, &s, "how are you");
     let p = s.prepare_turn(&model, &tok, "how are you", 16).unwrap();
     assert_eq!(s.state.tokens(), expected);
-    assert_eq!(p.refed_tokens, tok.encode("<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nhi there<|im_end|>\n").unwrap().len());
+    assert_eq!(
+        p.refed_tokens,
+        tok.encode("<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nhi there<|im_end|>\n").unwrap().len()
+    );
 }
 
 #[test]

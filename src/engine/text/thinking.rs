@@ -170,7 +170,10 @@ fn push_piece(out: &mut Vec<Piece>, piece: Piece) {
 
 /// The length of the longest end of `text` that is a beginning of `tag` (and shorter than it).
 fn partial_suffix(text: &str, tag: &str) -> usize {
-    (1..tag.len().min(text.len() + 1)).rev().find(|&n| text.is_char_boundary(text.len() - n) && tag.starts_with(&text[text.len() - n..])).unwrap_or(0)
+    (1..tag.len().min(text.len() + 1))
+        .rev()
+        .find(|&n| text.is_char_boundary(text.len() - n) && tag.starts_with(&text[text.len() - n..]))
+        .unwrap_or(0)
 }
 
 /// Whether a rendered prompt's generation prompt (its text after `from`, the end of the

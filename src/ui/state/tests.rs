@@ -600,7 +600,12 @@ fn a_thinking_reply_streams_its_thinking_apart_and_counts_it() {
     assert!(matches!(s.entries.last(), Some(Entry::Notice(_))));
     s.apply(tok("No."));
     s.apply(EngineEvent::Done { reason: DoneReason::EndOfTurn });
-    s.apply(EngineEvent::Stats(Stats { generated_tokens: 9, thinking_tokens: 6, decode_tok_s: 20.0, ..Stats::default() }));
+    s.apply(EngineEvent::Stats(Stats {
+        generated_tokens: 9,
+        thinking_tokens: 6,
+        decode_tok_s: 20.0,
+        ..Stats::default()
+    }));
     let m = s.messages().last().unwrap();
     assert_eq!((m.text.as_str(), m.tokens, m.thinking_tokens), ("No.", 9, 6));
     assert_eq!(m.thinking_label().as_deref(), Some("Thought for 6 tokens"));
