@@ -677,15 +677,17 @@ impl Session {
         if self.is_empty() && !self.history_fitted {
             self.fit_history(tok, "", reserve)?;
             self.history_fitted = true;
-        } else if !self.is_empty() && self.draft.tokens == 0 {
+        }
+        let (mut rendered, mut from_scratch) = self.render_with(typed)?;
+        if from_scratch && !self.is_empty() && self.draft.tokens == 0 {
             // A history the template renders differently now is fed again first (it is
             // part of the conversation, not of the draft): Send then has only its turn.
             self.rebase(model, tok, typed, reserve)?;
+            (rendered, from_scratch) = self.render_with(typed)?;
         }
-        let (rendered, from_scratch) = self.render_with(typed)?;
-        // A cache the new render does not continue (a template that renders earlier turns
-        // differently once another follows) is read again at Send. An empty cache (a new
-        // chat, or a history to read again) or a continued one drafts.
+        // A cache the new render still does not continue (no point both share is cached,
+        // or the history would not fit) is read again at Send. An empty cache (a new chat,
+        // or a history to read again) or a continued one drafts.
         if from_scratch && !self.is_empty() {
             return Ok(DraftFed::default());
         }
