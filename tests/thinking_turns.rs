@@ -168,6 +168,72 @@ fn smollm3_keeps_the_reply_as_written_and_continues_the_cache() {
     assert!(expected.len() > s.len(), "expected holds the next message again");
 }
 
+/// The engine thread on a tiny file carrying Qwen3.5's template, whose generation prompt
+/// opens the thinking: the reply streams as `Thinking` (no answer: random weights never
+/// close it), its tokens are counted as thinking, and the switch turned off closes the
+/// block in the prompt, so the next reply is all answer.
+#[test]
+fn the_engine_streams_a_reply_that_starts_inside_its_thinking() {
+    use candle_core::quantized::gguf_file::Value;
+    use pocketchat::engine::{Command, Engine, EngineConfig, EngineEvent, EngineEvents, Stats};
+    let dir = tempfile::tempdir().unwrap();
+    let source = std::fs::read_to_string(
+        std::env::var_os("POCKETCHAT_LLAMACPP_SUITE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/llamacpp-suite"))
+            .join("templates/Qwen3.5-4B.jinja"),
+    )
+    .unwrap();
+    let spec = TinySpec {
+        meta_overrides: vec![("tokenizer.chat_template".into(), Value::String(source))],
+        ..Default::default()
+    };
+    let mut config = EngineConfig::new(write_tiny_gguf(dir.path(), &spec, 11));
+    config.max_tokens = 8;
+    config.budget_override = Some(256);
+    config.headroom = std::sync::Arc::new(|| None);
+    config.threads = Some(1);
+    let (handle, mut events) = Engine::spawn(config);
+    let next = |events: &mut EngineEvents| events.recv_blocking().expect("the engine thread is running");
+    loop {
+        match next(&mut events) {
+            EngineEvent::Ready(info) => break assert_eq!(info.thinking, Some(true), "Qwen3.5 thinks by default"),
+            EngineEvent::Failed { error } => panic!("{error}"),
+            _ => {}
+        }
+    }
+    // One reply: (thinking, answer, the stats after it).
+    let mut turn = |text: &str| {
+        handle.send(Command::Send { text: text.into() }).unwrap();
+        let (mut thinking, mut answer) = (String::new(), String::new());
+        loop {
+            match next(&mut events) {
+                EngineEvent::Thinking { text } => thinking.push_str(&text),
+                EngineEvent::Token { text } => answer.push_str(&text),
+                EngineEvent::Done { .. } => break,
+                EngineEvent::Failed { error } => panic!("{error}"),
+                _ => {}
+            }
+        }
+        let stats: Stats = loop {
+            if let EngineEvent::Stats(s) = next(&mut events) {
+                break s;
+            }
+        };
+        (thinking, answer, stats)
+    };
+    let (thinking, answer, stats) = turn("hello");
+    assert!(!thinking.is_empty() && answer.is_empty(), "{thinking:?} / {answer:?}");
+    assert_eq!((stats.generated_tokens, stats.thinking_tokens), (8, 8));
+
+    handle.send(Command::SetThinking { enabled: Some(false) }).unwrap();
+    let (thinking, answer, stats) = turn("again");
+    assert!(thinking.is_empty() && !answer.is_empty(), "{thinking:?} / {answer:?}");
+    assert_eq!(stats.thinking_tokens, 0);
+    handle.send(Command::Shutdown).unwrap();
+    while events.recv_blocking().is_some() {}
+}
+
 /// Turn costs on a file shaped like Qwen3 0.6B (real vocabulary and template, random
 /// weights: `python3 bench/shaped_model.py qwen3-0.6b --out /work/shaped`): a chat of
 /// replies that think, fed (a) as the session does (the last answer fed again), (b) read
