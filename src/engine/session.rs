@@ -777,11 +777,6 @@ impl Session {
         }
     }
 
-    /// The chat template in use.
-    pub fn template(&self) -> &ChatTemplate {
-        &self.template
-    }
-
     /// Drops the `count` oldest turns from the cache, the text and the messages.
     pub fn drop_turns(&mut self, model: &Model, count: usize) -> Result<usize> {
         self.discard_draft();

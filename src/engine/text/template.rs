@@ -142,10 +142,9 @@ impl ChatTemplate {
             return None;
         }
         let probe = [Message::new(Role::User, "?")];
-        let render = |on: Option<bool>| {
-            let t = ChatTemplate { enable_thinking: on, ..self.shallow() };
-            t.render_at(&t.template_messages(&probe, false), true, hf::Instant::civil(2026, 1, 1, 0, 0, 0)).ok()
-        };
+        let probe = self.template_messages(&probe, false);
+        let now = hf::Instant::civil(2026, 1, 1, 0, 0, 0);
+        let render = |on: Option<bool>| self.render_switched(&probe, true, now, on).ok();
         let default = render(None)?;
         Some(render(Some(false)).is_none_or(|off| off != default))
     }
@@ -159,19 +158,6 @@ impl ChatTemplate {
     /// The `enable_thinking` passed to renders (`None`: undefined).
     pub fn enable_thinking(&self) -> Option<bool> {
         self.enable_thinking
-    }
-
-    /// A copy sharing the compiled template (for probes).
-    fn shallow(&self) -> ChatTemplate {
-        ChatTemplate {
-            env: self.env.clone(),
-            bos_token: self.bos_token.clone(),
-            eos_token: self.eos_token.clone(),
-            now: self.now,
-            uses_enable_thinking: self.uses_enable_thinking,
-            reads_reasoning: self.reads_reasoning,
-            enable_thinking: self.enable_thinking,
-        }
     }
 
     /// The messages as the template reads them (see [`TemplateMessage`]); with `marked`,
@@ -237,10 +223,21 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         now: hf::Instant,
     ) -> Result<String, EngineError> {
+        self.render_switched(messages, add_generation_prompt, now, self.enable_thinking)
+    }
+
+    /// [`render_at`](Self::render_at) with `enable_thinking` set to `enable_thinking`.
+    fn render_switched<M: Serialize>(
+        &self,
+        messages: &[M],
+        add_generation_prompt: bool,
+        now: hf::Instant,
+        enable_thinking: Option<bool>,
+    ) -> Result<String, EngineError> {
         let tmpl = self.env.get_template("chat").map_err(|e| EngineError::Template(Cause::new(e)))?;
         let mut out = CappedWriter(Vec::new());
         // Undefined unless set: `enable_thinking is defined` must stay false.
-        let thinking = match self.enable_thinking {
+        let thinking = match enable_thinking {
             Some(on) => context! { enable_thinking => on },
             None => context! {},
         };
