@@ -106,7 +106,7 @@ no",
 }
 
 #[test]
-fn qwen3_with_thinking_off_feeds_the_last_turn_again() {
+fn qwen3_with_thinking_off_feeds_only_the_last_answer_again() {
     let dir = tempfile::tempdir().unwrap();
     let (model, tok) = tiny(dir.path());
     let mut off = suite_template("Qwen-Qwen3-0.6B.jinja", &tok);
@@ -118,15 +118,20 @@ fn qwen3_with_thinking_off_feeds_the_last_turn_again() {
     assert!(!s.reply_opens_thinking());
     reply_with(&mut s, &model, &tok, "hi there");
     assert_eq!(s.messages().last().unwrap().thinking, None);
-    // The finished reply renders without the empty block: the cache goes back to the
-    // turn's start (the last point both share) and that turn is fed again.
+    // The finished reply renders without the empty block: the cache goes back to where
+    // the answer starts in the new render and only the answer is fed again.
     let expected = fresh_read(&off, &tok, &s, "how are you");
     let p = s.prepare_turn(&model, &tok, "how are you", 16).unwrap();
     assert_eq!(s.state.tokens(), expected);
-    assert_eq!(
-        p.refed_tokens,
-        tok.encode("<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nhi there<|im_end|>\n").unwrap().len()
-    );
+    assert_eq!(p.refed_tokens, tok.encode("hi there<|im_end|>\n").unwrap().len());
+    // And again at the next turn (the turn cut into keeps its anchor: trimming and
+    // editing still see three turns).
+    reply_with(&mut s, &model, &tok, "fine");
+    let expected = fresh_read(&off, &tok, &s, "good");
+    let p = s.prepare_turn(&model, &tok, "good", 16).unwrap();
+    assert_eq!(s.state.tokens(), expected);
+    assert_eq!(p.refed_tokens, tok.encode("fine<|im_end|>\n").unwrap().len());
+    assert_eq!(s.turn_lengths().len(), 3);
 }
 
 #[test]

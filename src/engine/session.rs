@@ -343,7 +343,8 @@ impl Session {
     /// holds: a template that drops an earlier reply's thinking (Qwen3's, Qwen3.5's), or
     /// one whose generation prompt (`<think>\n\n</think>` with thinking off) is not how it
     /// renders the finished reply. The cache is cut back to the last point both share, a
-    /// reply's start or else a turn's start, and the history after it is fed as it renders
+    /// reply's start or else a turn's start (or a message text in it), and the history
+    /// after it is fed as it renders
     /// now with `user_text` as the next message (whose own turn is left to the caller).
     /// Usually that is the last reply's answer: the thinking it no longer shows leaves the
     /// cache. Returns the tokens fed; 0 when the cache is continued as it is, or when no
@@ -359,11 +360,23 @@ impl Session {
         let points = self.turns.iter().enumerate().flat_map(|(i, a)| {
             std::iter::once((i, a.token, a.text)).chain(a.reply.map(|(token, text)| (i + 1, token, text)))
         });
-        let Some((kept_turns, kept, text_at)) =
+        let Some((mut kept_turns, mut kept, mut text_at)) =
             points.filter(|&(_, token, text)| text <= shared && token <= self.len()).max_by_key(|&(_, _, text)| text)
         else {
             return Ok(0);
         };
+        // Cut at a turn's start, the turn may still be kept up to a message text of it
+        // (Qwen3 with thinking off: its reply's answer, after the generation prompt's empty
+        // `<think></think>` that the finished reply's render lacks), when the cached
+        // tokens up to there are the new render's own.
+        let mut inside_turn = false;
+        let turn_start = self.turns.get(kept_turns).is_some_and(|a| a.text == text_at);
+        if let Some(body) = rendered.bodies.iter().map(|b| b.start).filter(|&b| text_at < b && b <= shared).max() {
+            let ids = tok.encode_rendered(&rendered.text, text_at..body, &rendered.bodies)?;
+            if turn_start && self.state.tokens().get(kept..kept + ids.len()) == Some(ids.as_slice()) {
+                (kept_turns, kept, text_at, inside_turn) = (kept_turns + 1, kept + ids.len(), body, true);
+            }
+        }
         let ranges = self.piece_ranges(&rendered, text_at, rendered.text.len());
         // The last piece is the new message's turn.
         let Some((_, history)) = ranges.split_last() else { return Ok(0) };
@@ -387,6 +400,12 @@ impl Session {
         self.discard_draft();
         self.state.truncate(kept);
         self.turns.truncate(kept_turns);
+        if inside_turn {
+            // Where its reply starts is not known any more.
+            if let Some(a) = self.turns.last_mut() {
+                a.reply = None;
+            }
+        }
         if !ids.is_empty() {
             if let Err(e) = model.forward(&ids, &mut self.state) {
                 self.set_history(self.messages.clone());
