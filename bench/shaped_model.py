@@ -11,7 +11,9 @@ what they generate is noise.
 
   python3 bench/shaped_model.py llama-3.2-1b --out /work/shaped
   python3 bench/shaped_model.py qwen3-0.6b --out /work/shaped
-    -> DIR/Llama-3.2-1B-shaped.{F16,Q4_K_M,Q8_0}.gguf, DIR/Qwen3-0.6B-shaped.{...}.gguf
+  python3 bench/shaped_model.py qwen2.5-1.5b --out /work/shaped
+  python3 bench/shaped_model.py gemma-3-1b --out /work/shaped
+    -> DIR/Llama-3.2-1B-shaped.{F16,Q4_K_M,Q8_0}.gguf, DIR/Qwen3-0.6B-shaped.{...}.gguf, ...
 
 Deterministic for a --seed (one generator per tensor, seeded with [seed, tensor index]).
 Needs the `gguf` and `llama_cpp` (llama-cpp-python) packages and llama.cpp's vocab files
@@ -65,7 +67,32 @@ SHAPES = {
         qk_norm=True, llama3_rope=None,
         tokens=dict(bos=151643, eos=151645, pad=151643, add_bos=False, added=QWEN3_ADDED_TOKENS),
     ),
+    # Qwen/Qwen2.5-1.5B-Instruct config.json (biases on q, k and v; Qwen2.5's added tokens
+    # end at 151664)
+    "qwen2.5-1.5b": dict(
+        file="Qwen2.5-1.5B-shaped", arch="qwen2", name="Qwen2.5 1.5B Instruct (shaped, random weights)",
+        size_label="1.5B", vocab_file="ggml-vocab-qwen2.gguf",
+        template="Qwen-Qwen2.5-7B-Instruct.jinja",  # the 1.5B's template is the same
+        n_layer=28, n_embd=1536, n_ff=8960, n_head=12, n_head_kv=2, head_dim=128,
+        n_vocab=151936, n_ctx=32768, rope_base=1000000.0, rms_eps=1e-6, tied=True,
+        qk_norm=False, qkv_bias=True, llama3_rope=None,
+        tokens=dict(bos=151643, eos=151645, pad=151643, add_bos=False,
+                    added={i: t for i, t in QWEN3_ADDED_TOKENS.items() if i <= 151664}),
+    ),
+    # google/gemma-3-1b-it config.json: q/k head norms, norms after attention and after the
+    # FFN, five of six layers over a 512-token window. Gemma 3's vocabulary is the one of
+    # the Gemma 3 270M file (scripts/fetch-model.sh gemma-3-270m-q4_k_m); llama.cpp ships
+    # no Gemma 3 template, so the file has none.
+    "gemma-3-1b": dict(
+        file="Gemma-3-1B-shaped", arch="gemma3", name="Gemma 3 1B it (shaped, random weights)",
+        size_label="1B", vocab_model="models/gemma-3-270m-q4_k_m.gguf", template=None,
+        n_layer=26, n_embd=1152, n_ff=6912, n_head=4, n_head_kv=1, head_dim=256,
+        n_vocab=262144, n_ctx=32768, rope_base=1000000.0, rms_eps=1e-6, tied=True,
+        qk_norm=True, post_norms=True, sliding_window=512, llama3_rope=None,
+        tokens=dict(bos=2, eos=1, pad=0, unknown=3, add_bos=True, added={}),
+    ),
 }
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 QUANTS = {"Q4_K_M": 15, "Q8_0": 7}  # llama_ftype: LLAMA_FTYPE_MOSTLY_Q4_K_M, _Q8_0
 WEIGHT_STD = 0.02
@@ -91,7 +118,8 @@ def llama3_rope_factors(head_dim, base, factor, low_freq_factor, high_freq_facto
 
 def tensor_plan(s):
     """(name, numpy shape (rows, cols), kind) in the order the converter writes them.
-    kind: "rope" (rope factors), "norm" (ones, F32) or "weight" (random, F16)."""
+    kind: "rope" (rope factors), "norm" (ones, F32), "bias" (random, F32) or "weight"
+    (random, F16)."""
     plan = []
     if s["llama3_rope"]:
         plan.append(("rope_freqs.weight", (s["head_dim"] // 2,), "rope"))
@@ -104,13 +132,21 @@ def tensor_plan(s):
         plan.append((b + "attn_k.weight", (kv_dim, s["n_embd"]), "weight"))
         plan.append((b + "attn_v.weight", (kv_dim, s["n_embd"]), "weight"))
         plan.append((b + "attn_output.weight", (s["n_embd"], q_dim), "weight"))
+        if s.get("qkv_bias"):
+            plan.append((b + "attn_q.bias", (q_dim,), "bias"))
+            plan.append((b + "attn_k.bias", (kv_dim,), "bias"))
+            plan.append((b + "attn_v.bias", (kv_dim,), "bias"))
         if s["qk_norm"]:
             plan.append((b + "attn_q_norm.weight", (s["head_dim"],), "norm"))
             plan.append((b + "attn_k_norm.weight", (s["head_dim"],), "norm"))
+        if s.get("post_norms"):
+            plan.append((b + "post_attention_norm.weight", (s["n_embd"],), "norm"))
         plan.append((b + "ffn_norm.weight", (s["n_embd"],), "norm"))
         plan.append((b + "ffn_gate.weight", (s["n_ff"], s["n_embd"]), "weight"))
         plan.append((b + "ffn_up.weight", (s["n_ff"], s["n_embd"]), "weight"))
         plan.append((b + "ffn_down.weight", (s["n_embd"], s["n_ff"]), "weight"))
+        if s.get("post_norms"):
+            plan.append((b + "post_ffw_norm.weight", (s["n_embd"],), "norm"))
     plan.append(("output_norm.weight", (s["n_embd"],), "norm"))
     if not s["tied"]:
         plan.append(("output.weight", (s["n_vocab"], s["n_embd"]), "weight"))
@@ -145,6 +181,8 @@ def copy_tokenizer(writer, vocab_path, s):
     writer.add_eos_token_id(tok["eos"])
     if "pad" in tok:
         writer.add_pad_token_id(tok["pad"])
+    if "unknown" in tok:
+        writer.add_unk_token_id(tok["unknown"])
     writer.add_add_bos_token(tok["add_bos"])
 
 
@@ -168,9 +206,18 @@ def write_f16(path, s, llama_cpp_dir, seed):
     if s["arch"] == "llama":  # LlamaModel.set_gguf_parameters adds these two
         w.add_vocab_size(s["n_vocab"])
         w.add_rope_dimension_count(s["head_dim"])
-    copy_tokenizer(w, os.path.join(llama_cpp_dir, "models", s["vocab_file"]), s)
-    with open(os.path.join(llama_cpp_dir, "models", "templates", s["template"])) as f:
-        w.add_chat_template(f.read())
+    if s.get("sliding_window"):
+        w.add_sliding_window(s["sliding_window"])
+    if "vocab_model" in s:
+        vocab = os.path.join(REPO, s["vocab_model"])
+        if not os.path.exists(vocab):
+            raise SystemExit(f"shaped_model: {vocab} is missing (scripts/fetch-model.sh fetches it)")
+    else:
+        vocab = os.path.join(llama_cpp_dir, "models", s["vocab_file"])
+    copy_tokenizer(w, vocab, s)
+    if s["template"]:
+        with open(os.path.join(llama_cpp_dir, "models", "templates", s["template"])) as f:
+            w.add_chat_template(f.read())
 
     plan = tensor_plan(s)
     for name, shape, kind in plan:
@@ -186,6 +233,8 @@ def write_f16(path, s, llama_cpp_dir, seed):
                                        r["low_freq_factor"], r["high_freq_factor"], r["original_ctx"])
         elif kind == "norm":
             data = np.ones(shape, dtype=np.float32)
+        elif kind == "bias":
+            data = np.random.default_rng([seed, index]).standard_normal(shape, dtype=np.float32) * WEIGHT_STD
         else:
             rng = np.random.default_rng([seed, index])
             data = rng.standard_normal(shape, dtype=np.float32)

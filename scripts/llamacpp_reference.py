@@ -16,9 +16,11 @@ computed as llama-perplexity does (see `perplexity` below). For the BPE splits o
 (`llama-bpe`) and Qwen 2/3 (`qwen2`), whose files no hub here serves, it records the ids of
 the same texts with the default model's vocabulary and that split
 (`tokenizer.ggml.pre` overridden). And for one tiny random-weight f32 file per family
-(llama, qwen3, gemma3; written by the Rust test `tiny_models_of_every_family_give_llama_cpp_logits`,
-which this runs with POCKETCHAT_TINY_DIR set; its own comparison may fail while the fixture
-is being rewritten), the logits at every position of a 12-token prompt.
+(every family of the Rust test `tiny_models_of_every_family_give_llama_cpp_logits`, which
+this runs with POCKETCHAT_TINY_DIR set; its own comparison may fail while the fixture is
+being rewritten), the logits at every position of a 12-token prompt.
+
+  python3 scripts/llamacpp_reference.py tiny             # only the tiny files' logits
 
   python3 scripts/llamacpp_reference.py quant-types      # needs target/release/pocketchat
 
@@ -26,7 +28,7 @@ makes every quant type llama.cpp's quantizer writes from the default model (in
 /tmp/pocketchat-quants, or --dir), and prints the perplexity of each by llama.cpp and by
 `pocketchat perplexity`, and the difference.
 """
-import argparse, hashlib, json, math, os, subprocess, sys
+import argparse, hashlib, json, math, os, shutil, subprocess, sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
@@ -133,10 +135,14 @@ def write(args):
 def tiny_logits():
     from llama_cpp import Llama
     env = dict(os.environ, POCKETCHAT_TINY_DIR=TINY_DIR)
+    shutil.rmtree(TINY_DIR, ignore_errors=True)
     subprocess.run(["cargo", "test", "--no-default-features", "--test", "llamacpp_conformance", "--",
                     "tiny_models_of_every_family_give_llama_cpp_logits"], cwd=REPO, env=env)
     out = {}
-    for arch in ["llama", "qwen3", "gemma3"]:
+    # Every family the Rust test wrote (its `TINY` list).
+    archs = sorted(f[len("tiny-"):-len(".gguf")] for f in os.listdir(TINY_DIR)
+                   if f.startswith("tiny-") and f.endswith(".gguf"))
+    for arch in archs:
         path = os.path.join(TINY_DIR, f"tiny-{arch}.gguf")
         llm = Llama(model_path=path, n_ctx=64, n_batch=64, logits_all=True, verbose=False, n_threads=2,
                     type_k=0, type_v=0)  # f32 cache: the Rust side runs one
@@ -145,6 +151,19 @@ def tiny_logits():
         out[arch] = {"sha256": sha256(path), "logits": rows}
         print(f"tiny {arch}: last row max {max(rows[-1]):.4f}")
     return out
+
+
+def tiny(args):
+    """Refreshes only the tiny files' logits in the fixture (a new family, a new seed)."""
+    need_llama_cpp()
+    target = os.path.join(FIXTURES, "llamacpp_reference.json")
+    with open(target) as f:
+        out = json.load(f)
+    out["tiny"] = tiny_logits()
+    with open(target, "w") as f:
+        json.dump(out, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    print(f"wrote {target}")
 
 
 def quant_types(args):
@@ -181,11 +200,12 @@ def main():
     sub = p.add_subparsers(dest="command", required=True)
     w = sub.add_parser("write", help="write tests/fixtures/llamacpp_reference.json")
     w.add_argument("models", nargs="*", help="GGUF files (default: the default model and Gemma 3 270M)")
+    sub.add_parser("tiny", help="refresh only the tiny random-weight files' logits in the fixture")
     q = sub.add_parser("quant-types", help="perplexity of every quant type, llama.cpp vs ours")
     q.add_argument("--dir", default="/tmp/pocketchat-quants")
     q.add_argument("types", nargs="*", help=f"of {', '.join(QUANT_TYPES)} (default: all)")
     args = p.parse_args()
-    {"write": write, "quant-types": quant_types}[args.command](args)
+    {"write": write, "tiny": tiny, "quant-types": quant_types}[args.command](args)
 
 
 if __name__ == "__main__":

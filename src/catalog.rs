@@ -33,13 +33,17 @@ pub mod download;
 mod fetch;
 pub mod listing;
 mod quantize;
+mod shape;
 
 /// Gemma 3's widest sliding window (1B, 4B, 12B, 27B), for the fit of catalog entries.
 const GEMMA3_WIDEST_WINDOW: usize = 1024;
+/// Bytes of one cached key or value element: the engine's default f16 cache.
+const KV_BYTES: usize = 2;
 
 pub use download::{download, file_name_of_url, DownloadError, DownloadOptions, DownloadRequest, Progress};
 pub use fetch::{download_entry, fetch_default, fetch_entry};
 pub use quantize::{quantize, quantize_q8_0, quantize_to, QuantizeReport, Replace, QUANT_TYPES};
+pub use shape::{PerLayerInput, Shape, SlidingWindow};
 
 /// The catalog as shipped, `models/catalog.json`.
 const CATALOG_JSON: &str = include_str!("../models/catalog.json");
@@ -192,20 +196,27 @@ impl ModelEntry {
         let s = &self.shape;
         // The catalog does not give Gemma 3's sliding window: 1,024 positions, the widest
         // of the family's published configurations (270M: 512).
-        let window = (self.arch == "gemma3").then_some(GEMMA3_WIDEST_WINDOW);
+        let window = match &s.sliding_window {
+            Some(w) => Some(w.window),
+            None => (self.arch == "gemma3").then_some(GEMMA3_WIDEST_WINDOW),
+        };
         let attention = crate::engine::cpu::attention::prefill_attention(Kernels::default(), true, s.head_dim, window);
         // Files of the types our kernels read in place are mapped, only their norms (f32)
-        // copied; any other is counted as copied whole.
+        // copied; any other is counted as copied whole. Of a per-layer input embedding
+        // table (Gemma 4) each token reads one row: it is mapped but not counted as
+        // resident (at the file's average bits per weight).
         let (weights_bytes, mapped_bytes) = if runs_in_place(&self.quant) {
             let norms = (2 * s.layers as u64 + 1) * s.width as u64 * 4;
-            (norms, self.estimated_bytes())
+            let lookup = (s.per_layer_input_params() as f64 * bits_per_weight(&self.quant) / 8.0) as u64;
+            (norms, self.estimated_bytes().saturating_sub(lookup))
         } else {
             (self.estimated_bytes(), 0)
         };
         ModelFacts {
             weights_bytes,
             mapped_bytes,
-            kv_bytes_per_token: crate::memory::kv_bytes_per_token(s.layers, s.kv_heads, s.head_dim, 2),
+            kv_bytes_per_token: s.kv_bytes_per_token(KV_BYTES),
+            recurrent_bytes: s.recurrent_bytes().saturating_add(s.window_cache_bytes(KV_BYTES)),
             context: s.context,
             prefill: PrefillShape {
                 heads: s.heads,
@@ -257,19 +268,6 @@ fn bits_per_weight(quant: &str) -> f64 {
         "Q2_K" => 3.35,
         _ => 16.0,
     }
-}
-
-/// The architecture figures the fit check reads ([`crate::memory::fit`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub struct Shape {
-    pub layers: usize,
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
-    pub width: usize,
-    pub ffn: usize,
-    /// The model's context length in tokens.
-    pub context: usize,
 }
 
 /// Where a catalog file comes from.
@@ -669,6 +667,23 @@ mod tests {
             assert!(m.weight_quant().is_some(), "{} is a 4- or 8-bit file", m.id);
             // Published files only: no copy made here from another entry's weights.
             assert!(!m.file.contains("-from-") && !m.label.contains("requantized"), "{} is not published", m.id);
+            // Layers that are not plain attention are named within the model, and the
+            // facts that follow are sane: every model has some keys and values per token,
+            // and fixed state only where it has recurrent or sliding-window layers.
+            let s = &m.shape;
+            if let Some(attention) = &s.attention_layers {
+                assert!(!attention.is_empty() && attention.windows(2).all(|w| w[0] < w[1]), "{}", m.id);
+                assert!(attention.iter().all(|&i| i < s.layers), "{} names a layer it does not have", m.id);
+            }
+            assert!(s.recurrent_state.iter().all(|t| !t.is_empty() && t.iter().all(|&d| d > 0)), "{}", m.id);
+            assert!(s.sliding_window.is_none_or(|w| w.window > 0 && w.window < s.context), "{}", m.id);
+            let facts = m.facts();
+            assert!(facts.kv_bytes_per_token > 0 && facts.context == s.context, "{}", m.id);
+            let fixed_state = !s.recurrent_state.is_empty() || s.sliding_window.is_some();
+            assert_eq!(facts.recurrent_bytes > 0, fixed_state, "{}", m.id);
+            // The models of one name share one shape.
+            let first = c.models.iter().find(|o| o.name == m.name).unwrap();
+            assert_eq!((&first.shape, &first.arch, &first.tokenizer), (s, &m.arch, &m.tokenizer), "{}", m.id);
         }
         assert!(matches!(entry("nope"), Err(CatalogError::UnknownModel(_))));
     }

@@ -358,3 +358,61 @@ fn an_error_names_its_path_and_its_cause_once() {
         assert_eq!(err.matches("No such file or directory").count(), 1, "{args:?}: {err}");
     }
 }
+
+/// Issue #31, item 5: `models --json` lists the small models of 2026 with their fit and
+/// budget on every tier, and the hybrids' fixed recurrent state beside their (smaller)
+/// keys and values per token.
+#[test]
+fn models_json_lists_the_new_models_with_their_fit_on_every_tier() {
+    let models = tempfile::tempdir().unwrap();
+    let mut c = pocketchat();
+    c.args(["models", "--json", "--tier", "6gb"]).env("POCKETCHAT_MODELS_DIR", models.path());
+    let o = run(c, b"", Duration::from_secs(60));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    let row = |id: &str| rows.iter().find(|r| r["id"] == id).unwrap_or_else(|| panic!("no {id} in the listing"));
+    let ids = [
+        "qwen3.5-0.8b-q4_k_m",
+        "qwen3.5-0.8b-q8_0",
+        "qwen3.5-2b-q4_k_m",
+        "qwen3.5-2b-q8_0",
+        "qwen3.5-4b-q4_k_m",
+        "qwen3.5-4b-q8_0",
+        "gemma-4-e2b-it-q4_k_m",
+        "gemma-4-e2b-it-q8_0",
+        "gemma-4-e4b-it-q4_k_m",
+        "gemma-4-e4b-it-q8_0",
+        "lfm2.5-1.2b-instruct-q4_k_m",
+        "lfm2.5-1.2b-instruct-q8_0",
+        "smollm3-3b-q4_k_m",
+        "smollm3-3b-q8_0",
+    ];
+    for id in ids {
+        let r = row(id);
+        let tiers = r["tiers"].as_array().unwrap_or_else(|| panic!("{id}: no tiers in {r}"));
+        let names: Vec<&str> = tiers.iter().map(|t| t["tier"].as_str().unwrap()).collect();
+        assert_eq!(names, ["6gb", "8gb", "desktop"], "{id}");
+        for t in tiers {
+            let (fits, budget) = (t["fits"].as_bool().unwrap(), t["budget"].as_u64().unwrap());
+            assert_eq!(fits, budget >= 512, "{id} on {}: {t}", t["tier"]);
+            assert!(t["fit"].is_string() && t["footprint_bytes"].as_u64().unwrap() > 0, "{id}: {t}");
+        }
+        // The row's own fields are its 6 GB tier's.
+        assert_eq!(r["budget"], tiers[0]["budget"], "{id}");
+    }
+    // A desktop takes every one of these models in one of its files (Qwen3.5-4B's 8-bit
+    // file, 4.5 GB, is over the 4 GiB ceiling).
+    for (q4, q8) in ids.iter().step_by(2).zip(ids.iter().skip(1).step_by(2)) {
+        let fits = |id: &str| row(id)["tiers"][2]["fits"].as_bool().unwrap();
+        assert!(fits(q4) || fits(q8), "neither {q4} nor {q8} fits a desktop");
+    }
+    // A hybrid: fewer keys and values per token than its layers would hold, and a fixed
+    // recurrent state (with checkpoints) in its footprint; a plain transformer has none.
+    let qwen = row("qwen3.5-2b-q4_k_m");
+    assert_eq!(qwen["kv_bytes_per_token"], 6 * 2 * 2 * 256 * 2);
+    assert!(qwen["recurrent_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(row("smollm3-3b-q4_k_m")["recurrent_bytes"], 0);
+    // What the engine does not run yet says so; SmolLM3 it runs.
+    assert!(row("gemma-4-e2b-it-q4_k_m")["not_yet"].as_str().unwrap().contains("gemma4"));
+    assert_eq!(row("smollm3-3b-q8_0")["runs"], true);
+}

@@ -60,6 +60,7 @@ fn model_info() -> ModelInfo {
         context_length: 8192,
         kv_dtype: "f16".into(),
         kv_bytes_per_token: 23_040,
+        recurrent_bytes: 0,
         device: "cpu".into(),
         thinking: None,
     }
@@ -633,4 +634,25 @@ fn common_model() -> std::path::PathBuf {
     let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(model.exists(), "run `cargo run --release -- fetch` first");
     model
+}
+
+/// Issue #31: a hybrid model's recurrent state, with its turn checkpoints, is a row of the
+/// settings panel's Model section; a plain transformer (state 0) has no such row.
+#[test]
+fn settings_show_a_hybrids_recurrent_state_and_not_a_transformers() {
+    let plain = render(&ready(), true);
+    assert!(plain.contains("data-figure=\"kv-dtype\""), "the Model section is shown: {plain}");
+    assert!(!plain.contains("data-figure=\"recurrent-state\""), "{plain}");
+
+    let mut s = ChatState::new();
+    s.apply(EngineEvent::Loading { progress: 0.3, message: "reading weights".into() });
+    s.apply(EngineEvent::Ready(ModelInfo {
+        architecture: "qwen35".into(),
+        recurrent_bytes: 5 * 20 * MIB,
+        ..model_info()
+    }));
+    let html = render(&s, true);
+    let t = text(&html);
+    assert!(html.contains("data-figure=\"recurrent-state\""), "{html}");
+    assert!(t.contains("Recurrent state") && t.contains("100.0 MiB · with 4 turn checkpoints"), "{t}");
 }

@@ -16,7 +16,7 @@ use args::EngineArgs;
 use chat::ChatArgs;
 use chats::ChatsArgs;
 use models::{FetchArgs, ModelsArgs, QuantizeArgs};
-use tools::{BenchArgs, PerplexityArgs, TokenizeArgs};
+use tools::{BenchArgs, LogitsArgs, PerplexityArgs, TokenizeArgs};
 
 /// On-device chat with a persistent KV cache. Without a command: the chat app.
 #[derive(Parser)]
@@ -51,6 +51,8 @@ pub enum Sub {
     Quantize(QuantizeArgs),
     /// Perplexity of the model on a text file, computed as llama.cpp's llama-perplexity
     Perplexity(PerplexityArgs),
+    /// The logits at every position of a prompt of token ids, and a greedy continuation
+    Logits(LogitsArgs),
 }
 
 /// Runs the command the line names (the app without one).
@@ -63,6 +65,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Some(Sub::Tokenize(args)) => tools::tokenize(&args),
         Some(Sub::Template(args)) => template::run(&args),
         Some(Sub::Perplexity(args)) => tools::perplexity(&args),
+        Some(Sub::Logits(args)) => tools::logits(&args),
         Some(Sub::Chats(args)) => chats::list_chats(&args),
         Some(Sub::Fetch(args)) => models::fetch(&args),
         Some(Sub::Models(args)) => models::list_models(&args),

@@ -1,4 +1,4 @@
-//! `pocketchat tokenize`, `perplexity` and `bench`: the engine's measurements.
+//! `pocketchat tokenize`, `perplexity`, `logits` and `bench`: the engine's measurements.
 
 use anyhow::Result;
 use clap::Args;
@@ -50,6 +50,24 @@ pub(crate) struct BenchArgs {
 }
 
 #[derive(Args)]
+pub(crate) struct LogitsArgs {
+    #[command(flatten)]
+    pub(crate) model: ModelArg,
+    /// The prompt's token ids, comma-separated (no BOS is added)
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub(crate) tokens: Vec<u32>,
+    /// Then decode this many tokens greedily, one forward per token
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=4096))]
+    pub(crate) greedy: u32,
+    /// Where to write the prompt's logits: little-endian f32, one row of the vocabulary per
+    /// position
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: PathBuf,
+    #[command(flatten)]
+    pub(crate) compute: ComputeArgs,
+}
+
+#[derive(Args)]
 pub(crate) struct TokenizeArgs {
     #[command(flatten)]
     pub(crate) model: ModelArg,
@@ -62,6 +80,31 @@ pub(crate) fn tokenize(args: &TokenizeArgs) -> Result<()> {
     let (content, _) = pocketchat::engine::model::read_gguf(&args.model.path()?)?;
     let tok = pocketchat::engine::tokenizer::TextTokenizer::from_gguf(&content)?;
     outln!("{}", serde_json::to_string(&tok.encode(&text)?)?);
+    Ok(())
+}
+
+/// `pocketchat logits`: the logits at every position of a prompt (to `--out`) and a greedy
+/// continuation (printed as `{"positions", "vocab", "greedy"}`), for comparing the forward
+/// pass with another engine's on the same file (`bench/real_size_check.py`).
+pub(crate) fn logits(args: &LogitsArgs) -> Result<()> {
+    use std::io::Write;
+    let _ = use_compute_threads(args.compute.threads)?;
+    let model = Model::load(&args.model.path()?, &candle_core::Device::Cpu, kernels(args.compute.kernel)?, |_| {})?;
+    let budget = args.tokens.len() + args.greedy as usize;
+    let mut state = model.make_state(budget, args.compute.kv.dtype().dtype());
+    let rows = model.forward_all(&args.tokens, &mut state)?.to_dtype(candle_core::DType::F32)?;
+    let (positions, vocab) = rows.dims2()?;
+    let values = rows.flatten_all()?.to_vec1::<f32>()?;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&args.out)?);
+    values.iter().try_for_each(|v| out.write_all(&v.to_le_bytes()))?;
+    out.flush()?;
+    let mut next = argmax(&rows.get(positions - 1)?)?;
+    let mut greedy = Vec::with_capacity(args.greedy as usize);
+    for _ in 0..args.greedy {
+        greedy.push(next);
+        next = argmax(&model.forward(&[next], &mut state)?)?;
+    }
+    outln!("{}", serde_json::json!({ "positions": positions, "vocab": vocab, "greedy": greedy }));
     Ok(())
 }
 

@@ -183,6 +183,9 @@ pub struct ModelInfo {
     pub context_length: usize,
     pub kv_dtype: String,
     pub kv_bytes_per_token: u64,
+    /// Bytes of a hybrid model's recurrent state with its turn checkpoints at most
+    /// ([`crate::engine::Model::recurrent_bytes`]); 0 for a plain transformer.
+    pub recurrent_bytes: u64,
     pub device: String,
     /// The chat template's thinking switch (`enable_thinking`): `None` when it has none,
     /// else whether the model thinks by default.

@@ -2,6 +2,12 @@
 //! value buffers plus the token ids they encode. It outlives single calls and chat turns;
 //! the model only appends to it.
 //!
+//! A hybrid model's other layers (short convolutions, gated delta-net) keep a *recurrent*
+//! state instead: a few tensors each call reads and replaces, of a fixed size whatever the
+//! length. It cannot drop its last tokens, so the state keeps copies of it
+//! ([`State::checkpoint`], taken at turn boundaries) and [`State::truncate`] goes back to
+//! the latest copy at or before the cut: the caller re-feeds the tokens between the two.
+//!
 //! Buffers are `(1, n_kv_heads, capacity, head_dim)` and written in place. Capacity grows
 //! in chunks of [`GROWTH_CHUNK`] tokens up to `max_tokens` (the budget), so a long chat
 //! never pays a `Tensor::cat` per token, and a short one never holds a full-budget buffer.
@@ -17,9 +23,27 @@ pub const GROWTH_CHUNK: usize = 256;
 /// memory back even when the budget is a single chunk.
 pub const SHRINK_QUANTUM: usize = 32;
 
+/// Checkpoints of the recurrent state kept at most: the latest turn boundaries.
+pub const MAX_CHECKPOINTS: usize = 4;
+
 struct LayerKv {
     k: Tensor,
     v: Tensor,
+}
+
+/// What one layer keeps between calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LayerMemory {
+    /// Keys and values of every position (attention).
+    KeysValues,
+    /// Tensors of these shapes, replaced by each call (zeros before the first token).
+    Recurrent(Vec<Vec<usize>>),
+}
+
+/// The recurrent tensors of every layer (`None` for attention layers) after `len` tokens.
+struct Checkpoint {
+    len: usize,
+    layers: Vec<Option<Vec<Tensor>>>,
 }
 
 pub struct State {
@@ -31,14 +55,23 @@ pub struct State {
     dtype: DType,
     device: Device,
     capacity: usize,
+    /// K/V buffers of the attention layers (`None` before the first reserve, and for
+    /// recurrent layers).
     layers: Vec<Option<LayerKv>>,
+    memory: Vec<LayerMemory>,
+    /// The recurrent layers' tensors now; `None` for attention layers, and for zeros not
+    /// yet allocated (each [`State::reserve`] allocates them).
+    recurrent: Vec<Option<Vec<Tensor>>>,
+    /// Copies of `recurrent` at earlier lengths, oldest first.
+    checkpoints: Vec<Checkpoint>,
     tokens: Vec<u32>,
 }
 
 impl State {
+    /// A state for a model whose layers keep `memory` (one entry per layer).
     pub(crate) fn new(
         vocab_size: usize,
-        n_layers: usize,
+        memory: Vec<LayerMemory>,
         n_kv_heads: usize,
         head_dim: usize,
         max_tokens: usize,
@@ -53,7 +86,10 @@ impl State {
             dtype,
             device,
             capacity: 0,
-            layers: (0..n_layers).map(|_| None).collect(),
+            layers: memory.iter().map(|_| None).collect(),
+            recurrent: memory.iter().map(|_| None).collect(),
+            memory,
+            checkpoints: Vec::new(),
             tokens: Vec::new(),
         }
     }
@@ -109,23 +145,102 @@ impl State {
         self.max_tokens = max_tokens.max(self.len());
     }
 
-    /// Bytes the K/V buffers occupy now.
+    /// Bytes the state occupies now: the K/V buffers, the recurrent tensors and their
+    /// checkpoints.
     pub fn bytes(&self) -> u64 {
-        self.bytes_for(self.capacity)
+        self.kv_bytes() + self.recurrent_bytes()
     }
 
-    fn bytes_for(&self, capacity: usize) -> u64 {
-        (2 * self.layers.len() * self.n_kv_heads * capacity * self.head_dim * self.dtype.size_in_bytes()) as u64
+    /// Bytes of the K/V buffers.
+    pub fn kv_bytes(&self) -> u64 {
+        let attention = self.memory.iter().filter(|m| **m == LayerMemory::KeysValues).count();
+        (2 * attention * self.n_kv_heads * self.capacity * self.head_dim * self.dtype.size_in_bytes()) as u64
     }
 
-    /// Forgets all tokens; buffers stay allocated for the next conversation.
+    /// Bytes of the recurrent tensors and their checkpoints (0 without recurrent layers).
+    pub fn recurrent_bytes(&self) -> u64 {
+        let copies = 1 + self.checkpoints.len() as u64;
+        copies * recurrent_bytes_of(&self.memory)
+    }
+
+    /// Whether some layers keep a recurrent state (which cannot drop its last tokens).
+    pub fn is_recurrent(&self) -> bool {
+        self.memory.iter().any(|m| matches!(m, LayerMemory::Recurrent(_)))
+    }
+
+    /// What each layer keeps.
+    pub fn memory(&self) -> &[LayerMemory] {
+        &self.memory
+    }
+
+    /// Forgets all tokens and checkpoints; buffers stay allocated for the next conversation.
     pub fn reset(&mut self) {
         self.tokens.clear();
+        self.checkpoints.clear();
+        self.zero_recurrent();
     }
 
-    /// Keeps the first `n` tokens.
-    pub fn truncate(&mut self, n: usize) {
-        self.tokens.truncate(n);
+    fn zero_recurrent(&mut self) {
+        self.recurrent.iter_mut().for_each(|slot| *slot = None);
+    }
+
+    /// Keeps at most the first `n` tokens and returns how many it kept: `n` (or `len()`
+    /// when shorter) for a plain transformer. A recurrent state goes back to its latest
+    /// checkpoint at or before `n` (to nothing without one) and forgets later ones; the
+    /// caller re-feeds the tokens from there to `n`.
+    pub fn truncate(&mut self, n: usize) -> usize {
+        if n >= self.len() {
+            return self.len();
+        }
+        if !self.is_recurrent() {
+            self.tokens.truncate(n);
+            return n;
+        }
+        self.checkpoints.retain(|c| c.len <= n);
+        match self.checkpoints.last() {
+            Some(c) => {
+                self.recurrent = c.layers.clone();
+                self.tokens.truncate(c.len);
+            }
+            None => {
+                self.zero_recurrent();
+                self.tokens.clear();
+            }
+        }
+        self.len()
+    }
+
+    /// Copies the recurrent state at the current length, so that a later
+    /// [`State::truncate`] to this length or past it needs not re-feed what came before.
+    /// Keeps the latest [`MAX_CHECKPOINTS`]; nothing for a plain transformer. The copies
+    /// are new tensors: the layers replace, never write into, their recurrent tensors.
+    pub fn checkpoint(&mut self) {
+        if !self.is_recurrent() {
+            return;
+        }
+        let len = self.len();
+        self.checkpoints.retain(|c| c.len != len);
+        self.checkpoints.push(Checkpoint { len, layers: self.recurrent.clone() });
+        if self.checkpoints.len() > MAX_CHECKPOINTS {
+            self.checkpoints.remove(0);
+        }
+    }
+
+    /// Lengths at which checkpoints are kept, oldest first.
+    pub fn checkpoint_lengths(&self) -> Vec<usize> {
+        self.checkpoints.iter().map(|c| c.len).collect()
+    }
+
+    /// Layer `index`'s recurrent tensors, in the order of its [`LayerMemory::Recurrent`]
+    /// shapes.
+    pub(crate) fn recurrent(&self, index: usize) -> &[Tensor] {
+        self.recurrent[index].as_deref().expect("reserve() runs before recurrent(), on a recurrent layer")
+    }
+
+    /// Replaces layer `index`'s recurrent tensors with the ones after the call's tokens.
+    pub(crate) fn set_recurrent(&mut self, index: usize, tensors: Vec<Tensor>) {
+        debug_assert!(matches!(self.memory[index], LayerMemory::Recurrent(_)), "layer {index} is not recurrent");
+        self.recurrent[index] = Some(tensors);
     }
 
     /// Reallocates the buffers to fit the current tokens (rounded up to [`SHRINK_QUANTUM`])
@@ -135,13 +250,18 @@ impl State {
         if target >= self.capacity {
             return Ok(0);
         }
-        let before = self.bytes();
+        let before = self.kv_bytes();
         self.resize(target)?;
-        Ok(before - self.bytes())
+        Ok(before - self.kv_bytes())
     }
 
     /// Makes sure `needed` tokens fit, growing by whole chunks.
     pub(crate) fn reserve(&mut self, needed: usize) -> Result<()> {
+        for (slot, memory) in self.recurrent.iter_mut().zip(&self.memory) {
+            if slot.is_none() {
+                *slot = zeros(memory, &self.device)?;
+            }
+        }
         if needed <= self.capacity {
             return Ok(());
         }
@@ -152,8 +272,8 @@ impl State {
     fn resize(&mut self, capacity: usize) -> Result<()> {
         let len = self.len();
         let shape = (1, self.n_kv_heads, capacity, self.head_dim);
-        for slot in self.layers.iter_mut() {
-            if capacity == 0 {
+        for (slot, memory) in self.layers.iter_mut().zip(&self.memory) {
+            if capacity == 0 || *memory != LayerMemory::KeysValues {
                 *slot = None;
                 continue;
             }
@@ -247,4 +367,26 @@ impl State {
     pub(crate) fn finish_import(&mut self, tokens: Vec<u32>) {
         self.tokens = tokens;
     }
+}
+
+/// Zeros of a recurrent layer's shapes; `None` for an attention layer.
+fn zeros(memory: &LayerMemory, device: &Device) -> Result<Option<Vec<Tensor>>> {
+    match memory {
+        LayerMemory::KeysValues => Ok(None),
+        LayerMemory::Recurrent(shapes) => {
+            Ok(Some(shapes.iter().map(|s| Tensor::zeros(s.as_slice(), DType::F32, device)).collect::<Result<_, _>>()?))
+        }
+    }
+}
+
+/// Bytes of one copy of the recurrent tensors of layers keeping `memory` (f32).
+pub fn recurrent_bytes_of(memory: &[LayerMemory]) -> u64 {
+    let elements: usize = memory
+        .iter()
+        .map(|m| match m {
+            LayerMemory::KeysValues => 0,
+            LayerMemory::Recurrent(shapes) => shapes.iter().map(|s| s.iter().product::<usize>()).sum(),
+        })
+        .sum();
+    (elements * DType::F32.size_in_bytes()) as u64
 }

@@ -4,6 +4,7 @@
 //! ```text
 //! usable   = ceiling × 90 %                     (10 % kept for what no model predicts)
 //! fixed    = weights in the heap + runtime overhead + the prefill's per-layer activations
+//!            + a hybrid model's recurrent state and its checkpoints
 //! per_tok  = KV bytes per token + the prefill's attention per token
 //! memory   = (usable − fixed) / per_tok          (dirty memory: what jetsam counts)
 //! resident = (usable − fixed − mapped weights) / per_tok
@@ -38,8 +39,14 @@ pub struct ModelFacts {
     /// Bytes of the weights read in place from the mapped file: clean pages, resident
     /// when touched but not counted by jetsam and dropped by the OS under pressure.
     pub mapped_bytes: u64,
-    /// KV cache bytes per token (see [`super::kv_bytes_per_token`]).
+    /// KV cache bytes per token (see [`super::kv_bytes_per_token`]): the attention
+    /// layers' only.
     pub kv_bytes_per_token: u64,
+    /// Bytes of the recurrent state of a hybrid model's other layers (short convolutions,
+    /// gated delta-net) with its turn checkpoints: fixed per chat whatever its length; 0
+    /// for a plain transformer. The catalog's estimate for a model whose sliding-window
+    /// layers keep a fixed window (Gemma 4, as llama.cpp holds it) counts that cache here.
+    pub recurrent_bytes: u64,
     /// The model's own context length.
     pub context: usize,
     /// What the prefill's activations depend on (its widths, and how attention runs).
@@ -127,6 +134,7 @@ pub fn kv_allowance_bytes(tier: RamTier) -> u64 {
 pub fn footprint_at(model: &ModelFacts, budget: usize) -> u64 {
     let scratch = super::prefill_scratch_bytes(PREFILL_CHUNK, &model.prefill, budget);
     super::predicted_footprint(model.weights_bytes, model.kv_bytes_per_token, budget, scratch)
+        .saturating_add(model.recurrent_bytes)
 }
 
 /// The fit check: see the module doc for the arithmetic.
@@ -186,6 +194,7 @@ mod tests {
         ModelFacts {
             weights_bytes,
             mapped_bytes: 0,
+            recurrent_bytes: 0,
             kv_bytes_per_token: kv_bytes_per_token(26, 4, 256, 2),
             context: 8192,
             // 256-wide heads: candle's attention ops, over the whole context.
@@ -206,6 +215,7 @@ mod tests {
         ModelFacts {
             weights_bytes,
             mapped_bytes: 0,
+            recurrent_bytes: 0,
             kv_bytes_per_token: kv_bytes_per_token(24, 32, 64, 2),
             context: 8192,
             prefill: PrefillShape {
@@ -223,6 +233,7 @@ mod tests {
         ModelFacts {
             weights_bytes: 98_362_432,
             mapped_bytes: 0,
+            recurrent_bytes: 0,
             kv_bytes_per_token: kv_bytes_per_token(30, 3, 64, 2),
             context: 8192,
             prefill: PrefillShape {

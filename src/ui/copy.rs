@@ -98,6 +98,11 @@ pub const NEXT_VERSION: &str = "Next version";
 /// What the Edit button of a message says it does.
 pub const EDIT_TITLE: &str = "Edit your message (what followed stays as another version)";
 
+/// The settings panel's row for a hybrid model's recurrent state (shown only when the
+/// model has one): its label, and what the figure holds besides the state itself.
+pub const RECURRENT_STATE_LABEL: &str = "Recurrent state";
+pub const RECURRENT_STATE_CHECKPOINTS: &str = "turn checkpoints";
+
 /// The composer's switch for models that can think before they answer.
 pub const THINK_SWITCH: &str = "Think before answering";
 pub const THINK_SWITCH_TITLE: &str =

@@ -7,9 +7,11 @@
 
 use dioxus::prelude::*;
 
+use crate::engine::state::MAX_CHECKPOINTS;
 use crate::engine::{Command, Stats};
 use crate::memory::RamTier;
 
+use super::copy;
 use super::engine_link::send_command;
 use super::fmt::{format_bytes, format_ms, format_rate, percent};
 use super::meter::LiveFigures;
@@ -445,6 +447,13 @@ fn ModelSection(state: ReadSignal<ChatState>) -> Element {
             Figure { name: "weights", label: "Weights (loaded)", value: "{m.weights_quant}" }
             Figure { name: "arch", label: "Architecture", value: format!("{} · {} layers", m.architecture, m.n_layers) }
             Figure { name: "kv-dtype", label: "KV cache", value: format!("{} · {} per token", m.kv_dtype, format_bytes(m.kv_bytes_per_token)) }
+            if m.recurrent_bytes > 0 {
+                Figure {
+                    name: "recurrent-state",
+                    label: copy::RECURRENT_STATE_LABEL,
+                    value: format!("{} · with {MAX_CHECKPOINTS} {}", format_bytes(m.recurrent_bytes), copy::RECURRENT_STATE_CHECKPOINTS),
+                }
+            }
             Figure { name: "device", label: "Runs on", value: "{m.device}" }
         }
     }

@@ -4,7 +4,7 @@
 //! sizes (heads, widths, windows, RoPE bases) come from the file's own metadata.
 
 /// GGUF `general.architecture` values this engine loads: those [`ArchTraits::of`] knows.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "smollm3"];
 
 /// The FFN's gate activation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +43,9 @@ pub struct ArchTraits {
     /// Token embeddings multiplied by √width.
     pub scale_embeddings: bool,
     pub activation: Activation,
+    /// Every `n`-th layer (counting from 1) attends without rotary embeddings (SmolLM3's
+    /// "NoPE" layers, llama.cpp's `n_no_rope_layer_step`).
+    pub no_rope_every: Option<usize>,
 }
 
 impl ArchTraits {
@@ -53,9 +56,11 @@ impl ArchTraits {
             sliding_windows: None,
             scale_embeddings: false,
             activation: Activation::Silu,
+            no_rope_every: None,
         };
         match arch {
             "llama" => Some(llama),
+            "smollm3" => Some(ArchTraits { no_rope_every: Some(4), ..llama }),
             // Biases on q, k and v (qwen2) or RMSNorms over the q and k heads (qwen3).
             "qwen2" | "qwen3" => Some(ArchTraits { rope_neox: true, ..llama }),
             "gemma3" => Some(ArchTraits {
@@ -63,6 +68,7 @@ impl ArchTraits {
                 sliding_windows: Some(SlidingWindows { pattern: 6, rope_base: 10_000.0 }),
                 scale_embeddings: true,
                 activation: Activation::Gelu,
+                no_rope_every: None,
             }),
             _ => None,
         }

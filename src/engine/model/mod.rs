@@ -1,4 +1,4 @@
-//! A llama-family transformer (architectures `llama`, `qwen2`, `qwen3` and `gemma3`) over
+//! A llama-family transformer (architectures `llama`, `qwen2`, `qwen3`, `gemma3`, `smollm3`) over
 //! GGUF weights, with the KV cache kept outside the model in a [`State`], like Core ML's
 //! `MLState`.
 //!
@@ -21,6 +21,7 @@
 //!   after the FFN as well as before; a GELU-gated FFN; five of every six layers attend
 //!   to a sliding window of the last `attention.sliding_window` positions with RoPE base
 //!   10,000, the sixth to everything with `rope.freq_base`.
+//! - `smollm3`: llama's block; every fourth layer attends without rotary embeddings.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -32,7 +33,7 @@ use candle_core::{DType, Device, Tensor, D};
 
 use super::cpu::kernels::Kernels;
 use super::cpu::qlinear::QLinear as Linear;
-use super::state::State;
+use super::state::{LayerMemory, State, MAX_CHECKPOINTS};
 use super::weights::{MappedFile, MappedTensor};
 use super::{Cause, EngineError, Result};
 use crate::memory::{ModelFacts, PrefillShape};
@@ -86,8 +87,53 @@ pub struct ModelConfig {
     pub candle_fallbacks: Vec<String>,
 }
 
+/// One block: a mixer over positions (attention, or a hybrid model's recurrent layer)
+/// and a gated FFN, each after an RMSNorm and added to the residual.
 struct Layer {
+    /// The norm before the mixer (`attn_norm` in the file whatever the mixer).
     attn_norm: Tensor,
+    mixer: Mixer,
+    /// RMSNorm of the mixer's and the FFN's output before the residual add (gemma3).
+    post_attn_norm: Option<Tensor>,
+    post_ffn_norm: Option<Tensor>,
+    ffn_norm: Tensor,
+    w_gate: Linear,
+    w_up: Linear,
+    w_down: Linear,
+}
+
+/// What mixes information across positions in a layer.
+enum Mixer {
+    Attention(Attention),
+}
+
+impl Mixer {
+    /// What the layer keeps in a [`State`] between calls.
+    fn memory(&self) -> LayerMemory {
+        match self {
+            Mixer::Attention(_) => LayerMemory::KeysValues,
+        }
+    }
+
+    /// The mixer's weight matrices, by their names in the file after `blk.N.`.
+    fn matrices(&self) -> Vec<(&'static str, &Linear)> {
+        match self {
+            Mixer::Attention(a) => {
+                vec![("attn_q", &a.wq), ("attn_k", &a.wk), ("attn_v", &a.wv), ("attn_output", &a.wo)]
+            }
+        }
+    }
+
+    /// The mixer's vectors (norms, biases), copied to the heap as f32.
+    fn vectors(&self) -> Vec<&Tensor> {
+        match self {
+            Mixer::Attention(a) => [&a.q_norm, &a.k_norm, &a.bq, &a.bk, &a.bv].into_iter().flatten().collect(),
+        }
+    }
+}
+
+/// Grouped-query self-attention over the K/V the layer keeps in the [`State`].
+struct Attention {
     wq: Linear,
     wk: Linear,
     wv: Linear,
@@ -99,17 +145,11 @@ struct Layer {
     /// RMSNorm over each q / k head before RoPE (qwen3, gemma3).
     q_norm: Option<Tensor>,
     k_norm: Option<Tensor>,
-    /// RMSNorm of the attention's and the FFN's output before the residual add (gemma3).
-    post_attn_norm: Option<Tensor>,
-    post_ffn_norm: Option<Tensor>,
-    ffn_norm: Tensor,
-    w_gate: Linear,
-    w_up: Linear,
-    w_down: Linear,
     /// Sliding-window layers see the last `window` positions only.
     window: Option<usize>,
-    /// Index into [`Model::ropes`].
-    rope: usize,
+    /// Index into [`Model::ropes`]; `None` for a layer without positional rotation
+    /// (SmolLM3's every fourth, "NoPE").
+    rope: Option<usize>,
 }
 
 /// One RoPE frequency set: `1 / base^(2i/d)` (divided by the file's `rope_freqs` factors
@@ -261,6 +301,7 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
         weights_bytes: heap,
         mapped_bytes: mapped,
         kv_bytes_per_token: crate::memory::kv_bytes_per_token(layers, kv_heads, head_dim, kv.size_in_bytes()),
+        recurrent_bytes: 0,
         context,
         prefill: PrefillShape { heads, kv_heads, head_dim, width, ffn, attention },
     };
@@ -474,14 +515,12 @@ impl Model {
             let wq = ld.linear(&format!("{p}.attn_q.weight"), kernels)?;
             weights_dtype.get_or_insert(wq.dtype());
             let sliding = sliding_window.filter(|_| traits.sliding_windows.is_some_and(|w| w.slides(i)));
-            layers.push(Layer {
+            let rotates = traits.no_rope_every.is_none_or(|every| (i + 1) % every != 0);
+            let attention = Attention {
                 q_norm: ld.optional_norm(&format!("{p}.attn_q_norm.weight"), head_dim)?,
                 k_norm: ld.optional_norm(&format!("{p}.attn_k_norm.weight"), head_dim)?,
-                post_attn_norm: ld.optional_norm(&format!("{p}.post_attention_norm.weight"), embedding_length)?,
-                post_ffn_norm: ld.optional_norm(&format!("{p}.post_ffw_norm.weight"), embedding_length)?,
                 window: sliding,
-                rope: usize::from(sliding.is_some()),
-                attn_norm: ld.vector(&format!("{p}.attn_norm.weight"))?,
+                rope: rotates.then_some(usize::from(sliding.is_some())),
                 wq,
                 wk: ld.linear(&format!("{p}.attn_k.weight"), kernels)?,
                 wv: ld.linear(&format!("{p}.attn_v.weight"), kernels)?,
@@ -489,6 +528,12 @@ impl Model {
                 bq: ld.optional_vector(&format!("{p}.attn_q.bias"))?,
                 bk: ld.optional_vector(&format!("{p}.attn_k.bias"))?,
                 bv: ld.optional_vector(&format!("{p}.attn_v.bias"))?,
+            };
+            layers.push(Layer {
+                attn_norm: ld.vector(&format!("{p}.attn_norm.weight"))?,
+                mixer: Mixer::Attention(attention),
+                post_attn_norm: ld.optional_norm(&format!("{p}.post_attention_norm.weight"), embedding_length)?,
+                post_ffn_norm: ld.optional_norm(&format!("{p}.post_ffw_norm.weight"), embedding_length)?,
                 ffn_norm: ld.vector(&format!("{p}.ffn_norm.weight"))?,
                 w_gate: ld.linear(&format!("{p}.ffn_gate.weight"), kernels)?,
                 w_up: ld.linear(&format!("{p}.ffn_up.weight"), kernels)?,
@@ -542,29 +587,23 @@ impl Model {
                 .iter()
                 .enumerate()
                 .flat_map(|(i, l): (usize, &Layer)| {
-                    [
-                        ("attn_q", &l.wq),
-                        ("attn_k", &l.wk),
-                        ("attn_v", &l.wv),
-                        ("attn_output", &l.wo),
-                        ("ffn_gate", &l.w_gate),
-                        ("ffn_up", &l.w_up),
-                        ("ffn_down", &l.w_down),
-                    ]
-                    .map(|(name, l)| (format!("blk.{i}.{name}"), l))
+                    l.mixer
+                        .matrices()
+                        .into_iter()
+                        .chain([("ffn_gate", &l.w_gate), ("ffn_up", &l.w_up), ("ffn_down", &l.w_down)])
+                        .map(move |(name, l)| (format!("blk.{i}.{name}"), l))
                 })
                 .chain([("output".to_string(), &output)])
         };
         let vectors: u64 = layers
             .iter()
             .flat_map(|l| {
-                [Some(&l.attn_norm), Some(&l.ffn_norm), l.q_norm.as_ref(), l.k_norm.as_ref()]
+                [Some(&l.attn_norm), Some(&l.ffn_norm), l.post_attn_norm.as_ref(), l.post_ffn_norm.as_ref()]
                     .into_iter()
-                    .chain([l.post_attn_norm.as_ref(), l.post_ffn_norm.as_ref()])
-                    .chain([l.bq.as_ref(), l.bk.as_ref(), l.bv.as_ref()])
+                    .flatten()
+                    .chain(l.mixer.vectors())
             })
-            .chain([Some(&output_norm)])
-            .flatten()
+            .chain([&output_norm])
             .map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
             .sum();
         let (embeddings_heap, embeddings_mapped) = match &embeddings {
@@ -645,9 +684,18 @@ impl Model {
         self.positions
     }
 
-    /// Bytes one token occupies in the KV cache with the given element type.
+    /// Bytes one token occupies in the KV cache with the given element type: its
+    /// attention layers' keys and values.
     pub fn kv_bytes_per_token(&self, dtype: DType) -> u64 {
-        (2 * self.config.n_layers * self.config.n_kv_heads * self.config.head_dim * dtype.size_in_bytes()) as u64
+        let attention = self.layers.iter().filter(|l| l.mixer.memory() == LayerMemory::KeysValues).count();
+        (2 * attention * self.config.n_kv_heads * self.config.head_dim * dtype.size_in_bytes()) as u64
+    }
+
+    /// Bytes a state's recurrent layers hold at most: their tensors and
+    /// [`MAX_CHECKPOINTS`] copies (0 for a plain transformer).
+    pub fn recurrent_bytes(&self) -> u64 {
+        let memory: Vec<LayerMemory> = self.layers.iter().map(|l| l.mixer.memory()).collect();
+        (1 + MAX_CHECKPOINTS as u64) * super::state::recurrent_bytes_of(&memory)
     }
 
     /// What the fit check needs of this model, with a KV cache of `kv`.
@@ -659,6 +707,7 @@ impl Model {
             weights_bytes: c.heap_weight_bytes,
             mapped_bytes: c.mapped_weight_bytes,
             kv_bytes_per_token: self.kv_bytes_per_token(kv),
+            recurrent_bytes: self.recurrent_bytes(),
             context: self.max_positions(),
             prefill: PrefillShape {
                 heads: c.n_heads,
@@ -676,7 +725,7 @@ impl Model {
     pub fn make_state(&self, max_tokens: usize, dtype: DType) -> State {
         State::new(
             self.config.vocab_size,
-            self.config.n_layers,
+            self.layers.iter().map(|l| l.mixer.memory()).collect(),
             self.config.n_kv_heads,
             self.config.head_dim,
             max_tokens.min(self.max_positions()),
@@ -741,10 +790,14 @@ impl Model {
         };
         for (i, layer) in self.layers.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
-            let (cos, sin) = &angles[layer.rope];
-            let mask = &masks[usize::from(layer.window.is_some())];
-            let attn = self.attention(i, layer, &h, state, pos, cos, sin, mask)?;
-            x = (x + norm(&attn, &layer.post_attn_norm)?)?;
+            let mixed = match &layer.mixer {
+                Mixer::Attention(a) => {
+                    let angles = a.rope.map(|r| &angles[r]);
+                    let mask = &masks[usize::from(a.window.is_some())];
+                    self.attention(i, a, &h, state, pos, angles, mask)?
+                }
+            };
+            x = (x + norm(&mixed, &layer.post_attn_norm)?)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
             let [gate, up]: [Tensor; 2] =
                 Linear::forward_many(&[&layer.w_gate, &layer.w_up], &h)?.try_into().expect("two layers, two outputs");
@@ -773,12 +826,11 @@ impl Model {
     fn attention(
         &self,
         index: usize,
-        layer: &Layer,
+        layer: &Attention,
         h: &Tensor,
         state: &mut State,
         pos: usize,
-        cos: &Tensor,
-        sin: &Tensor,
+        angles: Option<&(Tensor, Tensor)>,
         mask: &std::cell::OnceCell<Tensor>,
     ) -> Result<Tensor> {
         let c = &self.config;
@@ -807,10 +859,14 @@ impl Model {
         let k =
             head_norm(k.reshape((1, n, c.n_kv_heads, c.head_dim))?, &layer.k_norm)?.transpose(1, 2)?.contiguous()?;
         let v = v.reshape((1, n, c.n_kv_heads, c.head_dim))?.transpose(1, 2)?.contiguous()?;
-        let (q, k) = if c.rope_neox {
-            (candle_nn::rotary_emb::rope(&q, cos, sin)?, candle_nn::rotary_emb::rope(&k, cos, sin)?)
-        } else {
-            (candle_nn::rotary_emb::rope_i(&q, cos, sin)?, candle_nn::rotary_emb::rope_i(&k, cos, sin)?)
+        let (q, k) = match angles {
+            None => (q, k),
+            Some((cos, sin)) if c.rope_neox => {
+                (candle_nn::rotary_emb::rope(&q, cos, sin)?, candle_nn::rotary_emb::rope(&k, cos, sin)?)
+            }
+            Some((cos, sin)) => {
+                (candle_nn::rotary_emb::rope_i(&q, cos, sin)?, candle_nn::rotary_emb::rope_i(&k, cos, sin)?)
+            }
         };
         state.write(index, pos, &k, &v)?;
         // The first position a sliding-window layer's queries can see.
@@ -866,7 +922,9 @@ impl Model {
             }
             let neox = self.config.rope_neox;
             state.shift_out(start, end, |layer, k| {
-                let (cos, sin) = &back[self.layers[layer].rope];
+                let Mixer::Attention(attention) = &self.layers[layer].mixer;
+                let Some(rope) = attention.rope else { return Ok(k.clone()) };
+                let (cos, sin) = &back[rope];
                 let k = k.unsqueeze(0)?;
                 let r = if neox {
                     candle_nn::rotary_emb::rope(&k, cos, sin)?

@@ -274,6 +274,7 @@ impl Worker {
             context_length: c.context_length,
             kv_dtype: format!("{:?}", self.config.kv_dtype),
             kv_bytes_per_token: model.kv_bytes_per_token(self.config.kv_dtype.dtype()),
+            recurrent_bytes: model.recurrent_bytes(),
             device: device_label(model.device()),
             thinking,
         };
