@@ -27,6 +27,7 @@ fn main() {
         context_length: 8192,
         kv_dtype: "f32".into(),
         kv_bytes_per_token: 46_080,
+        recurrent_bytes: 0,
         device: "cpu".into(),
         thinking: None,
     };
