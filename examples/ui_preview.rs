@@ -27,7 +27,9 @@ fn main() {
         context_length: 8192,
         kv_dtype: "f32".into(),
         kv_bytes_per_token: 46_080,
+        recurrent_bytes: 0,
         device: "cpu".into(),
+        thinking: None,
     };
     let mut s = ChatState::new();
     let apply = |s: &mut ChatState, e: EngineEvent, t: &str| s.apply_at(e, t);

@@ -15,6 +15,15 @@ add_generation_prompt, and the special tokens (here bos_token and eos_token, fix
 strings). `strftime_now` reads a fixed instant (FIXED_NOW below; the Rust test uses the
 same), so the fixture does not change with the day it was made.
 
+Replies with thinking (conversations `thinking_*`, in pocketchat's transcript shape:
+`content` is the answer, `thinking` what the model wrote in <think>…</think>) are given
+to each template as the engine gives them (`template_messages` in
+src/engine/text/template.rs): to a template that reads `reasoning_content`, as
+`content` + `reasoning_content` (as Hugging Face and llama.cpp's server pass them); to
+any other, as the model wrote them, `<think>\n{thinking}\n</think>\n\n{answer}`.
+Templates that read `enable_thinking` are also rendered with it true and false (cases
+with `enable_thinking`, for the conversations in SWITCHED; without it, the variable is undefined: the template's default).
+
 A render that raises stores the error instead: `raised` with the message for the
 template's own `raise_exception`, `error` with jinja2's message for any other error.
 Needs jinja2 (3.1.6 made the stored file).
@@ -65,7 +74,21 @@ CONVERSATIONS = {
         {"role": "assistant", "content": "D'accord: « oui » — \"quoted\"\n{% raw %}<p>ok</p>"},
         {"role": "user", "content": "Ünïcödé again: ½ ∑ 中文 🚀"},
     ],
+    "thinking_history": [
+        {"role": "user", "content": "What is 17 * 3?"},
+        {"role": "assistant", "content": "17 * 3 = 51.", "thinking": "17 * 3: 17 * 2 = 34, plus 17 is 51.\nCheck: 50 + 1."},
+        {"role": "user", "content": "And 17 * 4?"},
+    ],
+    "thinking_last_reply": [
+        {"role": "system", "content": "Think briefly."},
+        {"role": "user", "content": "Is 91 prime?"},
+        {"role": "assistant", "content": "No: 91 = 7 * 13.", "thinking": "Try 7: 7 * 13 = 91."},
+    ],
 }
+
+
+# The conversations also rendered with enable_thinking true and false.
+SWITCHED = ("one_user", "thinking_history", "thinking_last_reply")
 
 
 class RaisedByTemplate(jinja2.exceptions.TemplateError):
@@ -104,16 +127,34 @@ def environment():
     return env
 
 
-def render(env, source, messages, add_generation_prompt):
+def template_messages(source, messages):
+    """The messages as pocketchat gives them to this template (see the module docs)."""
+    reads_reasoning = "reasoning_content" in source
+    out = []
+    for m in messages:
+        m = dict(m)
+        thinking = m.pop("thinking", None)
+        if thinking is not None:
+            if reads_reasoning:
+                m["reasoning_content"] = thinking
+            else:
+                m["content"] = f"<think>\n{thinking}\n</think>\n\n{m['content']}"
+        out.append(m)
+    return out
+
+
+def render(env, source, messages, add_generation_prompt, enable_thinking=None):
     try:
         template = env.from_string(source)
+        extra = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
         text = template.render(
-            messages=messages,
+            messages=template_messages(source, messages),
             tools=None,
             documents=None,
             add_generation_prompt=add_generation_prompt,
             bos_token=BOS,
             eos_token=EOS,
+            **extra,
         )
         return {"output": text}
     except RaisedByTemplate as e:
@@ -132,10 +173,15 @@ def main():
         with open(path, encoding="utf-8") as f:
             source = f.read()
         for name, messages in CONVERSATIONS.items():
+            switched = "enable_thinking" in source and name in SWITCHED
+            switches = (None, True, False) if switched else (None,)
             for gen in (True, False):
-                case = {"template": os.path.basename(path), "conversation": name, "add_generation_prompt": gen}
-                case.update(render(env, source, messages, gen))
-                cases.append(case)
+                for thinking in switches:
+                    case = {"template": os.path.basename(path), "conversation": name, "add_generation_prompt": gen}
+                    if thinking is not None:
+                        case["enable_thinking"] = thinking
+                    case.update(render(env, source, messages, gen, thinking))
+                    cases.append(case)
     fixture = {
         "generated_by": "scripts/render_templates.py",
         "jinja2": jinja2.__version__,

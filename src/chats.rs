@@ -82,6 +82,10 @@ pub struct ChatRecord {
     /// The chat's own system prompt; `None` uses the model's template default.
     #[serde(default)]
     pub system_prompt: Option<String>,
+    /// Its "Think before answering" switch: the template's `enable_thinking`; `None`
+    /// (and records from before it) use the template's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<bool>,
     /// Every user message and reply of the path shown, oldest first (also those trimmed
     /// from the cache).
     #[serde(default)]
@@ -484,6 +488,7 @@ impl ChatStore {
             updated: now,
             tokens: 0,
             system_prompt: None,
+            thinking: None,
             messages: Vec::new(),
             forks: Vec::new(),
         };
@@ -635,6 +640,30 @@ mod tests {
     }
 
     #[test]
+    fn the_thinking_switch_and_a_replys_thinking_are_saved_and_old_records_load() {
+        let (_dir, s) = store(1 << 20);
+        let mut r = s.create("Primes").unwrap();
+        r.thinking = Some(false);
+        r.messages = vec![
+            Message::new(Role::User, "Is 91 prime?"),
+            Message::new(Role::Assistant, "No: 7 * 13.").with_thinking(Some("Try 7.".into())),
+        ];
+        s.save(&r).unwrap();
+        assert_eq!(s.load(&r.id).unwrap(), r);
+        // A record written before either existed.
+        let old = r#"{"id":"OLD","title":"Old","created":1,"updated":2,"tokens":3,"system_prompt":null,
+            "messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}"#
+            .replace("OLD", &r.id);
+        std::fs::write(s.record_path(&r.id), old).unwrap();
+        let read = s.load(&r.id).unwrap();
+        assert_eq!(read.thinking, None, "the template's default");
+        assert_eq!(read.messages[1], Message::new(Role::Assistant, "hello"));
+        // And records without thinking are written as before.
+        s.save(&read).unwrap();
+        assert!(!std::fs::read_to_string(s.record_path(&r.id)).unwrap().contains("thinking"));
+    }
+
+    #[test]
     fn create_rename_list_delete() {
         let (_dir, s) = store(1 << 20);
         let a = s.create("").unwrap();
@@ -664,6 +693,7 @@ mod tests {
             updated: 0,
             tokens: 0,
             system_prompt: Some("Be brief.".into()),
+            thinking: None,
             messages: vec![Message::new(
                 Role::User,
                 "\n  What is a lighthouse for, and who keeps one running at night?",

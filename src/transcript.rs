@@ -15,11 +15,22 @@ pub enum Role {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
     pub role: Role,
+    /// The text (of a reply: its answer, without the thinking).
     pub content: String,
+    /// What a thinking model wrote in `<think>…</think>` before the answer (replies
+    /// only; records from before it have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
 }
 
 impl Message {
     pub fn new(role: Role, content: impl Into<String>) -> Message {
-        Message { role, content: content.into() }
+        Message { role, content: content.into(), thinking: None }
+    }
+
+    /// The same message with `thinking` (see [`Message::thinking`]).
+    pub fn with_thinking(mut self, thinking: Option<String>) -> Message {
+        self.thinking = thinking;
+        self
     }
 }

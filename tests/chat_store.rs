@@ -536,3 +536,25 @@ fn an_edit_that_fails_leaves_the_chat_as_it_was() {
     assert_eq!(users(&record.messages), ["hello there", "tell me a story", "go on"]);
     assert!(record.forks.is_empty());
 }
+
+/// The thinking switch belongs to the open chat: echoed, saved in its record (kept across
+/// a restart), and another chat starts at the model's default.
+#[test]
+fn the_thinking_switch_is_saved_with_its_chat() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut chats, (first, ..)) = Chats::start(dir.path(), 1 << 30, None);
+    chats.handle.send(Command::SetThinking { enabled: Some(false) }).unwrap();
+    while !matches!(chats.next(), EngineEvent::ThinkingSwitch { enabled: Some(false) }) {}
+    chats.send("hello");
+    chats.shutdown();
+    let store = ChatStore::open(dir.path().join("chats"), 1 << 30).unwrap();
+    assert_eq!(store.load(&first).unwrap().thinking, Some(false));
+
+    let (mut chats, _) = Chats::start(dir.path(), 1 << 30, Some(&first));
+    chats.handle.send(Command::NewConversation).unwrap();
+    let (second, ..) = chats.opened();
+    assert_ne!(second, first);
+    chats.shutdown();
+    assert_eq!(store.load(&second).unwrap().thinking, None, "a new chat has the model's default");
+    assert_eq!(store.load(&first).unwrap().thinking, Some(false));
+}

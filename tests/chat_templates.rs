@@ -37,6 +37,9 @@ struct Case {
     template: String,
     conversation: String,
     add_generation_prompt: bool,
+    /// The template's `enable_thinking`; absent: undefined (its default).
+    #[serde(default)]
+    enable_thinking: Option<bool>,
     output: Option<String>,
     raised: Option<String>,
     error: Option<String>,
@@ -84,10 +87,22 @@ fn llamacpp_chat_templates_render_as_jinja2() {
         let source = std::fs::read_to_string(dir.join(&case.template))
             .unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch-llamacpp-suite.sh)", case.template));
         let messages = &fixture.conversations[&case.conversation];
-        let got = ChatTemplate::parse(&source, &fixture.bos_token, &fixture.eos_token)
-            .and_then(|t| t.at(now).render(messages, case.add_generation_prompt));
-        let what =
-            format!("{} / {} / generation prompt {}", case.template, case.conversation, case.add_generation_prompt);
+        let got = ChatTemplate::parse(&source, &fixture.bos_token, &fixture.eos_token).and_then(|t| {
+            let mut t = t.at(now);
+            t.set_enable_thinking(case.enable_thinking);
+            let text = t.render(messages, case.add_generation_prompt)?;
+            // The engine's marked render (message texts found in it) gives the same text.
+            if case.conversation.starts_with("thinking") {
+                if let Ok(marked) = t.render_marked(messages, case.add_generation_prompt) {
+                    assert_eq!(marked.text, text, "{}: the marked render differs", case.template);
+                }
+            }
+            Ok(text)
+        });
+        let what = format!(
+            "{} / {} / generation prompt {} / enable_thinking {:?}",
+            case.template, case.conversation, case.add_generation_prompt, case.enable_thinking
+        );
         match (&case.output, &case.raised, got) {
             (Some(expected), _, Ok(text)) if *expected == text => {}
             (Some(expected), _, Ok(text)) => {
@@ -192,4 +207,39 @@ fn template_command_shows_the_templates_own_error() {
         template_command(&["--template", file, "--messages", "-", "--bos", "<s>", "--now", "2026-03-05"], Some(user));
     assert!(ok, "{err}");
     assert_eq!(out, r#"<s>05 Mar 2026 [{"role": "user", "content": "<b>é</b>", "extra": 1}]"#);
+}
+
+/// The thinking models' templates: the switch is found with its default, a reply's
+/// thinking reaches the template as the engine passes it (`reasoning_content` where it is
+/// read) and is kept apart from the template's own text in the marked render.
+#[test]
+fn thinking_templates_have_a_switch_and_keep_the_thinking_apart() {
+    use pocketchat::engine::template::Role;
+    let dir = suite_templates();
+    let load = |name: &str| {
+        let source = std::fs::read_to_string(dir.join(name)).unwrap();
+        ChatTemplate::parse(&source, "", "<|im_end|>").unwrap().at(Instant::civil(2026, 3, 5, 9, 7, 3))
+    };
+    let reply = Message::new(Role::Assistant, "No: 91 = 7 * 13.").with_thinking(Some("Try <|im_end|> 7.".into()));
+    let conversation = [Message::new(Role::User, "Is 91 prime?"), reply];
+    for name in ["Qwen-Qwen3-0.6B.jinja", "Qwen3.5-4B.jinja", "HuggingFaceTB-SmolLM3-3B.jinja"] {
+        let mut t = load(name);
+        assert_eq!(t.thinking_default(), Some(true), "{name} thinks unless told not to");
+        // The last reply keeps its thinking in all three; the thinking is a message text
+        // (tokenized as text: its `<|im_end|>` ends nothing).
+        let marked = t.render_marked(&conversation, false).unwrap();
+        let texts: Vec<&str> = marked.bodies.iter().map(|b| &marked.text[b.clone()]).collect();
+        assert!(texts.contains(&"Try <|im_end|> 7."), "{name}: {texts:?}");
+        t.set_enable_thinking(Some(false));
+        let off = t.render(&conversation[..1], true).unwrap();
+        assert!(off.contains("<think>\n\n</think>\n"), "{name} with thinking off: {off:?}");
+    }
+    assert_eq!(load("Qwen-Qwen2.5-7B-Instruct.jinja").thinking_default(), None, "no switch");
+    // Earlier replies lose their thinking in Qwen3's and Qwen3.5's renders.
+    let mut history = conversation.to_vec();
+    history.push(Message::new(Role::User, "And 93?"));
+    for name in ["Qwen-Qwen3-0.6B.jinja", "Qwen3.5-4B.jinja"] {
+        let text = load(name).render(&history, true).unwrap();
+        assert!(!text.contains("Try"), "{name}: {text:?}");
+    }
 }

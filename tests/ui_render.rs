@@ -62,6 +62,7 @@ fn model_info() -> ModelInfo {
         kv_bytes_per_token: 23_040,
         recurrent_bytes: 0,
         device: "cpu".into(),
+        thinking: None,
     }
 }
 
@@ -160,6 +161,31 @@ fn streaming_reply_has_stop_and_no_copy_yet() {
     assert!(!html.contains("id=\"send-button\""), "{html}");
     assert!(!html.contains(">Copy<"), "no copy button while streaming: {html}");
     assert!(html.contains("status-busy"), "{html}");
+}
+
+#[test]
+fn a_thinking_reply_shows_its_thinking_collapsed_and_the_switch() {
+    let mut s = ready();
+    assert!(!render(&s, false).contains("think-toggle"), "no switch for a model without one");
+    s.apply(EngineEvent::Ready(ModelInfo { thinking: Some(true), ..model_info() }));
+    let html = render(&s, false);
+    assert!(html.contains("id=\"think-toggle\""), "{html}");
+    assert!(html.contains("aria-pressed=\"true\""), "the model's default is on: {html}");
+    s.submit("Is 91 prime?", "");
+    s.apply(EngineEvent::ReplyStarted { prompt: "Is 91 prime?".into() });
+    s.apply(EngineEvent::Thinking { text: "Try <7>.".into() });
+    let html = render(&s, false);
+    assert!(html.contains("<details class=\"thinking live\""), "collapsed while it streams: {html}");
+    assert!(!html.contains("<details class=\"thinking live\" open"), "{html}");
+    assert!(text(&html).contains("Thinking…") && text(&html).contains("Try <7>."), "{html}");
+    tok(&mut s, "No: 7 × 13.");
+    s.apply(EngineEvent::Done { reason: DoneReason::EndOfTurn });
+    s.apply(EngineEvent::Stats(Stats { generated_tokens: 12, thinking_tokens: 5, decode_tok_s: 30.0, ..stats() }));
+    let html = render(&s, false);
+    assert!(text(&html).contains("Thought for 5 tokens"), "{html}");
+    assert!(html.contains("<details class=\"thinking\""), "{html}");
+    s.apply(EngineEvent::ThinkingSwitch { enabled: Some(false) });
+    assert!(render(&s, false).contains("aria-pressed=\"false\""));
 }
 
 #[test]

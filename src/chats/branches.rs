@@ -308,6 +308,7 @@ mod tests {
             updated: 0,
             tokens: 0,
             system_prompt: None,
+            thinking: None,
             messages,
             forks: Vec::new(),
         }

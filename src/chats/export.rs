@@ -214,14 +214,34 @@ pub fn to_markdown(records: &[ChatRecord]) -> String {
                 Role::Assistant => "Assistant",
                 Role::System => "System",
             };
-            push_section(&mut md, heading, &m.content);
+            match m.thinking.as_deref().filter(|t| !t.trim().is_empty()) {
+                Some(thinking) => {
+                    md.push_str(&format!("## {heading}\n\n"));
+                    push_thinking(&mut md, thinking);
+                    push_text(&mut md, &m.content);
+                }
+                None => push_section(&mut md, heading, &m.content),
+            }
         }
     }
     md
 }
 
+/// A reply's thinking as a collapsed `<details>` block (GitHub and most Markdown viewers
+/// show it closed under "Thinking"); its text as written, a `</details>` in it escaped.
+fn push_thinking(md: &mut String, thinking: &str) {
+    md.push_str("<details>\n<summary>Thinking</summary>\n\n");
+    push_text(md, &thinking.replace("</details>", "&lt;/details>"));
+    md.push_str("</details>\n\n");
+}
+
 fn push_section(md: &mut String, heading: &str, text: &str) {
     md.push_str(&format!("## {heading}\n\n"));
+    push_text(md, text);
+}
+
+/// A message's text as written, a fence it leaves open closed, and a blank line.
+fn push_text(md: &mut String, text: &str) {
     md.push_str(text.trim_end_matches('\n'));
     md.push('\n');
     if let Some(fence) = open_fence(text) {
@@ -381,6 +401,7 @@ mod tests {
             updated: 60_000,
             tokens: 0,
             system_prompt: Some("Be brief.".into()),
+            thinking: None,
             messages: vec![
                 Message::new(Role::User, "Show me\n```rust\nfn main() {}\n```"),
                 Message::new(Role::Assistant, "Half a fence:\n~~~~py\nprint(1)"),
@@ -388,7 +409,7 @@ mod tests {
             ],
             forks: Vec::new(),
         };
-        let md = to_markdown(&[record]);
+        let md = to_markdown(std::slice::from_ref(&record));
         assert!(
             md.starts_with("# Code\n\n*Started 1970-01-01 00:00 UTC · last used 1970-01-01 00:01 UTC · 3 messages*")
         );
@@ -396,6 +417,21 @@ mod tests {
         assert!(md.contains("## User\n\nShow me\n```rust\nfn main() {}\n```\n\n## Assistant"), "{md}");
         assert!(md.contains("print(1)\n~~~~\n\n## User\n\nthanks\n"), "{md}");
         assert_eq!(open_fence("```\na\n```\n"), None);
+        // A reply's thinking: collapsed above its answer.
+        let record = ChatRecord {
+            messages: vec![
+                Message::new(Role::User, "Is 91 prime?"),
+                Message::new(Role::Assistant, "No: 7 * 13.").with_thinking(Some("Try 7.\n```\nopen".into())),
+            ],
+            ..record
+        };
+        let md = to_markdown(&[record]);
+        assert!(
+            md.contains(
+                "## Assistant\n\n<details>\n<summary>Thinking</summary>\n\nTry 7.\n```\nopen\n```\n\n</details>\n\nNo: 7 * 13.\n"
+            ),
+            "{md}"
+        );
         assert_eq!(open_fence("````\n```\n"), Some("````".into()));
     }
 }

@@ -167,6 +167,7 @@ mod tests {
             updated: 0,
             tokens: 0,
             system_prompt: Some("You are a travel agent.".into()),
+            thinking: None,
             messages: vec![Message::new(Role::User, "Where to eat?"), Message::new(Role::Assistant, "Try PASTÉIS.")],
             forks: Vec::new(),
         };

@@ -28,6 +28,25 @@ pub(crate) struct ChatArgs {
     /// Continue the saved chat of this name, or start one (the app's chat list)
     #[arg(long, value_name = "NAME", conflicts_with = "session")]
     pub(crate) chat: Option<String>,
+    /// Let a thinking model (Qwen3, Qwen3.5, SmolLM3) think before it answers: its
+    /// template's `enable_thinking` (with --chat, saved with the chat) [default: the
+    /// model's own]. The thinking goes to stderr, the answer to stdout
+    #[arg(long, overrides_with = "no_think")]
+    pub(crate) think: bool,
+    /// Answer without thinking first (`enable_thinking` false)
+    #[arg(long, overrides_with = "think")]
+    pub(crate) no_think: bool,
+}
+
+impl ChatArgs {
+    /// The thinking switch asked for on the command line (`None`: as it is).
+    fn thinking(&self) -> Option<bool> {
+        match (self.think, self.no_think) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(feature = "ui")]
@@ -93,10 +112,12 @@ pub(crate) fn converse(
     });
 
     // Wait for the model (and a restored conversation, which comes before the first Stats).
+    let mut has_switch = false;
     loop {
         match events.recv_blocking() {
             Some(EngineEvent::Ready(info)) => {
                 eprintln!("[{} · {} · {}]", info.name, info.weights_quant, info.device);
+                has_switch = info.thinking.is_some();
             }
             Some(EngineEvent::Policy { report, policy }) => {
                 eprintln!(
@@ -125,6 +146,12 @@ pub(crate) fn converse(
             Some(_) => {}
             None => bail!("the engine stopped"),
         }
+    }
+    if let Some(enabled) = args.thinking() {
+        if !has_switch {
+            eprintln!("[this model's template has no thinking switch: --think/--no-think change nothing]");
+        }
+        handle.send(Command::SetThinking { enabled: Some(enabled) })?;
     }
     if let Some(ceiling) = args.jetsam_ceiling {
         start_jetsam_watchdog(ceiling);
@@ -162,10 +189,21 @@ pub(crate) fn converse(
         // Failed), an eviction with Evicted; the Stats that follow close the turn.
         let mut answered = false;
         let mut first_token = true;
+        let mut thinking = false;
         loop {
             let Some(event) = events.recv_blocking() else { bail!("the engine stopped") };
             match event {
+                EngineEvent::Thinking { text } => {
+                    if !thinking {
+                        eprint!("[thinking: ");
+                        thinking = true;
+                    }
+                    eprint!("{}", printable(&text));
+                }
                 EngineEvent::Token { text } => {
+                    if std::mem::take(&mut thinking) {
+                        eprintln!("]");
+                    }
                     if first_token && warn_every.is_some_and(|n| (turn + 1).is_multiple_of(n)) {
                         handle.send(Command::MemoryWarning {
                             reason: "simulated mid-reply (--simulate-warning-every)".into(),
@@ -175,6 +213,9 @@ pub(crate) fn converse(
                     out!("{text}");
                 }
                 EngineEvent::Done { reason } => {
+                    if std::mem::take(&mut thinking) {
+                        eprintln!("]");
+                    }
                     outln!();
                     if reason != DoneReason::EndOfTurn {
                         eprintln!("[reply ended: {reason:?}]");
@@ -203,8 +244,9 @@ pub(crate) fn converse(
                     turn += 1;
                     if show_stats {
                         eprintln!(
-                            "[turn {turn}] generated {} · context {}/{} tokens · kv {} B · rss {} B · footprint {} B · peak_rss {} B · predicted {} B · mapped {} B · ttft {:.0} ms · prefill {} tok in {:.0} ms · decode {:.1} tok/s",
+                            "[turn {turn}] generated {} · thinking {} · context {}/{} tokens · kv {} B · rss {} B · footprint {} B · peak_rss {} B · predicted {} B · mapped {} B · ttft {:.0} ms · prefill {} tok in {:.0} ms · decode {:.1} tok/s",
                             s.generated_tokens,
+                            s.thinking_tokens,
                             s.context_tokens,
                             s.budget,
                             s.kv_bytes,

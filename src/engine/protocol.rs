@@ -47,6 +47,12 @@ pub enum Command {
     /// The open chat's own system prompt; empty goes back to the model's default. The
     /// conversation is re-read with it at the next message.
     SetSystemPrompt { text: String },
+    /// The open chat's "Think before answering" switch: the chat template's
+    /// `enable_thinking` for its turns from now on (regenerated and edited ones too, and
+    /// the message read ahead while typed); `None` goes back to the template's default.
+    /// Kept in the chat's record; without a chat store, for the session. Models whose
+    /// template has no such switch ignore it (`ModelInfo::thinking`).
+    SetThinking { enabled: Option<bool> },
     /// The OS (or the QA button) reports memory pressure: stop, evict, report.
     MemoryWarning { reason: String },
     /// Override the tier policy (QA selector); `None` goes back to the detected tier.
@@ -102,8 +108,11 @@ pub enum EngineEvent {
     Policy { report: TierReport, policy: Policy },
     /// A reply started for the user message `text` (after queuing).
     ReplyStarted { prompt: String },
-    /// A piece of the reply, UTF-8 complete.
+    /// A piece of the reply's answer, UTF-8 complete.
     Token { text: String },
+    /// A piece of the reply's thinking (what a thinking model writes in
+    /// `<think>…</think>` before its answer; the tags are not in it).
+    Thinking { text: String },
     /// Figures after each prefill and at the end of each reply.
     Stats(Stats),
     /// Old turns were dropped to fit the budget before a turn.
@@ -133,6 +142,9 @@ pub enum EngineEvent {
         tokens: usize,
         resumed: bool,
     },
+    /// The open chat's "Think before answering" switch (`None`: the model's default;
+    /// see `ModelInfo::thinking`), after `ChatOpened` and after each `SetThinking`.
+    ThinkingSwitch { enabled: Option<bool> },
     /// The open chat's messages that have other versions (after `ChatOpened`, after each
     /// reply and after `BranchSwitched`).
     Branches { points: Vec<crate::chats::branches::BranchPoint> },
@@ -175,6 +187,9 @@ pub struct ModelInfo {
     /// ([`crate::engine::Model::recurrent_bytes`]); 0 for a plain transformer.
     pub recurrent_bytes: u64,
     pub device: String,
+    /// The chat template's thinking switch (`enable_thinking`): `None` when it has none,
+    /// else whether the model thinks by default.
+    pub thinking: Option<bool>,
 }
 
 /// Live figures: the settings panel's token bar and memory lines.
@@ -210,6 +225,8 @@ pub struct Stats {
     pub ttft_ms: f64,
     pub decode_tok_s: f64,
     pub generated_tokens: usize,
+    /// Of `generated_tokens`, those of the reply's thinking (its tags included).
+    pub thinking_tokens: usize,
     /// Threads the CPU kernels run on now, and the cores they may use.
     pub compute_threads: usize,
     pub available_cores: usize,

@@ -26,6 +26,7 @@ use super::budget::{self, Plan};
 use super::model::Model;
 use super::state::State;
 use super::text::template::{ChatTemplate, Message, Rendered, Role};
+use super::text::thinking;
 use super::text::tokenizer::TextTokenizer;
 use super::{Cause, EngineError, Result};
 use std::ops::Range;
@@ -103,6 +104,10 @@ pub struct Prepared {
     /// Of `fed_tokens`, those already in the cache from the message's draft (fed while
     /// it was typed, see [`Session::draft`]): the prefill computed only the rest.
     pub drafted_tokens: usize,
+    /// Of `fed_tokens`, those of earlier turns fed again because the template renders
+    /// them differently now than the cache held them (see [`Session::rebase`]: an earlier
+    /// reply's thinking dropped).
+    pub refed_tokens: usize,
     /// Logits after the prompt.
     pub logits: candle_core::Tensor,
 }
@@ -317,9 +322,12 @@ impl Session {
         // History read again from its text (a resumed chat without its cache) keeps its
         // newest turns that fit, never losing the new message for them.
         let mut fitted = false;
+        let mut refed_tokens = 0;
         if self.is_empty() {
             self.fit_history(tok, &user_text, reserve)?;
             fitted = true;
+        } else {
+            refed_tokens = self.rebase(model, tok, &user_text, reserve)?;
         }
         let mut cuts = 0;
         while cuts < 3 {
@@ -343,10 +351,11 @@ impl Session {
                 Plan::Fits => {
                     let (logits, drafted_tokens) = self.feed(model, &user_text, rendered, pieces, from_scratch)?;
                     return Ok(Prepared {
-                        fed_tokens: new_tokens,
+                        fed_tokens: new_tokens + refed_tokens,
                         dropped_tokens,
                         prompt_cut_to,
                         drafted_tokens,
+                        refed_tokens,
                         logits,
                     });
                 }
@@ -379,6 +388,85 @@ impl Session {
             }
         }
         Err(EngineError::ContextFull { budget })
+    }
+
+    /// Makes the cache hold the conversation as it renders now, when that is not what it
+    /// holds: a template that drops an earlier reply's thinking (Qwen3's, Qwen3.5's), or
+    /// one whose generation prompt (`<think>\n\n</think>` with thinking off) is not how it
+    /// renders the finished reply. The cache is cut back to the last point both share, a
+    /// reply's start or else a turn's start (or a message text in it), and the history
+    /// after it is fed as it renders
+    /// now with `user_text` as the next message (whose own turn is left to the caller).
+    /// Usually that is the last reply's answer: the thinking it no longer shows leaves the
+    /// cache. Returns the tokens fed; 0 when the cache is continued as it is, or when no
+    /// such point is cached or the history does not fit with `reserve` tokens to spare
+    /// (the caller then reads the conversation again from its text).
+    fn rebase(&mut self, model: &Model, tok: &TextTokenizer, user_text: &str, reserve: usize) -> Result<usize> {
+        let (rendered, from_scratch) = self.render_with(user_text)?;
+        if !from_scratch {
+            return Ok(0);
+        }
+        let shared = common_prefix(&rendered.text, &self.cached_text);
+        // (turns kept, token, text byte)
+        let points = self.turns.iter().enumerate().flat_map(|(i, a)| {
+            std::iter::once((i, a.token, a.text)).chain(a.reply.map(|(token, text)| (i + 1, token, text)))
+        });
+        let Some((mut kept_turns, mut kept, mut text_at)) =
+            points.filter(|&(_, token, text)| text <= shared && token <= self.len()).max_by_key(|&(_, _, text)| text)
+        else {
+            return Ok(0);
+        };
+        // Cut at a turn's start, the turn may still be kept up to a message text of it
+        // (Qwen3 with thinking off: its reply's answer, after the generation prompt's empty
+        // `<think></think>` that the finished reply's render lacks), when the cached
+        // tokens up to there are the new render's own.
+        let mut inside_turn = false;
+        let turn_start = self.turns.get(kept_turns).is_some_and(|a| a.text == text_at);
+        if let Some(body) = rendered.bodies.iter().map(|b| b.start).filter(|&b| text_at < b && b <= shared).max() {
+            let ids = tok.encode_rendered(&rendered.text, text_at..body, &rendered.bodies)?;
+            if turn_start && self.state.tokens().get(kept..kept + ids.len()) == Some(ids.as_slice()) {
+                (kept_turns, kept, text_at, inside_turn) = (kept_turns + 1, kept + ids.len(), body, true);
+            }
+        }
+        let ranges = self.piece_ranges(&rendered, text_at, rendered.text.len());
+        // The last piece is the new message's turn.
+        let Some((_, history)) = ranges.split_last() else { return Ok(0) };
+        let user_indices: Vec<usize> =
+            self.messages.iter().enumerate().filter(|(_, m)| m.role == Role::User).map(|(i, _)| i).collect();
+        let refed_turns = history.len().saturating_sub(1);
+        let Some(first_refed) = user_indices.len().checked_sub(refed_turns) else { return Ok(0) };
+        let mut ids = Vec::new();
+        let mut anchors = Vec::new();
+        for (i, range) in history.iter().enumerate() {
+            if i > 0 {
+                let message = user_indices[first_refed + i - 1];
+                anchors.push(Anchor { token: kept + ids.len(), text: range.start, message, reply: None });
+            }
+            ids.extend(tok.encode_rendered(&rendered.text, range.clone(), &rendered.bodies)?);
+        }
+        if kept + ids.len() + reserve > self.state.max_tokens() {
+            return Ok(0);
+        }
+        let _span = tracing::info_span!("rebase", kept, fed = ids.len()).entered();
+        self.discard_draft();
+        self.cut_cache(model, kept)?;
+        self.turns.truncate(kept_turns);
+        if inside_turn {
+            // Where its reply starts is not known any more.
+            if let Some(a) = self.turns.last_mut() {
+                a.reply = None;
+            }
+        }
+        if !ids.is_empty() {
+            if let Err(e) = model.forward(&ids, &mut self.state) {
+                self.set_history(self.messages.clone());
+                return Err(e);
+            }
+        }
+        self.turns.extend(anchors);
+        let end = history.last().map_or(text_at, |r| r.end);
+        self.cached_text = rendered.text[..end].to_string();
+        Ok(ids.len())
     }
 
     /// The text to feed for a new user message, split at turn anchors and tokenized:
@@ -672,10 +760,16 @@ impl Session {
             self.fit_history(tok, "", reserve)?;
             self.history_fitted = true;
         }
-        let (rendered, from_scratch) = self.render_with(typed)?;
-        // A cache the new render does not continue (a template that renders earlier turns
-        // differently once another follows) is read again at Send. An empty cache (a new
-        // chat, or a history to read again) or a continued one drafts.
+        let (mut rendered, mut from_scratch) = self.render_with(typed)?;
+        if from_scratch && !self.is_empty() && self.draft.tokens == 0 {
+            // A history the template renders differently now is fed again first (it is
+            // part of the conversation, not of the draft): Send then has only its turn.
+            self.rebase(model, tok, typed, reserve)?;
+            (rendered, from_scratch) = self.render_with(typed)?;
+        }
+        // A cache the new render still does not continue (no point both share is cached,
+        // or the history would not fit) is read again at Send. An empty cache (a new chat,
+        // or a history to read again) or a continued one drafts.
         if from_scratch && !self.is_empty() {
             return Ok(DraftFed::default());
         }
@@ -740,12 +834,37 @@ impl Session {
         }
     }
 
-    /// Records a reply token that was just fed to the model, with its text so far.
+    /// Records the reply whose tokens were just fed to the model, as it was written: the
+    /// cache holds it whole, the message its answer and thinking apart (see
+    /// [`thinking::split_reply`]).
     pub fn finish_reply(&mut self, reply_text: &str) {
+        let (thought, answer) = thinking::split_reply(reply_text, self.reply_opens_thinking());
         self.cached_text.push_str(reply_text);
-        self.messages.push(Message::new(Role::Assistant, reply_text));
+        self.messages.push(Message::new(Role::Assistant, answer).with_thinking(thought));
         // The next turn (or a draft, or an edit of it) starts here.
         self.state.checkpoint();
+    }
+
+    /// Whether the prompt the next reply answers left the thinking open (Qwen3.5's
+    /// generation prompt ends in `<think>\n`): the reply then starts inside it. Read from
+    /// the cached text of the last turn after its user message, before the reply is added.
+    pub fn reply_opens_thinking(&self) -> bool {
+        let Some(a) = self.turns.last() else { return false };
+        let Some(turn) = self.cached_text.get(a.text..) else { return false };
+        let user = self.messages.get(a.message).map_or("", |m| m.content.trim());
+        let tail = turn.rfind(user).map_or(turn, |at| &turn[at + user.len()..]);
+        thinking::prompt_opens_thinking(tail)
+    }
+
+    /// Sets the template's `enable_thinking` (`None`: the template's default) for the
+    /// turns to come. The cache is kept as far as the conversation renders the same (for
+    /// Qwen3 only the generation prompt changes; SmolLM3's system prompt changes with it,
+    /// so its chat is read again).
+    pub fn set_enable_thinking(&mut self, enabled: Option<bool>) {
+        if self.template.enable_thinking() != enabled {
+            self.discard_draft();
+            self.template.set_enable_thinking(enabled);
+        }
     }
 
     /// Drops the `count` oldest turns from the cache, the text and the messages.
@@ -969,6 +1088,12 @@ impl Session {
         }
         Ok(before - self.state.len())
     }
+}
+
+/// The length in bytes of the longest start `a` and `b` share (at a character boundary).
+fn common_prefix(a: &str, b: &str) -> usize {
+    let same = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    (0..=same).rev().find(|&n| a.is_char_boundary(n)).unwrap_or(0)
 }
 
 /// Where each turn of `messages` begins, oldest first: the first message after the leading

@@ -10,7 +10,7 @@ use dioxus::prelude::*;
 use crate::engine::Command;
 
 use super::config::UiConfig;
-use super::copy::{EDIT_TITLE, NEXT_VERSION, PREVIOUS_VERSION};
+use super::copy::{EDIT_TITLE, NEXT_VERSION, PREVIOUS_VERSION, THINK_SWITCH, THINK_SWITCH_TITLE};
 use super::engine_link::send_command;
 use super::fmt::format_rate;
 use super::markdown::{MarkdownBlocks, OpenHtml};
@@ -35,9 +35,9 @@ pub fn ChatView(state: ReadSignal<ChatState>) -> Element {
     });
     let composer = use_memo(move || {
         let s = state.read();
-        (s.is_ready(), s.generating(), matches!(s.phase, Phase::Failed(_)))
+        (s.is_ready(), s.generating(), matches!(s.phase, Phase::Failed(_)), s.thinking_switch())
     });
-    let (ready, generating, failed) = composer();
+    let (ready, generating, failed, thinking) = composer();
     let last_turn = use_memo(move || state.read().last_turn());
     let marks = use_memo(move || state.read().message_marks());
     rsx! {
@@ -73,7 +73,7 @@ pub fn ChatView(state: ReadSignal<ChatState>) -> Element {
                     }
                 }
             }
-            Composer { ready, generating, failed }
+            Composer { ready, generating, failed, thinking }
         }
     }
 }
@@ -172,6 +172,9 @@ pub fn MessageBubble(
     };
     rsx! {
         div { class,
+            if let Some(label) = message.thinking_label() {
+                ThinkingDisclosure { label, text: message.thinking.clone(), live: message.is_thinking() }
+            }
             div { class: "bubble",
                 if message.text.is_empty() && streaming {
                     TypingDots {}
@@ -222,6 +225,19 @@ pub fn MessageBubble(
                     }
                 }
             }
+        }
+    }
+}
+
+/// A reply's thinking, collapsed under its label ("Thinking…" while written, then
+/// "Thought for N tokens"); opened, it shows the text as written.
+#[component]
+fn ThinkingDisclosure(label: String, text: String, live: bool) -> Element {
+    let class = if live { "thinking live" } else { "thinking" };
+    rsx! {
+        details { class,
+            summary { class: "thinking-label", "{label}" }
+            div { class: "thinking-text", "{text.trim()}" }
         }
     }
 }
@@ -342,7 +358,14 @@ fn tokens_label(n: usize) -> String {
 
 /// The input row. Enter sends, Shift+Enter inserts a newline; Stop while generating.
 #[component]
-pub fn Composer(ready: bool, generating: bool, failed: bool) -> Element {
+pub fn Composer(
+    ready: bool,
+    generating: bool,
+    failed: bool,
+    /// The model's thinking switch for this chat (`None`: the model has none).
+    #[props(default)]
+    thinking: Option<bool>,
+) -> Element {
     let mut draft = use_signal(String::new);
     let type_ahead = use_hook(|| try_consume_context::<UiConfig>().unwrap_or_default().type_ahead);
     let can_send = ready && !generating;
@@ -396,6 +419,15 @@ pub fn Composer(ready: bool, generating: bool, failed: bool) -> Element {
                     }
                 },
                 onmounted: move |e: MountedEvent| qa::track("composer", e.data()),
+            }
+            if let Some(on) = thinking {
+                button { class: if on { "btn think-toggle on" } else { "btn think-toggle" },
+                    r#type: "button", id: "think-toggle",
+                    title: THINK_SWITCH_TITLE, aria_pressed: if on { "true" } else { "false" },
+                    disabled: !ready,
+                    onclick: move |_| send_command(Command::SetThinking { enabled: Some(!on) }),
+                    "{THINK_SWITCH}"
+                }
             }
             if generating {
                 button { class: "btn stop", r#type: "button", id: "stop-button",

@@ -102,3 +102,20 @@ pub const EDIT_TITLE: &str = "Edit your message (what followed stays as another 
 /// model has one): its label, and what the figure holds besides the state itself.
 pub const RECURRENT_STATE_LABEL: &str = "Recurrent state";
 pub const RECURRENT_STATE_CHECKPOINTS: &str = "turn checkpoints";
+
+/// The composer's switch for models that can think before they answer.
+pub const THINK_SWITCH: &str = "Think before answering";
+pub const THINK_SWITCH_TITLE: &str =
+    "The model reasons step by step before it answers (slower, often better); applies to this chat";
+
+/// The disclosure above a reply while its thinking is written.
+pub const THINKING: &str = "Thinking…";
+
+/// The disclosure above a reply that thought, once the answer has begun.
+pub fn thought_for(tokens: usize) -> String {
+    match tokens {
+        0 => "Thought".to_string(),
+        1 => "Thought for 1 token".to_string(),
+        n => format!("Thought for {n} tokens"),
+    }
+}

@@ -51,7 +51,7 @@ impl ReplyMeter {
         let mut finished = None;
         for event in events {
             match event {
-                EngineEvent::Token { .. } => {
+                EngineEvent::Token { .. } | EngineEvent::Thinking { .. } => {
                     self.tokens += 1;
                     self.first_at.get_or_insert(at);
                     self.last_at = Some(at);

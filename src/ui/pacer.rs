@@ -49,8 +49,9 @@ impl FramePacer {
     }
 }
 
+/// A piece of a reply: its answer or its thinking.
 fn is_token(event: &EngineEvent) -> bool {
-    matches!(event, EngineEvent::Token { .. })
+    matches!(event, EngineEvent::Token { .. } | EngineEvent::Thinking { .. })
 }
 
 /// Forwards `events` in frame-paced batches from a thread of its own; the receiver ends

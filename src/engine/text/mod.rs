@@ -1,7 +1,8 @@
 //! Text in and out of the model: the tokenizers that ship in the GGUF ([`tokenizer`]:
 //! BPE in [`bpe`] with llama.cpp's pre-tokenizer per `tokenizer.ggml.pre` in
 //! [`pretokenize`], SentencePiece in [`spm`]), incremental detokenizing that only emits
-//! whole characters ([`detokenizer`]), and the chat template ([`template`]). Nothing here
+//! whole characters ([`detokenizer`]), a reply's thinking told from its answer
+//! ([`thinking`]), and the chat template ([`template`]). Nothing here
 //! knows the weights or the cache.
 
 pub(crate) mod bpe;
@@ -12,4 +13,5 @@ pub mod pretokenize;
 mod specials;
 pub mod spm;
 pub mod template;
+pub mod thinking;
 pub mod tokenizer;

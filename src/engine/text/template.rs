@@ -15,6 +15,7 @@ use std::ops::Range;
 use minijinja::{context, Environment, Value};
 use serde::Serialize;
 
+use super::thinking;
 use crate::engine::{Cause, EngineError};
 pub use crate::transcript::{Message, Role};
 
@@ -57,6 +58,24 @@ pub struct ChatTemplate {
     eos_token: String,
     /// What `strftime_now` reads: `None` for the clock (see [`ChatTemplate::at`]).
     now: Option<hf::Instant>,
+    /// The template reads `enable_thinking` (Qwen3's, Qwen3.5's, SmolLM3's).
+    uses_enable_thinking: bool,
+    /// The template reads a reply's `reasoning_content`: replies are given to it as
+    /// answer + reasoning; to others as the model wrote them (`<think>…</think>` first).
+    reads_reasoning: bool,
+    /// `enable_thinking` as passed to renders; `None` leaves it undefined (the template's
+    /// own default).
+    enable_thinking: Option<bool>,
+}
+
+/// A message as the template reads it: a reply's thinking as `reasoning_content` for
+/// templates that read it (as Hugging Face's and llama.cpp's servers pass it).
+#[derive(Serialize)]
+struct TemplateMessage<'a> {
+    role: Role,
+    content: std::borrow::Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<std::borrow::Cow<'a, str>>,
 }
 
 impl ChatTemplate {
@@ -105,7 +124,69 @@ impl ChatTemplate {
         env.add_test("iterable", hf::is_iterable);
         env.add_template_owned("chat", hf::rewrite_generation_tags(source))
             .map_err(|e| EngineError::Template(Cause::new(e)))?;
-        Ok(ChatTemplate { env, bos_token: bos_token.into(), eos_token: eos_token.into(), now: None })
+        Ok(ChatTemplate {
+            env,
+            bos_token: bos_token.into(),
+            eos_token: eos_token.into(),
+            now: None,
+            uses_enable_thinking: source.contains("enable_thinking"),
+            reads_reasoning: source.contains("reasoning_content"),
+            enable_thinking: None,
+        })
+    }
+
+    /// Whether the template has a thinking switch (it reads `enable_thinking`), and then
+    /// what it does without one: `Some(true)` when it thinks by default.
+    pub fn thinking_default(&self) -> Option<bool> {
+        if !self.uses_enable_thinking {
+            return None;
+        }
+        let probe = [Message::new(Role::User, "?")];
+        let probe = self.template_messages(&probe, false);
+        let now = hf::Instant::civil(2026, 1, 1, 0, 0, 0);
+        let render = |on: Option<bool>| self.render_switched(&probe, true, now, on).ok();
+        let default = render(None)?;
+        Some(render(Some(false)).is_none_or(|off| off != default))
+    }
+
+    /// Sets `enable_thinking` for the renders to come; `None` leaves it undefined (the
+    /// template's default). Templates without the switch ignore it.
+    pub fn set_enable_thinking(&mut self, enabled: Option<bool>) {
+        self.enable_thinking = enabled;
+    }
+
+    /// The `enable_thinking` passed to renders (`None`: undefined).
+    pub fn enable_thinking(&self) -> Option<bool> {
+        self.enable_thinking
+    }
+
+    /// The messages as the template reads them (see [`TemplateMessage`]); with `marked`,
+    /// each text is replaced by its numbered mark (contents `0..n`, thinkings `n..2n`),
+    /// empty texts staying empty.
+    fn template_messages<'a>(&self, messages: &'a [Message], marked: bool) -> Vec<TemplateMessage<'a>> {
+        let n = messages.len();
+        let mark = |text: &'a str, i: usize| -> std::borrow::Cow<'a, str> {
+            match marked && !text.is_empty() {
+                true => format!("{MARK_OPEN}{i}{MARK_CLOSE}").into(),
+                false => text.into(),
+            }
+        };
+        messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let content = mark(&m.content, i);
+                let thinking = m.thinking.as_deref().map(|t| mark(t, n + i));
+                match (thinking, self.reads_reasoning) {
+                    (Some(t), false) => TemplateMessage {
+                        role: m.role,
+                        content: thinking::join_reply(Some(&t), &content).into(),
+                        reasoning_content: None,
+                    },
+                    (reasoning_content, _) => TemplateMessage { role: m.role, content, reasoning_content },
+                }
+            })
+            .collect()
     }
 
     /// The same template with other `bos_token` and `eos_token` values.
@@ -123,7 +204,7 @@ impl ChatTemplate {
 
     /// Renders the conversation; with `add_generation_prompt` it ends where the assistant speaks.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, EngineError> {
-        self.render_any(messages, add_generation_prompt)
+        self.render_any(&self.template_messages(messages, false), add_generation_prompt)
     }
 
     /// [`render`](Self::render) for messages of any shape (`pocketchat template` passes
@@ -142,8 +223,24 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         now: hf::Instant,
     ) -> Result<String, EngineError> {
+        self.render_switched(messages, add_generation_prompt, now, self.enable_thinking)
+    }
+
+    /// [`render_at`](Self::render_at) with `enable_thinking` set to `enable_thinking`.
+    fn render_switched<M: Serialize>(
+        &self,
+        messages: &[M],
+        add_generation_prompt: bool,
+        now: hf::Instant,
+        enable_thinking: Option<bool>,
+    ) -> Result<String, EngineError> {
         let tmpl = self.env.get_template("chat").map_err(|e| EngineError::Template(Cause::new(e)))?;
         let mut out = CappedWriter(Vec::new());
+        // Undefined unless set: `enable_thinking is defined` must stay false.
+        let thinking = match enable_thinking {
+            Some(on) => context! { enable_thinking => on },
+            None => context! {},
+        };
         tmpl.render_captured_to(
             context! {
                 messages => messages,
@@ -153,6 +250,7 @@ impl ChatTemplate {
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
                 strftime_now => Value::from_function(move |format: String| now.strftime(&format)),
+                ..thinking
             },
             &mut out,
         )
@@ -171,16 +269,15 @@ impl ChatTemplate {
     pub fn render_marked(&self, messages: &[Message], add_generation_prompt: bool) -> Result<Rendered, EngineError> {
         // One instant for both renders: a date that turned between them would differ.
         let now = self.now.unwrap_or_else(hf::Instant::now);
-        let text = self.render_at(messages, add_generation_prompt, now)?;
+        let text = self.render_at(&self.template_messages(messages, false), add_generation_prompt, now)?;
         // Empty texts stay empty: templates may test a text for being there.
-        let marked: Vec<Message> = (0..messages.len())
-            .map(|i| match messages[i].content.is_empty() {
-                true => messages[i].clone(),
-                false => Message::new(messages[i].role, format!("{MARK_OPEN}{i}{MARK_CLOSE}")),
-            })
+        let skeleton = self.render_at(&self.template_messages(messages, true), add_generation_prompt, now)?;
+        let texts: Vec<&str> = messages
+            .iter()
+            .map(|m| m.content.as_str())
+            .chain(messages.iter().map(|m| m.thinking.as_deref().unwrap_or("")))
             .collect();
-        let skeleton = self.render_at(&marked, add_generation_prompt, now)?;
-        match fill_marks(&skeleton, messages, &text) {
+        match fill_marks(&skeleton, &texts, &text) {
             Some(bodies) => Ok(Rendered { text, bodies }),
             None => Err(EngineError::Template(Cause::msg(
                 "the model's chat template changes the text of messages, so what you type could not be kept apart \
@@ -219,10 +316,10 @@ impl std::io::Write for CappedWriter {
     }
 }
 
-/// Puts each message's text (as given or trimmed, whichever `expected` has there) where
-/// `skeleton` has its mark; the byte ranges of the texts when the result is `expected`.
-fn fill_marks(skeleton: &str, messages: &[Message], expected: &str) -> Option<Vec<Range<usize>>> {
-    let mut bodies = Vec::with_capacity(messages.len());
+/// Puts each text (as given or trimmed, whichever `expected` has there) where `skeleton`
+/// has its mark; the byte ranges of the texts when the result is `expected`.
+fn fill_marks(skeleton: &str, texts: &[&str], expected: &str) -> Option<Vec<Range<usize>>> {
+    let mut bodies = Vec::with_capacity(texts.len());
     let mut at = 0; // bytes of `expected` matched so far
     let mut rest = skeleton;
     loop {
@@ -237,11 +334,11 @@ fn fill_marks(skeleton: &str, messages: &[Message], expected: &str) -> Option<Ve
         }
         let after = &rest[literal_end + MARK_OPEN.len_utf8()..];
         let close = after.find(MARK_CLOSE)?;
-        let content = &messages.get(after[..close].parse::<usize>().ok()?)?.content;
+        let content = *texts.get(after[..close].parse::<usize>().ok()?)?;
         rest = &after[close + MARK_CLOSE.len_utf8()..];
         // The text that follows the mark up to the next one tells the variants apart.
         let next = &rest[..rest.find(MARK_OPEN).unwrap_or(rest.len())];
-        let body = [content.as_str(), content.trim()]
+        let body = [content, content.trim()]
             .into_iter()
             .find(|b| expected[at..].starts_with(b) && expected[at + b.len()..].starts_with(next))?;
         bodies.push(at..at + body.len());

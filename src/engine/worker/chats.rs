@@ -147,6 +147,26 @@ impl Worker {
         self.emit_stats();
     }
 
+    /// The thinking switch in force: the open chat's, else the session's.
+    pub(super) fn thinking_switch(&self) -> Option<bool> {
+        self.active.as_ref().map_or(self.thinking, |a| a.thinking)
+    }
+
+    /// Sets the thinking switch of the open chat (or of the session without a chat store)
+    /// and applies it to the turns to come; the record is saved with it.
+    pub(super) fn set_thinking(&mut self, enabled: Option<bool>) {
+        match self.active.as_mut() {
+            Some(active) if active.thinking != enabled => active.thinking = enabled,
+            Some(_) => return,
+            None => self.thinking = enabled,
+        }
+        if let Some(l) = self.loaded.as_mut() {
+            l.session.set_enable_thinking(enabled);
+        }
+        self.save_record();
+        self.emit(EngineEvent::ThinkingSwitch { enabled });
+    }
+
     /// Makes `record` the open chat: locked for this process (a chat open in another
     /// process is not opened: the user is told which process has it), its cache restored
     /// when it fits the record, else its text set to be re-read.
@@ -164,6 +184,9 @@ impl Worker {
         let path = store.cache_path(&record.id);
         self.config.state_file = Some(path.clone());
         self.regenerations = 0;
+        if let Some(l) = self.loaded.as_mut() {
+            l.session.set_enable_thinking(record.thinking);
+        }
         let not_resumed = self.resume(&store, &mut record, &path);
         let tokens = self.loaded.as_ref().map_or(0, |l| l.session.state.len());
         self.emit(EngineEvent::ChatOpened {
@@ -174,6 +197,7 @@ impl Worker {
             tokens,
             resumed: not_resumed.is_none(),
         });
+        self.emit(EngineEvent::ThinkingSwitch { enabled: record.thinking });
         self.emit_branches_of(&record);
         // After the transcript, so the UI shows it below.
         if let Some(why) = not_resumed.filter(|_| !record.messages.is_empty()) {

@@ -119,4 +119,7 @@ struct Worker {
     regenerations: u64,
     /// The message being typed, while it is read ahead.
     typing: Option<typing::Typing>,
+    /// The thinking switch without a chat store (`Command::SetThinking`); with one, the
+    /// open chat's record holds it.
+    thinking: Option<bool>,
 }

@@ -45,6 +45,7 @@ impl Worker {
             active: None,
             regenerations: 0,
             typing: None,
+            thinking: None,
         }
     }
 
@@ -146,6 +147,7 @@ impl Worker {
                 Command::DeleteChat { id } => self.delete_chat(&id),
                 Command::ListChats => self.emit_chats(),
                 Command::SetSystemPrompt { text } => self.set_system_prompt(&text),
+                Command::SetThinking { enabled } => self.set_thinking(enabled),
                 Command::MemoryWarning { reason } => self.evict(&reason),
                 Command::SetPolicy { tier } => self.set_policy(tier),
                 Command::SetThreads { threads } => {
@@ -253,8 +255,10 @@ impl Worker {
                 ceiling_mib: self.policy.ceiling_bytes / memory::MIB,
             });
         }
+        let thinking = template.thinking_default();
         let mut session = Session::new(model.make_state(self.budget(), self.config.kv_dtype.dtype()), template)?;
         session.trim_mode = self.config.trim_mode;
+        session.set_enable_thinking(self.thinking_switch());
         let c = &model.config;
         let weights_quant = match &c.requantized_from {
             Some(from) => format!("{:?} (requantized from {from})", c.weights_dtype),
@@ -272,6 +276,7 @@ impl Worker {
             kv_bytes_per_token: model.kv_bytes_per_token(self.config.kv_dtype.dtype()),
             recurrent_bytes: model.recurrent_bytes(),
             device: device_label(model.device()),
+            thinking,
         };
         Ok(Loaded { model, tokenizer, session, info, sampling_defaults, dry_breakers, identity: None })
     }

@@ -10,6 +10,7 @@ use crate::engine::budget::reply_reserve;
 use crate::engine::sampler::Sampler;
 use crate::engine::text::detokenizer::Detokenizer;
 use crate::engine::text::template::Role;
+use crate::engine::text::thinking::{Piece, ThinkSplitter};
 use crate::engine::{Command, DoneReason, EngineError, EngineEvent};
 
 /// What a reply's interruption asked for, applied once the reply has ended cleanly.
@@ -26,6 +27,8 @@ struct ReplyOutcome {
     reason: DoneReason,
     text: String,
     generated: usize,
+    /// Of `generated`, the tokens of the reply's thinking.
+    thinking: usize,
     decode_s: f64,
     ttft_ms: f64,
     interruption: Interruption,
@@ -211,6 +214,7 @@ impl Worker {
         l.session.finish_reply(&outcome.text);
         self.record_turn(replaces);
         self.last_stats.generated_tokens = outcome.generated;
+        self.last_stats.thinking_tokens = outcome.thinking;
         self.last_stats.ttft_ms = outcome.ttft_ms;
         self.last_stats.decode_tok_s =
             if outcome.decode_s > 0.0 { outcome.generated as f64 / outcome.decode_s } else { 0.0 };
@@ -239,8 +243,11 @@ impl Worker {
         let breakers = self.loaded.as_ref().map(|l| l.dry_breakers.clone()).unwrap_or_default();
         let mut sampler = Sampler::with_breakers(params, breakers);
         let mut detok = Detokenizer::default();
+        let opened = self.loaded.as_ref().is_some_and(|l| l.session.reply_opens_thinking());
+        let mut split = ThinkSplitter::new(opened);
         let mut text = String::new();
         let mut generated = 0usize;
+        let mut thinking = 0usize;
         let mut ttft_ms = 0.0;
         let mut interruption = Interruption::default();
         let decode_start = Instant::now();
@@ -259,9 +266,14 @@ impl Worker {
                 ttft_ms = started.elapsed().as_secs_f64() * 1e3;
             }
             generated += 1;
+            let was_thinking = split.is_thinking();
             if let Some(piece) = detok.push(&l.tokenizer, next)? {
                 text.push_str(&piece);
-                self.emit(EngineEvent::Token { text: piece });
+                let pieces = split.push(&piece);
+                self.emit_pieces(pieces);
+            }
+            if was_thinking || split.is_thinking() {
+                thinking += 1;
             }
             let l = self.loaded.as_mut().expect("decode runs with a model");
             logits = with_autorelease_pool(|| l.model.forward(&[next], &mut l.session.state))?;
@@ -279,10 +291,23 @@ impl Worker {
         // An incomplete character held back at the end of the reply.
         if let Some(piece) = detok.flush(&l.tokenizer)? {
             text.push_str(&piece);
-            self.emit(EngineEvent::Token { text: piece });
+            let pieces = split.push(&piece);
+            self.emit_pieces(pieces);
         }
+        let pieces = split.finish();
+        self.emit_pieces(pieces);
         let decode_s = decode_start.elapsed().as_secs_f64();
-        Ok(ReplyOutcome { reason, text, generated, decode_s, ttft_ms, interruption })
+        Ok(ReplyOutcome { reason, text, generated, thinking, decode_s, ttft_ms, interruption })
+    }
+
+    /// Streams a reply's pieces: the answer as `Token`s, the thinking as `Thinking`.
+    fn emit_pieces(&self, pieces: Vec<Piece>) {
+        for piece in pieces {
+            self.emit(match piece {
+                Piece::Answer(text) => EngineEvent::Token { text },
+                Piece::Thinking(text) => EngineEvent::Thinking { text },
+            });
+        }
     }
 
     /// Reads the commands that arrived during a reply: interrupting ones end it, the others

@@ -35,10 +35,15 @@ pub struct Message {
     pub id: u64,
     pub role: Role,
     pub text: String,
+    /// What a thinking model wrote before its answer (empty: none), shown collapsed.
+    pub thinking: String,
     /// When the message was sent or the reply started (`HH:MM:SS`, may be empty).
     pub time: String,
-    /// Token pieces received so far (assistant only).
+    /// Token pieces received so far (assistant only), the thinking's included.
     pub tokens: usize,
+    /// Of `tokens`, the thinking's (the engine's count once the reply ends; 0 for a reply
+    /// read back from a saved chat).
+    pub thinking_tokens: usize,
     /// Decode speed reported by the engine for this reply.
     pub tok_s: Option<f64>,
     /// The reply has ended (always true for user messages).
@@ -53,6 +58,21 @@ impl Message {
     /// A short label for replies that did not end normally ("Stopped", …).
     pub fn done_label(&self) -> Option<&'static str> {
         self.done.and_then(done_label)
+    }
+
+    /// The reply is still writing its thinking (no answer yet).
+    pub fn is_thinking(&self) -> bool {
+        !self.finished && self.text.is_empty() && !self.thinking.is_empty()
+    }
+
+    /// The thinking disclosure's label: "Thinking…" while it is written, then "Thought
+    /// for N tokens"; `None` for a reply without thinking.
+    pub fn thinking_label(&self) -> Option<String> {
+        match (self.thinking.is_empty(), self.is_thinking()) {
+            (true, _) => None,
+            (false, true) => Some(copy::THINKING.to_string()),
+            (false, false) => Some(copy::thought_for(self.thinking_tokens)),
+        }
     }
 }
 
@@ -242,6 +262,8 @@ pub struct ChatState {
     pub active_chat: Option<String>,
     /// The open chat's own system prompt (`None`: the model's default).
     pub system_prompt: Option<String>,
+    /// The open chat's "Think before answering" switch (`None`: the model's default).
+    pub thinking: Option<bool>,
     /// Bytes of the chats' caches on disk and their cap.
     pub chat_caches: Option<(u64, u64)>,
     /// The open chat's messages that have other versions.
@@ -284,6 +306,7 @@ impl ChatState {
             chats: Vec::new(),
             active_chat: None,
             system_prompt: None,
+            thinking: None,
             chat_caches: None,
             branches: Vec::new(),
             current: None,
@@ -319,6 +342,13 @@ impl ChatState {
     pub fn entry(&self, id: u64) -> Option<&Entry> {
         // Ids grow along the transcript (notices may sit just above the newest reply).
         self.entries.iter().rev().find(|e| e.id() == id)
+    }
+
+    /// The "Think before answering" switch as shown: `None` when the model has none (its
+    /// template reads no `enable_thinking`), else whether it is on for the open chat.
+    pub fn thinking_switch(&self) -> Option<bool> {
+        let default = self.model.as_ref()?.thinking?;
+        Some(self.thinking.unwrap_or(default))
     }
 
     /// Tokens in the context, the reply being streamed included.
@@ -393,17 +423,19 @@ impl ChatState {
                 self.current = Some(self.entries.len() - 1);
             }
             EngineEvent::Token { text } => {
-                if self.current.is_none() {
-                    let reply = self.new_message(Role::Assistant, String::new(), now, false);
-                    self.entries.push(Entry::Message(reply));
-                    self.current = Some(self.entries.len() - 1);
-                    self.awaiting_reply = false;
-                }
-                if let Some(m) = self.current_mut() {
+                if let Some(m) = self.streaming_reply(now) {
                     m.text.push_str(&text);
                     m.tokens += 1;
                 }
             }
+            EngineEvent::Thinking { text } => {
+                if let Some(m) = self.streaming_reply(now) {
+                    m.thinking.push_str(&text);
+                    m.tokens += 1;
+                    m.thinking_tokens += 1;
+                }
+            }
+            EngineEvent::ThinkingSwitch { enabled } => self.thinking = enabled,
             EngineEvent::Stats(stats) => {
                 if stats.generated_tokens > 0 && stats.decode_tok_s.is_finite() && stats.decode_tok_s > 0.0 {
                     let target = self.current.or(self.last_reply);
@@ -412,6 +444,9 @@ impl ChatState {
                             m.tok_s = Some(stats.decode_tok_s);
                             // The engine counts tokens; pieces can merge several.
                             m.tokens = m.tokens.max(stats.generated_tokens);
+                            if !m.thinking.is_empty() {
+                                m.thinking_tokens = m.thinking_tokens.max(stats.thinking_tokens);
+                            }
                         }
                     }
                 }
@@ -548,7 +583,8 @@ impl ChatState {
                 TemplateRole::Assistant => Role::Assistant,
                 TemplateRole::System => continue,
             };
-            let msg = self.new_message(role, m.content, now, true);
+            let mut msg = self.new_message(role, m.content, now, true);
+            msg.thinking = m.thinking.unwrap_or_default();
             self.entries.push(Entry::Message(msg));
             count += 1;
         }
@@ -651,7 +687,7 @@ impl ChatState {
         }
         // A failed turn: the reply (if any) ends with an inline error.
         if let Some(i) = self.current.take() {
-            let empty = matches!(&self.entries[i], Entry::Message(m) if m.text.is_empty());
+            let empty = matches!(&self.entries[i], Entry::Message(m) if m.text.is_empty() && m.thinking.is_empty());
             if empty && i + 1 == self.entries.len() {
                 self.entries.pop();
             } else if let Entry::Message(m) = &mut self.entries[i] {
@@ -662,6 +698,17 @@ impl ChatState {
         }
         let notice = self.new_notice(NoticeKind::Error, format!("This reply failed: {message}"), None, now);
         self.entries.push(Entry::Notice(notice));
+    }
+
+    /// The reply being streamed, started here when its `ReplyStarted` was not seen.
+    fn streaming_reply(&mut self, now: &str) -> Option<&mut Message> {
+        if self.current.is_none() {
+            let reply = self.new_message(Role::Assistant, String::new(), now, false);
+            self.entries.push(Entry::Message(reply));
+            self.current = Some(self.entries.len() - 1);
+            self.awaiting_reply = false;
+        }
+        self.current_mut()
     }
 
     fn current_mut(&mut self) -> Option<&mut Message> {
@@ -684,7 +731,7 @@ impl ChatState {
     /// Appends a notice; above the streaming reply while that has no text yet.
     fn insert_notice(&mut self, notice: Notice) {
         if let Some(i) = self.current {
-            let empty = matches!(&self.entries[i], Entry::Message(m) if m.text.is_empty());
+            let empty = matches!(&self.entries[i], Entry::Message(m) if m.text.is_empty() && m.thinking.is_empty());
             if empty && i + 1 == self.entries.len() {
                 self.entries.insert(i, Entry::Notice(notice));
                 self.current = Some(i + 1);
@@ -705,8 +752,10 @@ impl ChatState {
             id: self.take_id(),
             role,
             text,
+            thinking: String::new(),
             time: now.to_string(),
             tokens: 0,
+            thinking_tokens: 0,
             tok_s: None,
             finished,
             done: None,

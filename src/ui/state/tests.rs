@@ -21,6 +21,7 @@ fn info() -> ModelInfo {
         kv_bytes_per_token: 46_080,
         recurrent_bytes: 0,
         device: "cpu".into(),
+        thinking: None,
     }
 }
 
@@ -576,4 +577,54 @@ fn editing_an_earlier_message_shows_its_versions_and_switching_shows_the_branch(
         resumed: false,
     });
     assert!(s.branches.is_empty());
+}
+
+#[test]
+fn a_thinking_reply_streams_its_thinking_apart_and_counts_it() {
+    let mut s = ready();
+    assert_eq!(s.thinking_switch(), None, "SmolLM2's template has no switch");
+    s.apply(EngineEvent::Ready(ModelInfo { thinking: Some(true), ..info() }));
+    assert_eq!(s.thinking_switch(), Some(true), "the model's default");
+    s.apply(EngineEvent::ThinkingSwitch { enabled: Some(false) });
+    assert_eq!(s.thinking_switch(), Some(false), "the chat's own");
+
+    assert!(s.submit("is 91 prime", "10:00:00"));
+    s.apply(EngineEvent::ReplyStarted { prompt: "is 91 prime".into() });
+    s.apply(EngineEvent::Thinking { text: "try ".into() });
+    s.apply(EngineEvent::Thinking { text: "7".into() });
+    let m = s.current_reply().unwrap();
+    assert_eq!((m.thinking.as_str(), m.text.as_str()), ("try 7", ""));
+    assert!(m.is_thinking());
+    assert_eq!(m.thinking_label().as_deref(), Some(copy::THINKING));
+    // A notice while only the thinking streams goes below it, not above the reply.
+    s.apply(EngineEvent::Notice { message: "note".into() });
+    assert!(matches!(s.entries.last(), Some(Entry::Notice(_))));
+    s.apply(tok("No."));
+    s.apply(EngineEvent::Done { reason: DoneReason::EndOfTurn });
+    s.apply(EngineEvent::Stats(Stats {
+        generated_tokens: 9,
+        thinking_tokens: 6,
+        decode_tok_s: 20.0,
+        ..Stats::default()
+    }));
+    let m = s.messages().last().unwrap();
+    assert_eq!((m.text.as_str(), m.tokens, m.thinking_tokens), ("No.", 9, 6));
+    assert_eq!(m.thinking_label().as_deref(), Some("Thought for 6 tokens"));
+
+    // A saved chat shows the thinking it kept (its count is not saved).
+    s.apply(EngineEvent::ChatOpened {
+        id: "c".into(),
+        title: "Primes".into(),
+        system_prompt: None,
+        messages: vec![
+            TMessage::new(TRole::User, "is 91 prime"),
+            TMessage::new(TRole::Assistant, "No.").with_thinking(Some("try 7".into())),
+        ],
+        tokens: 20,
+        resumed: true,
+    });
+    let m = s.messages().last().unwrap();
+    assert_eq!((m.thinking.as_str(), m.thinking_label().as_deref()), ("try 7", Some("Thought")));
+    // A reply without thinking has no disclosure.
+    assert_eq!(s.messages().next().unwrap().thinking_label(), None);
 }
