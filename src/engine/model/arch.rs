@@ -4,7 +4,7 @@
 //! sizes (heads, widths, windows, RoPE bases) come from the file's own metadata.
 
 /// GGUF `general.architecture` values this engine loads: those [`ArchTraits::of`] knows.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "smollm3"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "smollm3", "qwen35"];
 
 /// The FFN's gate activation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,9 +46,23 @@ pub struct ArchTraits {
     /// Every `n`-th layer (counting from 1) attends without rotary embeddings (SmolLM3's
     /// "NoPE" layers, llama.cpp's `n_no_rope_layer_step`).
     pub no_rope_every: Option<usize>,
+    /// Qwen3.5's hybrid: gated delta-net layers (`engine::model::delta_net`) between the
+    /// attention layers, which gate their output (`attn_q` is twice as wide: query and gate
+    /// per head) and whose pre-FFN norm is named `post_attention_norm`.
+    pub delta_net: bool,
 }
 
 impl ArchTraits {
+    /// The name of the norm before the FFN (`blk.N.NAME.weight`): qwen35 names it
+    /// `post_attention_norm` (llama.cpp's `attn_post_norm`), as it comes after attention.
+    pub fn ffn_norm(&self) -> &'static str {
+        if self.delta_net {
+            "post_attention_norm"
+        } else {
+            "ffn_norm"
+        }
+    }
+
     /// The traits of `general.architecture = arch`; `None` for one this engine cannot run.
     pub fn of(arch: &str) -> Option<ArchTraits> {
         let llama = ArchTraits {
@@ -57,6 +71,7 @@ impl ArchTraits {
             scale_embeddings: false,
             activation: Activation::Silu,
             no_rope_every: None,
+            delta_net: false,
         };
         match arch {
             "llama" => Some(llama),
@@ -69,7 +84,9 @@ impl ArchTraits {
                 scale_embeddings: true,
                 activation: Activation::Gelu,
                 no_rope_every: None,
+                delta_net: false,
             }),
+            "qwen35" => Some(ArchTraits { rope_neox: true, delta_net: true, ..llama }),
             _ => None,
         }
     }
