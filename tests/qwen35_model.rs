@@ -118,3 +118,46 @@ fn qwen35_keeps_kv_for_its_attention_layer_and_a_fixed_recurrent_state_for_the_o
     state.checkpoint();
     assert_eq!(state.recurrent_bytes(), 2 * one_copy);
 }
+
+/// Qwen3.5's own chat template (`Qwen3.5-4B.jinja` of llama.cpp's suite) and the session's
+/// turn markers: a turn starts at `<|im_start|>user\n`, messages are found in the render,
+/// and the text of an earlier turn is stable, except for the reply: the generation prompt
+/// opens a `<think>` block that the template leaves out once a later user message exists.
+/// So the cached text and the next render part right after the previous turn's
+/// `<|im_start|>assistant\n`: the point a recurrent state needs a checkpoint at to avoid
+/// re-reading the turn (a KV cache truncates there and re-feeds the reply). A reply kept
+/// with its reasoning (`…</think>\n\nanswer`) is rewritten by the template and refused.
+#[test]
+fn qwen35_template_turns_start_at_the_user_header_and_part_at_the_think_block() {
+    use pocketchat::engine::template::{ChatTemplate, Message, Role};
+    let dir = std::env::var_os("POCKETCHAT_LLAMACPP_SUITE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/llamacpp-suite"));
+    let path = dir.join("templates/Qwen3.5-4B.jinja");
+    let source = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch-llamacpp-suite.sh)", path.display()));
+    let template = ChatTemplate::parse(&source, "", "<|im_end|>").unwrap();
+    assert_eq!(template.user_header().unwrap(), "<|im_start|>user\n");
+
+    let first = [Message::new(Role::System, "be brief"), Message::new(Role::User, "hello there")];
+    let prompt = template.render(&first, true).unwrap();
+    assert_eq!(prompt, "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n<think>\n");
+    // What the cache holds after the reply (decoded tokens: reasoning, then the answer).
+    let cached = format!("{prompt}mulling\n</think>\n\nok sure<|im_end|>\n");
+
+    let mut second = first.to_vec();
+    // The reply as its answer only: a text holding `</think>` is split by the template (it
+    // keeps what follows), so render_marked could not find it and refuses it.
+    let with_reasoning = Message::new(Role::Assistant, "mulling\n</think>\n\nok sure");
+    let refused = [first[0].clone(), first[1].clone(), with_reasoning, Message::new(Role::User, "more")];
+    assert!(template.render_marked(&refused, true).is_err());
+    second.push(Message::new(Role::Assistant, "ok sure"));
+    second.push(Message::new(Role::User, "tell me more"));
+    let rendered = template.render_marked(&second, true).unwrap();
+    let bodies: Vec<&str> = rendered.bodies.iter().map(|r| &rendered.text[r.clone()]).collect();
+    assert_eq!(bodies, ["be brief", "hello there", "ok sure", "tell me more"]);
+    let common = cached.bytes().zip(rendered.text.bytes()).take_while(|(a, b)| a == b).count();
+    let parted_after = "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n";
+    assert!(cached[..common].ends_with(parted_after), "they part at {common}: {:?}", &cached[..common]);
+    assert!(rendered.text[common..].starts_with("ok sure<|im_end|>\n<|im_start|>user\ntell me more"));
+}
