@@ -17,15 +17,19 @@
 //! head, `(v_heads, d, d)` stored as llama.cpp stores it (row `j` holds `S[·][j]`). Both
 //! are f32 and of a fixed size whatever the length.
 //!
-//! The recurrence runs token by token, prompt tokens included: exact, and a small share of
-//! a forward's work (`v_heads · d²` per token and layer against the projections'
-//! `width · (conv_channels + …)`). llama.cpp's chunked form (`build_delta_net_chunking`,
-//! 64 tokens as matrix products) is the later speed-up for long prompts.
+//! The recurrence runs token by token, prompt tokens included, each value head on its own
+//! (heads in parallel on the engine's pool): exact, and a small share of a forward's work
+//! (`v_heads · d²` per token and layer against the projections' `width · (conv_channels
+//! + …)`). llama.cpp's chunked form (`build_delta_net_chunking`, 64 tokens as matrix
+//! products) is the later speed-up for long prompts.
+
+use std::sync::Mutex;
 
 use candle_core::{Device, Tensor};
 
 use super::{Linear, Loader};
 use crate::engine::cpu::kernels::Kernels;
+use crate::engine::cpu::pool::for_each_chunk;
 use crate::engine::state::{LayerMemory, State};
 use crate::engine::Result;
 
@@ -165,31 +169,42 @@ impl DeltaNet {
             Linear::forward_many(&[&self.w_qkv, &self.w_gate, &self.w_beta, &self.w_alpha], h)?
                 .try_into()
                 .expect("four layers, four outputs");
-        let rows = |t: Tensor| -> candle_core::Result<Vec<f32>> { t.flatten_all()?.to_vec1::<f32>() };
-        let (qkv, z, beta, alpha) = (rows(qkv)?, rows(z)?, rows(beta)?, rows(alpha)?);
+        let rows = |t: &Tensor| -> candle_core::Result<Vec<f32>> { t.flatten_all()?.to_vec1::<f32>() };
         let [conv_state, matrices] = state.recurrent(index) else {
             unreachable!("a delta-net layer keeps two tensors")
         };
-        let mut conv_state = rows(conv_state.clone())?;
-        let mut matrices = rows(matrices.clone())?;
-        let weights = Weights {
-            conv: &rows(self.conv.clone())?,
-            dt_bias: &rows(self.dt_bias.clone())?,
-            a: &rows(self.a.clone())?,
-            norm: &rows(self.norm.clone())?,
-        };
+        let (mut conv_state, mut matrices) = (rows(conv_state)?, rows(matrices)?);
         let s = self.shape;
+        // The convolution runs along the tokens, channel by channel; then every value head
+        // runs its recurrence over the tokens on its own, heads in parallel.
+        let mut mixed = rows(&qkv)?;
+        convolve(s, &rows(&self.conv)?, &mut conv_state, &mut mixed, eps);
+        let weights = Weights {
+            z: &rows(&z)?,
+            beta: &rows(&beta)?,
+            alpha: &rows(&alpha)?,
+            dt_bias: &rows(&self.dt_bias)?,
+            a: &rows(&self.a)?,
+            norm: &rows(&self.norm)?,
+        };
+        let heads: Vec<Mutex<Head>> = matrices
+            .chunks_mut(s.head_dim * s.head_dim)
+            .map(|matrix| Mutex::new(Head { matrix, out: vec![0.0; n * s.head_dim] }))
+            .collect();
+        let macs = n * s.v_heads * s.head_dim * s.head_dim * 3;
+        for_each_chunk(s.v_heads, macs, |range| {
+            for h in range {
+                let mut head = heads[h].lock().unwrap_or_else(|e| e.into_inner());
+                recur(s, h, n, &mixed, &weights, &mut head, eps);
+            }
+        });
         let mut out = vec![0f32; n * s.value_width()];
-        let mut scratch = Scratch::new(s);
-        for t in 0..n {
-            let token = Token {
-                qkv: &qkv[t * s.conv_channels()..(t + 1) * s.conv_channels()],
-                z: &z[t * s.value_width()..(t + 1) * s.value_width()],
-                beta: &beta[t * s.v_heads..(t + 1) * s.v_heads],
-                alpha: &alpha[t * s.v_heads..(t + 1) * s.v_heads],
-            };
-            let out = &mut out[t * s.value_width()..(t + 1) * s.value_width()];
-            step(s, &weights, &token, &mut conv_state, &mut matrices, &mut scratch, out, eps);
+        for (h, head) in heads.into_iter().enumerate() {
+            let head = head.into_inner().unwrap_or_else(|e| e.into_inner());
+            for (t, o) in head.out.chunks(s.head_dim).enumerate() {
+                let at = t * s.value_width() + h * s.head_dim;
+                out[at..at + s.head_dim].copy_from_slice(o);
+            }
         }
         let device = h.device();
         state.set_recurrent(
@@ -204,103 +219,89 @@ impl DeltaNet {
     }
 }
 
-/// The layer's small vectors as plain slices.
+/// The call's per-token projections and the layer's small vectors, as plain slices.
 struct Weights<'a> {
-    conv: &'a [f32],
+    /// `(n, value_width)`, `(n, v_heads)`, `(n, v_heads)`.
+    z: &'a [f32],
+    beta: &'a [f32],
+    alpha: &'a [f32],
     dt_bias: &'a [f32],
     a: &'a [f32],
     norm: &'a [f32],
 }
 
-/// One token's projections.
-struct Token<'a> {
-    qkv: &'a [f32],
-    z: &'a [f32],
-    beta: &'a [f32],
-    alpha: &'a [f32],
+/// One value head's state matrix and its outputs for the call's tokens, `(n, head_dim)`.
+struct Head<'a> {
+    matrix: &'a mut [f32],
+    out: Vec<f32>,
 }
 
-/// Buffers reused from token to token.
-struct Scratch {
-    /// The convolution's output (after silu): q, k, v.
-    mixed: Vec<f32>,
-}
-
-impl Scratch {
-    fn new(s: DeltaNetShape) -> Scratch {
-        Scratch { mixed: vec![0.0; s.conv_channels()] }
-    }
-}
-
-/// One token through the convolution and the recurrence, writing the gated, normed output
-/// of every value head into `out` (`value_width`).
-#[allow(clippy::too_many_arguments)]
-fn step(
-    s: DeltaNetShape,
-    w: &Weights,
-    token: &Token,
-    conv_state: &mut [f32],
-    matrices: &mut [f32],
-    scratch: &mut Scratch,
-    out: &mut [f32],
-    eps: f32,
-) {
-    let taps = s.kernel;
-    let kept = taps - 1;
-    // Causal convolution per channel over the kept inputs and this one, then silu; the
-    // kept inputs move on by one.
-    for (c, y) in scratch.mixed.iter_mut().enumerate() {
-        let weights = &w.conv[c * taps..(c + 1) * taps];
-        let past = &mut conv_state[c * kept..(c + 1) * kept];
-        let x = token.qkv[c];
-        let mut sum = 0f32;
-        for (i, p) in past.iter().enumerate() {
-            sum += p * weights[i];
+/// The causal convolution of the `(n, conv_channels)` projections `mixed` in place, after
+/// the kept inputs of `conv_state` (which move on by `n`), then silu, then the L2 norm of
+/// each query and key head as llama.cpp computes it: `x / √(Σx² + ε)`.
+fn convolve(s: DeltaNetShape, conv: &[f32], conv_state: &mut [f32], mixed: &mut [f32], eps: f32) {
+    let (taps, kept, channels) = (s.kernel, s.kernel - 1, s.conv_channels());
+    let mut window = vec![0f32; s.kernel];
+    for token in mixed.chunks_mut(channels) {
+        for (c, y) in token.iter_mut().enumerate() {
+            let past = &mut conv_state[c * kept..(c + 1) * kept];
+            window[..kept].copy_from_slice(past);
+            window[kept] = *y;
+            let sum: f32 = window.iter().zip(&conv[c * taps..(c + 1) * taps]).map(|(x, w)| x * w).sum();
+            if kept > 0 {
+                past.copy_from_slice(&window[1..]);
+            }
+            *y = silu(sum);
         }
-        sum += x * weights[kept];
-        *y = silu(sum);
-        if kept > 0 {
-            past.copy_within(1.., 0);
-            past[kept - 1] = x;
+        for head in token[..2 * s.key_width()].chunks_mut(s.head_dim) {
+            let scale = 1.0 / (dot(head, head) + eps).sqrt();
+            head.iter_mut().for_each(|x| *x *= scale);
         }
     }
+}
+
+/// Value head `h`'s recurrence over the call's `n` tokens, with key head `h mod k_heads`,
+/// then its gated RMSNorm: `rms_norm(o) · ssm_norm · silu(z)`.
+fn recur(s: DeltaNetShape, h: usize, n: usize, mixed: &[f32], w: &Weights, head: &mut Head, eps: f32) {
     let d = s.head_dim;
-    let (q, rest) = scratch.mixed.split_at_mut(s.key_width());
-    let (k, v) = rest.split_at_mut(s.key_width());
-    // L2 norm of each query and key head, as llama.cpp computes it: x / √(Σx² + ε).
-    for head in q.chunks_mut(d).chain(k.chunks_mut(d)) {
-        let sum: f32 = head.iter().map(|x| x * x).sum();
-        let scale = 1.0 / (sum + eps).sqrt();
-        head.iter_mut().for_each(|x| *x *= scale);
-    }
+    let kh = h % s.k_heads;
     let scale = 1.0 / (d as f32).sqrt();
-    for h in 0..s.v_heads {
-        let kh = h % s.k_heads;
-        let (q, k, v) = (&q[kh * d..(kh + 1) * d], &k[kh * d..(kh + 1) * d], &v[h * d..(h + 1) * d]);
-        let decay = (softplus(token.alpha[h] + w.dt_bias[h]) * w.a[h]).exp();
-        let beta = sigmoid(token.beta[h]);
-        let m = &mut matrices[h * d * d..(h + 1) * d * d];
-        let o = &mut out[h * d..(h + 1) * d];
-        // Row j of m is column j of S, and each row's update needs only itself:
+    for t in 0..n {
+        let token = &mixed[t * s.conv_channels()..(t + 1) * s.conv_channels()];
+        let q = &token[kh * d..(kh + 1) * d];
+        let k = &token[s.key_width() + kh * d..s.key_width() + (kh + 1) * d];
+        let v = &token[2 * s.key_width() + h * d..2 * s.key_width() + (h + 1) * d];
+        let decay = (softplus(w.alpha[t * s.v_heads + h] + w.dt_bias[h]) * w.a[h]).exp();
+        let beta = sigmoid(w.beta[t * s.v_heads + h]);
+        let o = &mut head.out[t * d..(t + 1) * d];
+        // Row j of the matrix is column j of S, and each row's update needs only itself:
         // decay, δ = β (v[j] − Σᵢ S[i][j] k[i]), S[·][j] += δ k, o[j] = Σᵢ S[i][j] q[i] / √d.
-        for (j, row) in m.chunks_mut(d).enumerate() {
+        for (j, row) in head.matrix.chunks_mut(d).enumerate() {
             row.iter_mut().for_each(|x| *x *= decay);
             let delta = (v[j] - dot(row, k)) * beta;
             row.iter_mut().zip(k).for_each(|(x, k)| *x += delta * k);
             o[j] = dot(row, q) * scale;
         }
-        // Gated RMSNorm: rms_norm(o) · ssm_norm · silu(z).
         let mean = o.iter().map(|x| (x * x) as f64).sum::<f64>() / d as f64;
         let inv = 1.0 / (mean as f32 + eps).sqrt();
-        let z = &token.z[h * d..(h + 1) * d];
+        let z = &w.z[t * s.value_width() + h * d..t * s.value_width() + (h + 1) * d];
         for ((x, n), z) in o.iter_mut().zip(w.norm).zip(z) {
             *x = *x * inv * n * silu(*z);
         }
     }
 }
 
+/// A dot product in 16 independent lanes, so that it vectorizes.
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(a, b)| a * b).sum()
+    let mut lanes = [0f32; 16];
+    let (a16, b16) = (a.chunks_exact(16), b.chunks_exact(16));
+    let tail: f32 = a16.remainder().iter().zip(b16.remainder()).map(|(a, b)| a * b).sum();
+    for (a, b) in a16.zip(b16) {
+        for i in 0..16 {
+            lanes[i] += a[i] * b[i];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 fn silu(x: f32) -> f32 {
