@@ -96,7 +96,8 @@ fn qwen35_keeps_kv_for_its_attention_layer_and_a_fixed_recurrent_state_for_the_o
     let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
     let state = model.make_state(64, DType::F32);
     let conv_channels = (2 * SSM_K_HEADS + SSM_V_HEADS) * SSM_HEAD;
-    let delta_net = LayerMemory::Recurrent(vec![vec![conv_channels, SSM_KERNEL - 1], vec![SSM_V_HEADS, SSM_HEAD, SSM_HEAD]]);
+    let delta_net =
+        LayerMemory::Recurrent(vec![vec![conv_channels, SSM_KERNEL - 1], vec![SSM_V_HEADS, SSM_HEAD, SSM_HEAD]]);
     assert_eq!(state.memory(), [delta_net.clone(), delta_net.clone(), delta_net, LayerMemory::KeysValues]);
 
     // One attention layer's K and V per token; three layers' conv inputs and state
@@ -160,4 +161,28 @@ fn qwen35_template_turns_start_at_the_user_header_and_part_at_the_think_block() 
     let parted_after = "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n";
     assert!(cached[..common].ends_with(parted_after), "they part at {common}: {:?}", &cached[..common]);
     assert!(rendered.text[common..].starts_with("ok sure<|im_end|>\n<|im_start|>user\ntell me more"));
+}
+
+/// A file whose last block is a multi-token-prediction head (`nextn_predict_layers`,
+/// counted in `block_count`, as recent conversions write Qwen3.5) runs the blocks before
+/// it only, as llama.cpp does.
+#[test]
+fn the_draft_head_block_of_a_qwen35_file_is_not_run() {
+    use candle_core::quantized::gguf_file::Value;
+    let dir = tempfile::tempdir().unwrap();
+    let with_head = common::qwen35::write_tiny_qwen35_with(
+        dir.path(),
+        4,
+        39,
+        vec![("qwen35.nextn_predict_layers".into(), Value::U32(1))],
+    );
+    let model = Model::load(&with_head, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+    assert_eq!(model.config.n_layers, 3);
+    let state = model.make_state(64, DType::F32);
+    assert!(state.memory().iter().all(|m| *m != LayerMemory::KeysValues), "three delta-net layers");
+    let facts = file_facts(&with_head, DType::F16, Kernels::Fast).unwrap().facts;
+    assert_eq!(facts.kv_bytes_per_token, 0);
+    assert_eq!(facts.recurrent_bytes, model.facts(DType::F16).recurrent_bytes);
+    let logits = model.forward(&TOKENS, &mut model.make_state(64, DType::F32)).unwrap();
+    assert!(logits.to_vec1::<f32>().unwrap().iter().all(|x| x.is_finite()));
 }

@@ -24,6 +24,11 @@ pub const SSM_KERNEL: usize = 4;
 /// Writes `tiny-qwen35-{n_layers}l.gguf` into `dir` (layer `i` is attention when
 /// `(i + 1) % 4 == 0`) and returns its path.
 pub fn write_tiny_qwen35(dir: &Path, n_layers: usize, seed: u64) -> PathBuf {
+    write_tiny_qwen35_with(dir, n_layers, seed, Vec::new())
+}
+
+/// [`write_tiny_qwen35`] with metadata entries added (or replaced).
+pub fn write_tiny_qwen35_with(dir: &Path, n_layers: usize, seed: u64, overrides: Vec<(String, Value)>) -> PathBuf {
     let dev = Device::Cpu;
     let (tokens, merges) = super::vocab();
     let n_vocab = tokens.len();
@@ -89,7 +94,7 @@ pub fn write_tiny_qwen35(dir: &Path, n_layers: usize, seed: u64) -> PathBuf {
     // Text positions are the same in every section, so the sections (summing to half the
     // rotated values, as Qwen3.5's 11 + 11 + 10 of 64) do not change the rotation.
     let sections = Value::Array([3, 3, 2, 0].iter().map(|&x| Value::I32(x)).collect());
-    let meta: Vec<(String, Value)> = vec![
+    let mut meta: Vec<(String, Value)> = vec![
         ("general.architecture".into(), s(a)),
         ("general.name".into(), s("tiny-test")),
         (format!("{a}.attention.head_count"), u(HEADS)),
@@ -117,6 +122,10 @@ pub fn write_tiny_qwen35(dir: &Path, n_layers: usize, seed: u64) -> PathBuf {
         ("tokenizer.ggml.bos_token_id".into(), u(n_vocab - 2)),
         ("tokenizer.ggml.eos_token_id".into(), u(n_vocab - 1)),
     ];
+    for (key, value) in overrides {
+        meta.retain(|(k, _)| *k != key);
+        meta.push((key, value));
+    }
     let path = dir.join(format!("tiny-qwen35-{n_layers}l.gguf"));
     let mut f = std::fs::File::create(&path).unwrap();
     let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();

@@ -323,12 +323,7 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
     let facts = ModelFacts {
         weights_bytes: heap,
         mapped_bytes: mapped,
-        kv_bytes_per_token: crate::memory::kv_bytes_per_token(
-            attention_layers,
-            kv_heads,
-            head_dim,
-            kv.size_in_bytes(),
-        ),
+        kv_bytes_per_token: crate::memory::kv_bytes_per_token(attention_layers, kv_heads, head_dim, kv.size_in_bytes()),
         recurrent_bytes: (1 + MAX_CHECKPOINTS as u64) * super::state::recurrent_bytes_of(&memory),
         context,
         prefill: PrefillShape { heads, kv_heads, head_dim, width, ffn, attention },
@@ -352,6 +347,9 @@ struct LayerPlan {
     delta_net: Vec<Option<DeltaNetShape>>,
     /// The name of the norm before the FFN (after `blk.N.`, before `.weight`).
     ffn_norm: &'static str,
+    /// Blocks after these in the file that the forward does not run: Qwen3.5's
+    /// multi-token-prediction head (`nextn_predict_layers`, counted in `block_count`).
+    unused_blocks: usize,
 }
 
 impl LayerPlan {
@@ -397,12 +395,15 @@ impl Loader<'_> {
         }
     }
 
-    /// What each of `n_layers` layers is: attention, or (qwen35) a gated delta-net where
-    /// `attention.recurrent_layers` says so, else on all but every
+    /// What each of the `block_count` layers the forward runs is: attention, or (qwen35) a
+    /// gated delta-net where `attention.recurrent_layers` says so, else on all but every
     /// `full_attention_interval`-th layer (4), as llama.cpp's `load_arch_hparams` decides.
-    fn layer_plan(&self, traits: &ArchTraits, n_layers: usize) -> Result<LayerPlan> {
+    /// The `nextn_predict_layers` last blocks (a draft head) are left out.
+    fn layer_plan(&self, traits: &ArchTraits, block_count: usize) -> Result<LayerPlan> {
+        let unused_blocks = self.meta_u32("nextn_predict_layers").unwrap_or(0).min(block_count);
+        let n_layers = block_count - unused_blocks;
         if !traits.delta_net {
-            return Ok(LayerPlan { delta_net: vec![None; n_layers], ffn_norm: traits.ffn_norm() });
+            return Ok(LayerPlan { delta_net: vec![None; n_layers], ffn_norm: traits.ffn_norm(), unused_blocks });
         }
         let shape = DeltaNetShape::read(self)?;
         let recurrent: Vec<bool> = match self.meta("attention.recurrent_layers") {
@@ -420,20 +421,29 @@ impl Loader<'_> {
         Ok(LayerPlan {
             delta_net: recurrent.into_iter().map(|r| r.then_some(shape)).collect(),
             ffn_norm: traits.ffn_norm(),
+            unused_blocks,
         })
     }
 
     /// The figures in the metadata agree with the tensors in the file: every layer is
     /// there with the shapes they imply (checked before anything is allocated for them).
     /// `q_rows` is `attn_q`'s output (twice `q_width` where it also gives a gate).
-    fn check_shapes(&self, plan: &LayerPlan, width: usize, q_rows: usize, q_width: usize, kv_width: usize) -> Result<()> {
+    fn check_shapes(
+        &self,
+        plan: &LayerPlan,
+        width: usize,
+        q_rows: usize,
+        q_width: usize,
+        kv_width: usize,
+    ) -> Result<()> {
         let n_layers = plan.delta_net.len();
         if n_layers == 0 {
             return Err(self.bad("the model has no layers (`block_count` is 0)"));
         }
         let present = self.content.tensor_infos.keys().filter(|n| n.ends_with(".attn_norm.weight")).count();
-        if n_layers != present {
-            return Err(self.bad(format!("`block_count` is {n_layers} but the file has {present} layers")));
+        if n_layers + plan.unused_blocks != present {
+            let blocks = n_layers + plan.unused_blocks;
+            return Err(self.bad(format!("`block_count` is {blocks} but the file has {present} layers")));
         }
         let shape = |name: &str| self.content.tensor_infos.get(name).map(|t| t.shape.dims().to_vec());
         match shape("token_embd.weight") {
@@ -580,6 +590,7 @@ impl Model {
             return Err(ld.bad(format!("unsupported rotary embedding size {rope_dim} for heads of {head_dim}")));
         }
         let plan = ld.layer_plan(&traits, n_layers)?;
+        let n_layers = plan.delta_net.len();
         let q_width = n_heads * head_dim;
         let q_rows = if traits.delta_net { 2 * q_width } else { q_width };
         ld.check_shapes(&plan, embedding_length, q_rows, q_width, n_kv_heads * head_dim)?;
