@@ -19,8 +19,8 @@
 //!
 //! The recurrence runs token by token, prompt tokens included, each value head on its own
 //! (heads in parallel on the engine's pool): exact, and a small share of a forward's work
-//! (`v_heads · d²` per token and layer against the projections' `width · (conv_channels
-//! + …)`). llama.cpp's chunked form (`build_delta_net_chunking`, 64 tokens as matrix
+//! (`v_heads · d²` per token and layer against the projections' `width · conv_channels`
+//! and more). llama.cpp's chunked form (`build_delta_net_chunking`, 64 tokens as matrix
 //! products) is the later speed-up for long prompts.
 
 use std::sync::Mutex;
@@ -59,7 +59,7 @@ impl DeltaNetShape {
         let ok = shape.kernel >= 1
             && shape.kernel <= 64
             && shape.k_heads > 0
-            && shape.v_heads % shape.k_heads == 0
+            && shape.v_heads.is_multiple_of(shape.k_heads)
             && (1..=1024).contains(&shape.head_dim)
             && inner == shape.v_heads * shape.head_dim;
         if !ok {

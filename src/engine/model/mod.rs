@@ -586,7 +586,7 @@ impl Model {
         };
         // Fewer rotated values than the head has: the first ones (llama.cpp's `n_rot`).
         let rope_dim = ld.meta_u32("rope.dimension_count").unwrap_or(head_dim);
-        if rope_dim == 0 || rope_dim % 2 != 0 || rope_dim > head_dim {
+        if rope_dim == 0 || !rope_dim.is_multiple_of(2) || rope_dim > head_dim {
             return Err(ld.bad(format!("unsupported rotary embedding size {rope_dim} for heads of {head_dim}")));
         }
         let plan = ld.layer_plan(&traits, n_layers)?;
