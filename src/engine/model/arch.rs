@@ -105,6 +105,14 @@ mod tests {
     }
 
     #[test]
+    fn qwen35_has_delta_net_layers_and_its_ffn_norm_is_named_post_attention_norm() {
+        let qwen35 = ArchTraits::of("qwen35").unwrap();
+        assert!(qwen35.delta_net && qwen35.rope_neox);
+        assert_eq!(qwen35.ffn_norm(), "post_attention_norm");
+        assert_eq!(ArchTraits::of("gemma3").unwrap().ffn_norm(), "ffn_norm");
+    }
+
+    #[test]
     fn gemma3_slides_on_five_layers_of_six() {
         let w = ArchTraits::of("gemma3").unwrap().sliding_windows.unwrap();
         let sliding: Vec<bool> = (0..12).map(|i| w.slides(i)).collect();
