@@ -14,6 +14,7 @@ what they generate is noise.
   python3 bench/shaped_model.py qwen2.5-1.5b --out /work/shaped
   python3 bench/shaped_model.py gemma-3-1b --out /work/shaped
   python3 bench/shaped_model.py lfm2.5-1.2b --out /work/shaped --quants Q4_K_M
+  python3 bench/shaped_model.py qwen3.5-0.8b --out /work/shaped
     -> DIR/Llama-3.2-1B-shaped.{F16,Q4_K_M,Q8_0}.gguf, DIR/Qwen3-0.6B-shaped.{...}.gguf, ...
 
 Deterministic for a --seed (one generator per tensor, seeded with [seed, tensor index]).
@@ -25,7 +26,7 @@ Shapes: the models' config.json (hidden_size, intermediate_size, num_hidden_laye
 num_attention_heads, num_key_value_heads, head_dim, vocab_size, rope_theta, rope_scaling,
 rms_norm_eps, max_position_embeddings, tie_word_embeddings), written the way llama.cpp's
 convert_hf_to_gguf.py writes them (conversion/base.py, llama.py, qwen.py, lfm2.py) and
-checked against the tensors src/models/llama.cpp, qwen3.cpp and lfm2.cpp create.
+checked against the tensors src/models/llama.cpp, qwen3.cpp, lfm2.cpp and qwen35.cpp create.
 
 LFM2.5 1.2B: 16 layers, 10 short convolutions and 6 GQA attention layers (the model
 card), attention at layers 2, 5, 8, 10, 12 and 14 (LFM2's `layer_types`), width 2048, FFN
@@ -33,6 +34,17 @@ card), attention at layers 2, 5, 8, 10, 12 and 14 (LFM2's `layer_types`), width 
 convolution (`conv_L_cache`), RoPE base 1e6, tied embeddings. No LFM2 vocabulary file is
 in llama.cpp's suite: Qwen2's (151,936 tokens, ChatML markers) stands in for its 65,536,
 so the embedding table is larger than the real model's; the layers are its own.
+
+Qwen3.5 (`qwen35`, src/models/qwen35.cpp, conversion/qwen.py's Qwen3NextModel): every
+fourth layer gated attention (attn_q twice as wide, q/k norms, RoPE over 64 of 256 values),
+the others gated delta-net (attn_qkv, attn_gate, ssm_conv1d in F32 as ggml's ssm_conv needs,
+ssm_a = -exp(A_log), ssm_dt, ssm_alpha, ssm_beta, ssm_norm, ssm_out); the norm before the
+FFN is `post_attention_norm`. Its shape is the text config of Qwen/Qwen3.5-0.8B (hidden 1024,
+24 layers, FFN 3584, 8 heads / 2 KV heads of 256, linear attention 16 key and 16 value heads
+of 128, conv kernel 4, vocabulary 248,320 tied, rope_theta 1e7, partial_rotary_factor 0.25,
+mrope_section [11, 11, 10]). llama.cpp's ggml-vocab-qwen35.gguf has 151,936 tokens (Qwen2's
+with the qwen35 pre-tokenizer); the rows past them are unused `<|extra_N|>` tokens so the
+embedding table has the real model's 248,320 rows.
 """
 import argparse, ctypes, math, os, sys, time
 
@@ -111,6 +123,17 @@ SHAPES = {
 }
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+SHAPES["qwen3.5-0.8b"] = dict(
+    file="Qwen3.5-0.8B-shaped", arch="qwen35", name="Qwen3.5 0.8B (shaped, random weights)",
+    size_label="0.8B", vocab_file="ggml-vocab-qwen35.gguf", template="Qwen3.5-4B.jinja",
+    n_layer=24, n_embd=1024, n_ff=3584, n_head=8, n_head_kv=2, head_dim=256,
+    n_vocab=248320, n_ctx=262144, rope_base=10000000.0, rms_eps=1e-6, tied=True,
+    qk_norm=True, llama3_rope=None,
+    tokens=dict(bos=151643, eos=151645, pad=151643, add_bos=False, added=QWEN3_ADDED_TOKENS),
+    hybrid=dict(rope_dim=64, sections=[11, 11, 10, 0], full_attention_interval=4,
+                conv_kernel=4, k_heads=16, v_heads=16, ssm_head=128),
+)
+
 QUANTS = {"Q4_K_M": 15, "Q8_0": 7}  # llama_ftype: LLAMA_FTYPE_MOSTLY_Q4_K_M, _Q8_0
 WEIGHT_STD = 0.02
 
@@ -135,15 +158,19 @@ def llama3_rope_factors(head_dim, base, factor, low_freq_factor, high_freq_facto
 
 def tensor_plan(s):
     """(name, numpy shape (rows, cols), kind) in the order the converter writes them.
-    kind: "rope" (rope factors), "norm" (ones, F32), "bias" (random, F32) or "weight"
-    (random, F16)."""
+    kind: "rope" (rope factors), "norm" (ones, F32), "bias" (random, F32), "weight" (random,
+    F16), "f32" (random, F32) or "decay" (qwen35's ssm_a, negative, F32)."""
     plan = []
     if s["llama3_rope"]:
         plan.append(("rope_freqs.weight", (s["head_dim"] // 2,), "rope"))
     plan.append(("token_embd.weight", (s["n_vocab"], s["n_embd"]), "weight"))
     q_dim, kv_dim = s["n_head"] * s["head_dim"], s["n_head_kv"] * s["head_dim"]
+    h = s.get("hybrid")
     for i in range(s["n_layer"]):
         b = f"blk.{i}."
+        if h:
+            plan.extend(hybrid_layer_plan(s, h, i))
+            continue
         plan.append((b + "attn_norm.weight", (s["n_embd"],), "norm"))
         if "attention_layers" in s and i not in s["attention_layers"]:
             # LFM2's short convolution (src/models/lfm2.cpp): in_proj to b, c, x; a depthwise
@@ -182,6 +209,36 @@ def tensor_plan(s):
     return plan
 
 
+def hybrid_layer_plan(s, h, i):
+    """One Qwen3.5 layer, as llama_model_qwen35::load_arch_tensors creates it."""
+    b, d = f"blk.{i}.", s["n_embd"]
+    plan = [(b + "attn_norm.weight", (d,), "norm"), (b + "post_attention_norm.weight", (d,), "norm")]
+    if (i + 1) % h["full_attention_interval"] == 0:
+        q_dim, kv_dim = s["n_head"] * s["head_dim"], s["n_head_kv"] * s["head_dim"]
+        plan += [(b + "attn_q.weight", (2 * q_dim, d), "weight"),  # query and gate per head
+                 (b + "attn_k.weight", (kv_dim, d), "weight"),
+                 (b + "attn_v.weight", (kv_dim, d), "weight"),
+                 (b + "attn_output.weight", (d, q_dim), "weight"),
+                 (b + "attn_q_norm.weight", (s["head_dim"],), "norm"),
+                 (b + "attn_k_norm.weight", (s["head_dim"],), "norm")]
+    else:
+        key, value = h["k_heads"] * h["ssm_head"], h["v_heads"] * h["ssm_head"]
+        conv = 2 * key + value
+        plan += [(b + "attn_qkv.weight", (conv, d), "weight"),
+                 (b + "attn_gate.weight", (value, d), "weight"),
+                 (b + "ssm_conv1d.weight", (conv, h["conv_kernel"]), "f32"),
+                 (b + "ssm_dt.bias", (h["v_heads"],), "f32"),
+                 (b + "ssm_a", (h["v_heads"],), "decay"),
+                 (b + "ssm_beta.weight", (h["v_heads"], d), "weight"),
+                 (b + "ssm_alpha.weight", (h["v_heads"], d), "weight"),
+                 (b + "ssm_norm.weight", (h["ssm_head"],), "norm"),
+                 (b + "ssm_out.weight", (d, value), "weight")]
+    plan += [(b + "ffn_gate.weight", (s["n_ff"], d), "weight"),
+             (b + "ffn_up.weight", (s["n_ff"], d), "weight"),
+             (b + "ffn_down.weight", (d, s["n_ff"]), "weight")]
+    return plan
+
+
 def copy_tokenizer(writer, vocab_path, s):
     """Every tokenizer.ggml.* key of the vocab file, with the model's own special ids."""
     import gguf
@@ -197,11 +254,14 @@ def copy_tokenizer(writer, vocab_path, s):
                 value = list(value)
                 for i, text in s["tokens"]["added"].items():
                     value[i] = text
+                # A vocabulary file smaller than the model's table: unused rows to its size.
+                value += [f"<|extra_{i}|>" for i in range(len(value), s["n_vocab"])]
             elif key == "tokenizer.ggml.token_type":
                 value = list(value)
                 for i, text in s["tokens"]["added"].items():
                     special = text.startswith("<|") and text.endswith("|>")
                     value[i] = int(gguf.TokenType.CONTROL if special else gguf.TokenType.USER_DEFINED)
+                value += [int(gguf.TokenType.UNUSED)] * (s["n_vocab"] - len(value))
             writer.add_key_value(key, value, vtype, sub_type=sub)
         else:
             writer.add_key_value(key, value, vtype)
@@ -243,6 +303,15 @@ def write_f16(path, s, llama_cpp_dir, seed):
         w.add_rope_dimension_count(s["head_dim"])
     if s.get("sliding_window"):
         w.add_sliding_window(s["sliding_window"])
+    if h := s.get("hybrid"):  # Qwen3NextModel.set_gguf_parameters (conversion/qwen.py)
+        w.add_ssm_conv_kernel(h["conv_kernel"])
+        w.add_ssm_state_size(h["ssm_head"])
+        w.add_ssm_group_count(h["k_heads"])
+        w.add_ssm_time_step_rank(h["v_heads"])
+        w.add_ssm_inner_size(h["ssm_head"] * h["v_heads"])
+        w.add_full_attention_interval(h["full_attention_interval"])
+        w.add_rope_dimension_count(h["rope_dim"])
+        w.add_rope_dimension_sections(h["sections"])
     if "vocab_model" in s:
         vocab = os.path.join(REPO, s["vocab_model"])
         if not os.path.exists(vocab):
@@ -256,7 +325,7 @@ def write_f16(path, s, llama_cpp_dir, seed):
 
     plan = tensor_plan(s)
     for name, shape, kind in plan:
-        dtype = np.float16 if kind == "weight" else np.float32
+        dtype = np.float16 if kind == "weight" else np.float32  # f32: ggml's ssm_conv, biases
         w.add_tensor_info(name, shape, np.dtype(dtype), int(np.prod(shape)) * np.dtype(dtype).itemsize)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -270,6 +339,10 @@ def write_f16(path, s, llama_cpp_dir, seed):
             data = np.ones(shape, dtype=np.float32)
         elif kind == "bias":
             data = np.random.default_rng([seed, index]).standard_normal(shape, dtype=np.float32) * WEIGHT_STD
+        elif kind == "decay":  # -exp(A_log) with A in [1, 16], as Qwen3-Next initializes A
+            data = -np.random.default_rng([seed, index]).uniform(1, 16, shape).astype(np.float32)
+        elif kind == "f32":
+            data = np.random.default_rng([seed, index]).standard_normal(shape, dtype=np.float32) * 0.1
         else:
             rng = np.random.default_rng([seed, index])
             data = rng.standard_normal(shape, dtype=np.float32)

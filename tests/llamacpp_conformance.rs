@@ -138,21 +138,25 @@ fn perplexity_is_within_one_percent_of_llama_cpp() {
 /// all f32 so both engines compute from the same values. gemma3's sliding window (5) is
 /// shorter than the prompt.
 /// smollm3's four layers include one without rotary embeddings. lfm2's five are short
-/// convolutions and attention, mixed (`common::lfm2`).
+/// convolutions and attention, mixed (`common::lfm2`). qwen35's four layers are three gated
+/// delta-net layers and one gated attention layer with partial RoPE (`common::qwen35`).
 const TINY: &[(&str, usize, u64)] =
-    &[("llama", 2, 31), ("qwen3", 2, 33), ("gemma3", 6, 35), ("smollm3", 4, 37), ("lfm2", 5, 39)];
+    &[("llama", 2, 31), ("qwen3", 2, 33), ("gemma3", 6, 35), ("smollm3", 4, 37), ("lfm2", 5, 39), ("qwen35", 4, 39)];
 /// The prompt of the tiny files.
 const TINY_TOKENS: [u32; 12] = [5, 17, 200, 3, 99, 42, 7, 255, 256, 1, 64, 128];
 
 mod common;
 
 fn write_tiny(dir: &std::path::Path, arch: &'static str, layers: usize, seed: u64) -> PathBuf {
-    if arch == "lfm2" {
-        let spec = common::lfm2::Lfm2Spec::tiny();
-        assert_eq!(spec.attention.len(), layers);
-        return common::lfm2::write_lfm2_gguf(dir, "tiny-lfm2.gguf", &spec, seed);
-    }
-    let path = common::write_tiny_gguf(dir, &common::TinySpec::f32_family(arch, layers), seed);
+    let path = match arch {
+        "lfm2" => {
+            let spec = common::lfm2::Lfm2Spec::tiny();
+            assert_eq!(spec.attention.len(), layers);
+            common::lfm2::write_lfm2_gguf(dir, "tiny-lfm2.gguf", &spec, seed)
+        }
+        "qwen35" => common::qwen35::write_tiny_qwen35(dir, layers, seed),
+        _ => common::write_tiny_gguf(dir, &common::TinySpec::f32_family(arch, layers), seed),
+    };
     let named = dir.join(format!("tiny-{arch}.gguf"));
     std::fs::rename(&path, &named).unwrap();
     named

@@ -10,6 +10,8 @@ use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
+pub mod qwen35;
+
 /// The default model; the test suite fetches it before running (scripts/test).
 pub fn default_model() -> PathBuf {
     let p = pocketchat::catalog::default_model_path();

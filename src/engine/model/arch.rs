@@ -4,7 +4,7 @@
 //! sizes (heads, widths, windows, RoPE bases) come from the file's own metadata.
 
 /// GGUF `general.architecture` values this engine loads: those [`ArchTraits::of`] knows.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "smollm3", "lfm2"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "smollm3", "lfm2", "qwen35"];
 
 /// The FFN's gate activation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,9 +52,23 @@ pub struct ArchTraits {
     /// Layers with no K/V heads (`attention.head_count_kv` 0 in the per-layer list) mix
     /// with a short gated convolution (LFM2).
     pub short_conv: bool,
+    /// Qwen3.5's hybrid: gated delta-net layers (`engine::model::delta_net`) between the
+    /// attention layers, which gate their output (`attn_q` is twice as wide: query and gate
+    /// per head) and whose pre-FFN norm is named `post_attention_norm`.
+    pub delta_net: bool,
 }
 
 impl ArchTraits {
+    /// The name of the norm before the FFN (`blk.N.NAME.weight`): qwen35 names it
+    /// `post_attention_norm` (llama.cpp's `attn_post_norm`), as it comes after attention.
+    pub fn ffn_norm(&self) -> &'static str {
+        if self.delta_net {
+            "post_attention_norm"
+        } else {
+            "ffn_norm"
+        }
+    }
+
     /// The traits of `general.architecture = arch`; `None` for one this engine cannot run.
     pub fn of(arch: &str) -> Option<ArchTraits> {
         let llama = ArchTraits {
@@ -65,6 +79,7 @@ impl ArchTraits {
             no_rope_every: None,
             output_norm: "output_norm",
             short_conv: false,
+            delta_net: false,
         };
         match arch {
             "llama" => Some(llama),
@@ -82,6 +97,7 @@ impl ArchTraits {
             // (`model::short_conv`), q/k head norms in the others. The mixture-of-experts
             // variant (`lfm2moe`) is not run.
             "lfm2" => Some(ArchTraits { rope_neox: true, output_norm: "token_embd_norm", short_conv: true, ..llama }),
+            "qwen35" => Some(ArchTraits { rope_neox: true, delta_net: true, ..llama }),
             _ => None,
         }
     }
@@ -97,6 +113,14 @@ mod tests {
             assert!(ArchTraits::of(arch).is_some(), "{arch}");
         }
         assert_eq!(ArchTraits::of("mamba"), None);
+    }
+
+    #[test]
+    fn qwen35_has_delta_net_layers_and_its_ffn_norm_is_named_post_attention_norm() {
+        let qwen35 = ArchTraits::of("qwen35").unwrap();
+        assert!(qwen35.delta_net && qwen35.rope_neox);
+        assert_eq!(qwen35.ffn_norm(), "post_attention_norm");
+        assert_eq!(ArchTraits::of("gemma3").unwrap().ffn_norm(), "ffn_norm");
     }
 
     #[test]

@@ -25,6 +25,11 @@
 //! - `lfm2`: the layers whose `attention.head_count_kv` is 0 mix with a short gated
 //!   convolution ([`short_conv`]) and keep a recurrent state; the others attend with q/k
 //!   head norms and half-split RoPE.
+//! - `qwen35`: three layers of every four are gated delta-net linear attention
+//!   (`delta_net.rs`, a recurrent state per layer); the fourth attends with q/k head norms,
+//!   a sigmoid gate on its output (`attn_q` gives query and gate per head) and RoPE over
+//!   the first `rope.dimension_count` values of each head only. The norm before the FFN
+//!   is named `post_attention_norm`.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -42,8 +47,10 @@ use super::{Cause, EngineError, Result};
 use crate::memory::{ModelFacts, PrefillShape};
 
 mod arch;
+mod delta_net;
 mod short_conv;
 pub use arch::{Activation, ArchTraits, SlidingWindows, SUPPORTED_ARCHITECTURES};
+use delta_net::{DeltaNet, DeltaNetShape};
 use short_conv::ShortConv;
 
 /// Upper bound for the RoPE tables when a file claims a huge context.
@@ -68,6 +75,8 @@ pub struct ModelConfig {
     pub vocab_size: usize,
     pub context_length: usize,
     pub rope_freq_base: f32,
+    /// Values of each head RoPE rotates, the first ones: all of them but in qwen35.
+    pub rope_dim: usize,
     pub rms_eps: f32,
     /// Interleaved (llama) or half-split (qwen2, qwen3, gemma3: "neox") rotary pairs.
     pub rope_neox: bool,
@@ -114,6 +123,8 @@ enum Mixer {
     Attention(Attention),
     /// LFM2's gated short convolution.
     ShortConv(ShortConv),
+    /// Qwen3.5's gated delta-net linear attention.
+    DeltaNet(DeltaNet),
 }
 
 impl Mixer {
@@ -122,6 +133,7 @@ impl Mixer {
         match self {
             Mixer::Attention(_) => LayerMemory::KeysValues,
             Mixer::ShortConv(s) => s.memory(),
+            Mixer::DeltaNet(d) => d.memory(),
         }
     }
 
@@ -132,6 +144,7 @@ impl Mixer {
                 vec![("attn_q", &a.wq), ("attn_k", &a.wk), ("attn_v", &a.wv), ("attn_output", &a.wo)]
             }
             Mixer::ShortConv(s) => vec![("shortconv.in_proj", &s.in_proj), ("shortconv.out_proj", &s.out_proj)],
+            Mixer::DeltaNet(d) => d.matrices(),
         }
     }
 
@@ -140,6 +153,7 @@ impl Mixer {
         match self {
             Mixer::Attention(a) => [&a.q_norm, &a.k_norm, &a.bq, &a.bk, &a.bv].into_iter().flatten().collect(),
             Mixer::ShortConv(s) => s.vectors(),
+            Mixer::DeltaNet(d) => d.vectors(),
         }
     }
 }
@@ -162,27 +176,31 @@ struct Attention {
     /// Index into [`Model::ropes`]; `None` for a layer without positional rotation
     /// (SmolLM3's every fourth, "NoPE").
     rope: Option<usize>,
+    /// `attn_q` gives each head's query and then a gate of the same size; the output is
+    /// multiplied by the gate's sigmoid before `attn_output` (qwen35).
+    gated: bool,
 }
 
-/// One RoPE frequency set: `1 / base^(2i/d)` (divided by the file's `rope_freqs` factors
-/// where it has them, times a linear scaling factor where it says so).
+/// One RoPE frequency set: `1 / base^(2i/d)` over the `d` rotated values of a head
+/// (divided by the file's `rope_freqs` factors where it has them, times a linear scaling
+/// factor where it says so).
 struct Rope {
     inv_freq: Tensor,
 }
 
 impl Rope {
-    fn new(head_dim: usize, base: f32, factors: Option<&[f32]>, scale: f32, device: &Device) -> Result<Rope> {
-        let inv_freq: Vec<f32> = (0..head_dim / 2)
+    fn new(rope_dim: usize, base: f32, factors: Option<&[f32]>, scale: f32, device: &Device) -> Result<Rope> {
+        let inv_freq: Vec<f32> = (0..rope_dim / 2)
             .map(|i| {
-                let f = 1f32 / base.powf((2 * i) as f32 / head_dim as f32);
+                let f = 1f32 / base.powf((2 * i) as f32 / rope_dim as f32);
                 let factor = factors.and_then(|f| f.get(i)).copied().unwrap_or(1.0);
                 f / factor * scale
             })
             .collect();
-        Ok(Rope { inv_freq: Tensor::from_vec(inv_freq, (1, head_dim / 2), device)? })
+        Ok(Rope { inv_freq: Tensor::from_vec(inv_freq, (1, rope_dim / 2), device)? })
     }
 
-    /// cos and sin of the angles at positions `pos..pos + n`: `(n, head_dim / 2)` each.
+    /// cos and sin of the angles at positions `pos..pos + n`: `(n, rope_dim / 2)` each.
     fn at(&self, pos: usize, n: usize) -> Result<(Tensor, Tensor)> {
         let device = self.inv_freq.device();
         let t = Tensor::arange(pos as u32, (pos + n) as u32, device)?.to_dtype(DType::F32)?.reshape((n, 1))?;
@@ -274,7 +292,6 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
     let layer_kv_heads = ld.kv_heads_per_layer(layers, heads)?;
     let kv_heads = shared_kv_heads(&layer_kv_heads).unwrap_or(heads);
     let memory = ld.layer_memory(&layer_kv_heads, width)?;
-    let attention_layers = memory.iter().filter(|m| **m == LayerMemory::KeysValues).count();
     let head_dim = match ld.meta_u32("attention.key_length") {
         Ok(d) => d,
         Err(_) => width.checked_div(heads).ok_or_else(|| ld.bad("no attention heads"))?,
@@ -312,6 +329,12 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
         None => None,
     };
     let attention = super::cpu::attention::prefill_attention(kernels, true, head_dim, window);
+    // A hybrid's recurrent layers keep no K/V but a fixed-size state (and its checkpoints).
+    let memory: Vec<LayerMemory> = match ArchTraits::of(&ld.arch) {
+        Some(traits) => ld.layer_plan(&traits, layers)?.memory_over(memory),
+        None => memory,
+    };
+    let attention_layers = memory.iter().filter(|m| **m == LayerMemory::KeysValues).count();
     let facts = ModelFacts {
         weights_bytes: heap,
         mapped_bytes: mapped,
@@ -339,6 +362,22 @@ fn architecture(path: &Path, content: &gguf_file::Content) -> Result<String> {
             message: "no `general.architecture` in the metadata".into(),
         }
     })
+}
+
+/// What each layer of a model is, decided from the architecture and the metadata.
+struct LayerPlan {
+    /// `Some` for a gated delta-net layer (qwen35), `None` for attention.
+    delta_net: Vec<Option<DeltaNetShape>>,
+    /// The name of the norm before the FFN (after `blk.N.`, before `.weight`).
+    ffn_norm: &'static str,
+}
+
+impl LayerPlan {
+    /// What each layer the forward runs keeps in a [`State`]: a delta-net layer its
+    /// recurrent state, the others what `kept` (from the K/V heads per layer) says.
+    fn memory_over(&self, kept: Vec<LayerMemory>) -> Vec<LayerMemory> {
+        self.delta_net.iter().zip(kept).map(|(d, m)| d.map_or(m, |shape| shape.memory())).collect()
+    }
 }
 
 struct Loader<'a> {
@@ -413,6 +452,49 @@ impl Loader<'_> {
         self.meta(key).and_then(|v| v.to_f32().map_err(|e| self.bad(e.to_string()))).unwrap_or(default)
     }
 
+    /// Tensor `name` is in the file with dimensions `dims`.
+    fn expect_shape(&self, name: &str, dims: &[usize]) -> Result<()> {
+        match self.content.tensor_infos.get(name).map(|t| t.shape.dims()) {
+            None => Err(self.bad(format!("missing tensor `{name}`"))),
+            Some(d) if d != dims => Err(self.bad(format!("tensor `{name}` is {d:?}, the metadata implies {dims:?}"))),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// What each of the `block_count` layers the forward runs is: attention, or (qwen35) a
+    /// gated delta-net where `attention.recurrent_layers` says so, else on all but every
+    /// `full_attention_interval`-th layer (4), as llama.cpp's `load_arch_hparams` decides.
+    /// The `nextn_predict_layers` last blocks (a draft head) are left out.
+    fn layer_plan(&self, traits: &ArchTraits, block_count: usize) -> Result<LayerPlan> {
+        // Checked before anything of that size is allocated: a hostile count is refused.
+        let present = self.content.tensor_infos.keys().filter(|n| n.ends_with(".attn_norm.weight")).count();
+        if block_count != present {
+            return Err(self.bad(format!("`block_count` is {block_count} but the file has {present} layers")));
+        }
+        let unused_blocks = self.meta_u32("nextn_predict_layers").unwrap_or(0).min(block_count);
+        let n_layers = block_count - unused_blocks;
+        if !traits.delta_net {
+            return Ok(LayerPlan { delta_net: vec![None; n_layers], ffn_norm: traits.ffn_norm() });
+        }
+        let shape = DeltaNetShape::read(self)?;
+        let recurrent: Vec<bool> = match self.meta("attention.recurrent_layers") {
+            Ok(gguf_file::Value::Array(flags)) => {
+                flags.iter().take(n_layers).map(|f| matches!(f, gguf_file::Value::Bool(true))).collect()
+            }
+            _ => {
+                let interval = self.meta_u32("full_attention_interval").unwrap_or(4).max(1);
+                (0..n_layers).map(|i| (i + 1) % interval != 0).collect()
+            }
+        };
+        if recurrent.len() != n_layers {
+            return Err(self.bad(format!("`attention.recurrent_layers` has {} of {n_layers} layers", recurrent.len())));
+        }
+        Ok(LayerPlan {
+            delta_net: recurrent.into_iter().map(|r| r.then_some(shape)).collect(),
+            ffn_norm: traits.ffn_norm(),
+        })
+    }
+
     /// The figures in the metadata agree with the tensors in the file: every layer is
     /// there with the shapes they imply (checked before anything is allocated for them).
     /// `block_count` is the number of layers in the file (every layer has `attn_norm`).
@@ -427,19 +509,20 @@ impl Loader<'_> {
         Ok(())
     }
 
-    /// `kv_widths` is each layer's K/V width (0: a short convolution of `taps` taps).
-    fn check_shapes(&self, width: usize, q_width: usize, kv_widths: &[usize], taps: Option<usize>) -> Result<()> {
-        self.check_layer_count(kv_widths.len())?;
+    /// `kv_widths` is each layer's K/V width (0: a short convolution of `taps` taps);
+    /// `q_rows` is `attn_q`'s output (twice `q_width` where it also gives a gate).
+    fn check_shapes(
+        &self,
+        plan: &LayerPlan,
+        width: usize,
+        (q_rows, q_width): (usize, usize),
+        kv_widths: &[usize],
+        taps: Option<usize>,
+    ) -> Result<()> {
+        if plan.delta_net.is_empty() {
+            return Err(self.bad("the model has no layers to run"));
+        }
         let shape = |name: &str| self.content.tensor_infos.get(name).map(|t| t.shape.dims().to_vec());
-        let expect = |name: String, dims: &[usize]| -> Result<()> {
-            match shape(&name) {
-                None => Err(self.bad(format!("missing tensor `{name}`"))),
-                Some(d) if d != dims => {
-                    Err(self.bad(format!("tensor `{name}` is {d:?}, the metadata implies {dims:?}")))
-                }
-                Some(_) => Ok(()),
-            }
-        };
         match shape("token_embd.weight") {
             None => return Err(self.bad("missing tensor `token_embd.weight`")),
             Some(d) if d.len() != 2 || d[1] != width || d[0] == 0 => {
@@ -447,28 +530,29 @@ impl Loader<'_> {
             }
             Some(_) => {}
         }
-        for (i, &kv_width) in kv_widths.iter().enumerate() {
+        for (i, (delta_net, &kv_width)) in plan.delta_net.iter().zip(kv_widths).enumerate() {
             let p = format!("blk.{i}");
-            match taps.filter(|_| kv_width == 0) {
-                Some(taps) => {
+            match (delta_net, taps.filter(|_| kv_width == 0)) {
+                (Some(shape), _) => shape.check(self, i, width)?,
+                (None, Some(taps)) => {
                     for (name, dims) in ShortConv::expected_shapes(&p, width, taps) {
-                        expect(name, &dims)?;
+                        self.expect_shape(&name, &dims)?;
                     }
                 }
-                None => {
-                    expect(format!("{p}.attn_q.weight"), &[q_width, width])?;
-                    expect(format!("{p}.attn_k.weight"), &[kv_width, width])?;
-                    expect(format!("{p}.attn_v.weight"), &[kv_width, width])?;
-                    expect(format!("{p}.attn_output.weight"), &[width, q_width])?;
+                (None, None) => {
+                    self.expect_shape(&format!("{p}.attn_q.weight"), &[q_rows, width])?;
+                    self.expect_shape(&format!("{p}.attn_k.weight"), &[kv_width, width])?;
+                    self.expect_shape(&format!("{p}.attn_v.weight"), &[kv_width, width])?;
+                    self.expect_shape(&format!("{p}.attn_output.weight"), &[width, q_width])?;
                 }
             }
-            expect(format!("{p}.attn_norm.weight"), &[width])?;
-            expect(format!("{p}.ffn_norm.weight"), &[width])?;
+            self.expect_shape(&format!("{p}.attn_norm.weight"), &[width])?;
+            self.expect_shape(&format!("{p}.{}.weight", plan.ffn_norm), &[width])?;
             let ffn = shape(&format!("{p}.ffn_up.weight")).unwrap_or_default();
             let hidden = ffn.first().copied().unwrap_or(0);
-            expect(format!("{p}.ffn_up.weight"), &[hidden, width])?;
-            expect(format!("{p}.ffn_gate.weight"), &[hidden, width])?;
-            expect(format!("{p}.ffn_down.weight"), &[width, hidden])?;
+            self.expect_shape(&format!("{p}.ffn_up.weight"), &[hidden, width])?;
+            self.expect_shape(&format!("{p}.ffn_gate.weight"), &[hidden, width])?;
+            self.expect_shape(&format!("{p}.ffn_down.weight"), &[width, hidden])?;
         }
         Ok(())
     }
@@ -535,6 +619,7 @@ impl Loader<'_> {
             k_norm: self.optional_norm(&format!("{p}.attn_k_norm.weight"), head_dim)?,
             window: sliding,
             rope: rotates.then_some(usize::from(sliding.is_some())),
+            gated: traits.delta_net,
             wq: self.linear(&format!("{p}.attn_q.weight"), kernels)?,
             wk: self.linear(&format!("{p}.attn_k.weight"), kernels)?,
             wv: self.linear(&format!("{p}.attn_v.weight"), kernels)?,
@@ -620,9 +705,10 @@ impl Model {
         if traits.short_conv && ld.meta_u32("attention.sliding_window").is_ok_and(|w| w > 0) {
             return Err(ld.bad("LFM2 with sliding-window attention is not supported"));
         }
+        // Fewer rotated values than the head has: the first ones (llama.cpp's `n_rot`).
         let rope_dim = ld.meta_u32("rope.dimension_count").unwrap_or(head_dim);
-        if rope_dim != head_dim {
-            return Err(ld.bad(format!("partial rotary embeddings ({rope_dim} of {head_dim}) are not supported")));
+        if rope_dim == 0 || !rope_dim.is_multiple_of(2) || rope_dim > head_dim {
+            return Err(ld.bad(format!("unsupported rotary embedding size {rope_dim} for heads of {head_dim}")));
         }
 
         let taps = memory.iter().find_map(|m| match m {
@@ -630,29 +716,41 @@ impl Model {
             LayerMemory::KeysValues => None,
         });
         let kv_widths: Vec<usize> = layer_kv_heads.iter().map(|h| h * head_dim).collect();
-        ld.check_shapes(embedding_length, n_heads * head_dim, &kv_widths, taps)?;
+        let plan = ld.layer_plan(&traits, n_layers)?;
+        let n_layers = plan.delta_net.len();
+        let q_width = n_heads * head_dim;
+        let q_rows = if traits.delta_net { 2 * q_width } else { q_width };
+        ld.check_shapes(&plan, embedding_length, (q_rows, q_width), &kv_widths, taps)?;
         let ffn_length = content.tensor_infos["blk.0.ffn_up.weight"].shape.dims()[0];
         let embeddings = ld.mapped("token_embd.weight")?;
         let vocab_size = embeddings.dims()[0];
         progress(0.05);
         let mut layers = Vec::with_capacity(n_layers);
         let mut weights_dtype = None;
-        for (i, memory) in memory.iter().enumerate() {
+        for (i, memory) in memory.iter().take(n_layers).enumerate() {
             let p = format!("blk.{i}");
-            let mixer = match memory {
-                LayerMemory::Recurrent(_) => Mixer::ShortConv(ShortConv::load(&mut ld, &p, embedding_length, kernels)?),
-                LayerMemory::KeysValues => {
+            let mixer = match (plan.delta_net[i], memory) {
+                (Some(shape), _) => Mixer::DeltaNet(DeltaNet::load(&mut ld, i, shape, kernels)?),
+                (None, LayerMemory::Recurrent(_)) => {
+                    Mixer::ShortConv(ShortConv::load(&mut ld, &p, embedding_length, kernels)?)
+                }
+                (None, LayerMemory::KeysValues) => {
                     Mixer::Attention(ld.attention(&p, head_dim, &traits, sliding_window, i, kernels)?)
                 }
+            };
+            // qwen35's `post_attention_norm` is the norm before the FFN, not one after attention.
+            let post_attn_norm = match plan.ffn_norm {
+                "post_attention_norm" => None,
+                _ => ld.optional_norm(&format!("{p}.post_attention_norm.weight"), embedding_length)?,
             };
             // The first layer's first matrix (q, or the convolution's input projection).
             weights_dtype.get_or_insert(mixer.matrices()[0].1.dtype());
             layers.push(Layer {
                 attn_norm: ld.vector(&format!("{p}.attn_norm.weight"))?,
                 mixer,
-                post_attn_norm: ld.optional_norm(&format!("{p}.post_attention_norm.weight"), embedding_length)?,
+                post_attn_norm,
                 post_ffn_norm: ld.optional_norm(&format!("{p}.post_ffw_norm.weight"), embedding_length)?,
-                ffn_norm: ld.vector(&format!("{p}.ffn_norm.weight"))?,
+                ffn_norm: ld.vector(&format!("{p}.{}.weight", plan.ffn_norm))?,
                 w_gate: ld.linear(&format!("{p}.ffn_gate.weight"), kernels)?,
                 w_up: ld.linear(&format!("{p}.ffn_up.weight"), kernels)?,
                 w_down: ld.linear(&format!("{p}.ffn_down.weight"), kernels)?,
@@ -690,9 +788,9 @@ impl Model {
         };
         let linear = ld.meta("rope.scaling.type").ok().and_then(|v| v.to_string().ok()).is_some_and(|t| t == "linear");
         let scale = if linear { 1.0 / ld.meta_f32_or("rope.scaling.factor", 1.0).max(1e-6) } else { 1.0 };
-        let mut ropes = vec![Rope::new(head_dim, rope_freq_base, factors.as_deref(), scale, device)?];
+        let mut ropes = vec![Rope::new(rope_dim, rope_freq_base, factors.as_deref(), scale, device)?];
         if let Some(w) = traits.sliding_windows {
-            ropes.push(Rope::new(head_dim, w.rope_base, None, 1.0, device)?);
+            ropes.push(Rope::new(rope_dim, w.rope_base, None, 1.0, device)?);
         }
         let name = content
             .metadata
@@ -750,6 +848,7 @@ impl Model {
             vocab_size,
             context_length,
             rope_freq_base,
+            rope_dim,
             rms_eps,
             weights_dtype: weights_dtype.unwrap_or(GgmlDType::F32),
             requantized_from,
@@ -915,6 +1014,7 @@ impl Model {
                     self.attention(i, a, &h, state, pos, angles, mask)?
                 }
                 Mixer::ShortConv(s) => s.forward(i, &h, state)?,
+                Mixer::DeltaNet(d) => d.forward(i, &h, state, eps)?,
             };
             x = (x + norm(&mixed, &layer.post_attn_norm)?)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
@@ -967,6 +1067,14 @@ impl Model {
         let q = with_bias(q, &layer.bq)?;
         let k = with_bias(k, &layer.bk)?;
         let v = with_bias(v, &layer.bv)?;
+        // A gated layer's q rows hold each head's query, then its gate.
+        let (q, gate) = if layer.gated {
+            let both = q.reshape((n, c.n_heads, 2, c.head_dim))?;
+            let gate = both.narrow(2, 1, 1)?.reshape((n, c.n_heads * c.head_dim))?;
+            (both.narrow(2, 0, 1)?.reshape((n, c.n_heads * c.head_dim))?, Some(gate))
+        } else {
+            (q, None)
+        };
         let head_norm = |t: Tensor, w: &Option<Tensor>| -> candle_core::Result<Tensor> {
             match w {
                 Some(w) => candle_nn::ops::rms_norm(&t, w, c.rms_eps),
@@ -980,12 +1088,14 @@ impl Model {
         let v = v.reshape((1, n, c.n_kv_heads, c.head_dim))?.transpose(1, 2)?.contiguous()?;
         let (q, k) = match angles {
             None => (q, k),
-            Some((cos, sin)) if c.rope_neox => {
-                (candle_nn::rotary_emb::rope(&q, cos, sin)?, candle_nn::rotary_emb::rope(&k, cos, sin)?)
-            }
-            Some((cos, sin)) => {
-                (candle_nn::rotary_emb::rope_i(&q, cos, sin)?, candle_nn::rotary_emb::rope_i(&k, cos, sin)?)
-            }
+            Some((cos, sin)) => (rotate(&q, cos, sin, c.rope_neox)?, rotate(&k, cos, sin, c.rope_neox)?),
+        };
+        let output = |out: Tensor| -> Result<Tensor> {
+            let out = match &gate {
+                Some(gate) => (out * candle_nn::ops::sigmoid(gate)?)?,
+                None => out,
+            };
+            Ok(layer.wo.forward(&out)?)
         };
         state.write(index, pos, &k, &v)?;
         // The first position a sliding-window layer's queries can see.
@@ -996,7 +1106,7 @@ impl Model {
             // (sums in another order than candle's gemm, so not with candle's kernels).
             let (k_buf, v_buf) = state.buffers(index);
             if let Some(out) = super::cpu::attention::try_attention(&q, k_buf, v_buf, pos, isa) {
-                return Ok(layer.wo.forward(&out)?);
+                return output(out);
             }
         }
         if n > 1 && mask.get().is_none() {
@@ -1014,7 +1124,7 @@ impl Model {
         let probs = softmax_owned(masked(scaled(q.matmul(&keys.t()?)?, scale)?, mask)?)?;
         let out = probs.matmul(&values)?; // (n_kv, group·n, hd)
         let out = out.reshape((c.n_heads, n, c.head_dim))?.transpose(0, 1)?.reshape((n, c.n_heads * c.head_dim))?;
-        Ok(layer.wo.forward(&out)?)
+        output(out)
     }
 
     /// Drops tokens `start..end` from `state` without recomputing the rest: the later
@@ -1034,7 +1144,7 @@ impl Model {
         if tail > 0 {
             // Rotation by -delta: cos(-a) = cos(a), sin(-a) = -sin(a); each layer by its own
             // frequencies.
-            let half = self.config.head_dim / 2;
+            let half = self.config.rope_dim / 2;
             let mut back = Vec::with_capacity(self.ropes.len());
             for rope in &self.ropes {
                 let (cos, sin) = rope.at(delta, 1)?;
@@ -1045,23 +1155,35 @@ impl Model {
             }
             let neox = self.config.rope_neox;
             state.shift_out(start, end, |layer, k| {
-                let Mixer::Attention(Attention { rope: Some(rope), .. }) = &self.layers[layer].mixer else {
-                    return Ok(k.clone());
-                };
-                let (cos, sin) = &back[*rope];
-                let k = k.unsqueeze(0)?;
-                let r = if neox {
-                    candle_nn::rotary_emb::rope(&k, cos, sin)?
-                } else {
-                    candle_nn::rotary_emb::rope_i(&k, cos, sin)?
-                };
-                r.squeeze(0)
+                let Mixer::Attention(attention) = &self.layers[layer].mixer else { return Ok(k.clone()) };
+                let Some(rope) = attention.rope else { return Ok(k.clone()) };
+                let (cos, sin) = &back[rope];
+                rotate(&k.unsqueeze(0)?, cos, sin, neox)?.squeeze(0)
             })?;
         } else {
             state.truncate(start);
         }
         Ok(())
     }
+}
+
+/// RoPE over the first `2 · cos.dim(1)` values of each head of `x` `(1, heads, n,
+/// head_dim)`; the others pass as they are (qwen35's partial rotation).
+fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor, neox: bool) -> candle_core::Result<Tensor> {
+    let rope_dim = 2 * cos.dim(1)?;
+    let head_dim = x.dim(3)?;
+    let apply = |t: &Tensor| {
+        if neox {
+            candle_nn::rotary_emb::rope(t, cos, sin)
+        } else {
+            candle_nn::rotary_emb::rope_i(t, cos, sin)
+        }
+    };
+    if rope_dim == head_dim {
+        return apply(x);
+    }
+    let rotated = apply(&x.narrow(3, 0, rope_dim)?.contiguous()?)?;
+    Tensor::cat(&[&rotated, &x.narrow(3, rope_dim, head_dim - rope_dim)?], 3)?.contiguous()
 }
 
 fn scaled(scores: Tensor, scale: f64) -> candle_core::Result<Tensor> {
