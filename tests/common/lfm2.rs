@@ -87,18 +87,8 @@ pub fn write_lfm2_gguf(dir: &Path, name: &str, spec: &Lfm2Spec, seed: u64) -> Pa
     };
     let width = spec.width;
     let head_dim = width / spec.heads;
-    let mut rng = seed;
-    let mut rand = |shape: (usize, usize), scale: f32| -> Tensor {
-        let data: Vec<f32> = (0..shape.0 * shape.1)
-            .map(|_| {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                ((rng % 10_000) as f32 / 10_000.0 - 0.5) * 2.0 * scale
-            })
-            .collect();
-        Tensor::from_vec(data, shape, &dev).unwrap()
-    };
+    let mut rng = super::Xorshift(seed);
+    let mut rand = |shape: (usize, usize), scale: f32| rng.tensor(shape, scale, &dev);
     let q = |t: &Tensor, dt: GgmlDType| QTensor::quantize(t, dt).unwrap();
     let f32 = GgmlDType::F32;
     let w = spec.weight_dtype;

@@ -127,19 +127,8 @@ pub fn write_tiny_gguf(dir: &Path, spec: &TinySpec, seed: u64) -> PathBuf {
         "gemma3" => (true, true),
         _ => (false, false),
     };
-    let mut rng = seed;
-    let mut rand = |shape: (usize, usize), scale: f32| -> Tensor {
-        let n = shape.0 * shape.1;
-        let data: Vec<f32> = (0..n)
-            .map(|_| {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                ((rng % 10_000) as f32 / 10_000.0 - 0.5) * 2.0 * scale
-            })
-            .collect();
-        Tensor::from_vec(data, shape, &dev).unwrap()
-    };
+    let mut rng = Xorshift(seed);
+    let mut rand = |shape: (usize, usize), scale: f32| rng.tensor(shape, scale, &dev);
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
     let q = |t: &Tensor, dt: GgmlDType| QTensor::quantize(t, dt).unwrap();
     // An all-f32 file has f32 embeddings too: scripts/llamacpp_reference.py writes the
@@ -233,4 +222,22 @@ pub fn write_tiny_gguf(dir: &Path, spec: &TinySpec, seed: u64) -> PathBuf {
 /// Largest absolute difference between two tensors of the same shape.
 pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+}
+
+/// The tiny files' random weights: xorshift64 values spread over (-scale, scale), one fixed
+/// sequence per seed (the files' sha256 are in the llama.cpp fixture).
+pub struct Xorshift(pub u64);
+
+impl Xorshift {
+    pub fn tensor(&mut self, shape: (usize, usize), scale: f32, dev: &Device) -> Tensor {
+        let data: Vec<f32> = (0..shape.0 * shape.1)
+            .map(|_| {
+                self.0 ^= self.0 << 13;
+                self.0 ^= self.0 >> 7;
+                self.0 ^= self.0 << 17;
+                ((self.0 % 10_000) as f32 / 10_000.0 - 0.5) * 2.0 * scale
+            })
+            .collect();
+        Tensor::from_vec(data, shape, dev).unwrap()
+    }
 }

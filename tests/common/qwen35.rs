@@ -32,19 +32,8 @@ pub fn write_tiny_qwen35_with(dir: &Path, n_layers: usize, seed: u64, overrides:
     let dev = Device::Cpu;
     let (tokens, merges) = super::vocab();
     let n_vocab = tokens.len();
-    let mut rng = seed;
-    let mut rand = |shape: (usize, usize), scale: f32| -> Tensor {
-        let n = shape.0 * shape.1;
-        let data: Vec<f32> = (0..n)
-            .map(|_| {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                ((rng % 10_000) as f32 / 10_000.0 - 0.5) * 2.0 * scale
-            })
-            .collect();
-        Tensor::from_vec(data, shape, &dev).unwrap()
-    };
+    let mut rng = super::Xorshift(seed);
+    let mut rand = |shape: (usize, usize), scale: f32| rng.tensor(shape, scale, &dev);
     let f32 = |t: Tensor| QTensor::quantize(&t, GgmlDType::F32).unwrap();
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
     tensors.push(("token_embd.weight".into(), f32(rand((n_vocab, EMBED), 1.0))));
