@@ -214,8 +214,9 @@ impl State {
     /// [`State::truncate`] to this length or past it needs not re-feed what came before.
     /// Keeps the latest [`MAX_CHECKPOINTS`]; nothing for a plain transformer. The copies
     /// are new tensors: the layers replace, never write into, their recurrent tensors.
+    /// None is taken of an empty state: truncating to nothing needs none.
     pub fn checkpoint(&mut self) {
-        if !self.is_recurrent() {
+        if !self.is_recurrent() || self.is_empty() {
             return;
         }
         let len = self.len();
