@@ -1,6 +1,8 @@
 //! LFM2 (short gated convolutions beside attention) on the tiny random-weight file whose
 //! logits equal llama.cpp's (`llamacpp_conformance.rs`): its recurrent state fed token by
-//! token, rolled back to a checkpoint, and counted from the file's header.
+//! token, rolled back to a checkpoint, and counted from the file's header. Then chats
+//! through a `Session` on small hybrid files with real vocabularies and templates: LFM2
+//! (every operation that cuts the cache) and Qwen3.5 (what holds so far).
 
 use candle_core::{DType, Device, Tensor};
 use pocketchat::engine::model::file_facts;
@@ -118,32 +120,57 @@ fn the_mixture_of_experts_variant_is_refused_by_name() {
     assert!(err.to_string().contains("lfm2moe"), "{err}");
 }
 
-/// An LFM2-shaped file small enough for tests: six layers (two attention), a real
-/// vocabulary and LFM2.5's chat template. No LFM2 vocabulary file is at hand (llama.cpp's
-/// suite has none), so Qwen2's stands in: the same ChatML turn markers, `<|im_end|>` as
-/// the end-of-turn token as LFM2's files have it.
-fn chat_model(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+/// The hybrid family a chat test runs on.
+#[derive(Clone, Copy, Debug)]
+pub enum Family {
+    Lfm2,
+    Qwen35,
+}
+
+/// A hybrid file small enough for tests, with a real vocabulary and the family's chat
+/// template. LFM2: six layers (two attention); no LFM2 vocabulary file is at hand
+/// (llama.cpp's suite has none), so Qwen2's stands in: the same ChatML turn markers,
+/// `<|im_end|>` as the end-of-turn token as LFM2's files have it. Qwen3.5: four layers
+/// (three gated delta-net, one attention) with its own vocabulary and template.
+fn chat_model(dir: &std::path::Path, family: Family) -> Option<std::path::PathBuf> {
+    use candle_core::quantized::gguf_file::Value;
     let suite = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/llamacpp-suite");
-    let vocabulary = suite.join("ggml-vocab-qwen2.gguf");
-    let template = std::fs::read_to_string(suite.join("templates/LFM2.5-Instruct.jinja")).ok()?;
+    let (vocabulary, template) = match family {
+        Family::Lfm2 => ("ggml-vocab-qwen2.gguf", "LFM2.5-Instruct.jinja"),
+        Family::Qwen35 => ("ggml-vocab-qwen35.gguf", "Qwen3.5-4B.jinja"),
+    };
+    let vocabulary = suite.join(vocabulary);
+    let template = std::fs::read_to_string(suite.join("templates").join(template)).ok()?;
     if !vocabulary.is_file() {
         return None;
     }
-    use candle_core::quantized::gguf_file::Value;
-    let spec = Lfm2Spec {
-        attention: vec![false, false, true, false, false, true],
-        width: 128,
-        heads: 2,
-        kv_heads: 1,
-        ffn: 256,
-        weight_dtype: candle_core::quantized::GgmlDType::Q8_0,
-        vocabulary: Some(vocabulary),
-        meta_overrides: vec![
-            ("tokenizer.chat_template".into(), Value::String(template)),
-            ("tokenizer.ggml.eos_token_id".into(), Value::U32(151_645)),
-        ],
-    };
-    Some(write_lfm2_gguf(dir, "lfm2-chat.gguf", &spec, 41))
+    let (mut keys, _) = common::lfm2::vocabulary_of(&vocabulary);
+    let tokens = keys.iter().find(|(k, _)| k == "tokenizer.ggml.tokens").unwrap().1.to_vec().unwrap().to_vec();
+    let im_end = tokens.iter().position(|t| t.to_string().is_ok_and(|t| t == "<|im_end|>")).unwrap();
+    let overrides = vec![
+        ("tokenizer.chat_template".into(), Value::String(template)),
+        ("tokenizer.ggml.eos_token_id".into(), Value::U32(im_end as u32)),
+    ];
+    Some(match family {
+        Family::Lfm2 => {
+            let spec = Lfm2Spec {
+                attention: vec![false, false, true, false, false, true],
+                width: 128,
+                heads: 2,
+                kv_heads: 1,
+                ffn: 256,
+                weight_dtype: candle_core::quantized::GgmlDType::Q8_0,
+                vocabulary: Some(vocabulary),
+                meta_overrides: overrides,
+            };
+            write_lfm2_gguf(dir, "lfm2-chat.gguf", &spec, 41)
+        }
+        Family::Qwen35 => {
+            keys.extend(overrides);
+            keys.push(("qwen35.context_length".into(), Value::U32(4096)));
+            common::qwen35::write_tiny_qwen35_with(dir, 4, 43, keys)
+        }
+    })
 }
 
 mod chat {
@@ -159,8 +186,11 @@ mod chat {
         let (content, _) = pocketchat::engine::model::read_gguf(path).unwrap();
         let tok = TextTokenizer::from_gguf(&content).unwrap();
         let template = ChatTemplate::for_model(&content, &tok);
-        // An f16 cache, as the app keeps and saves it.
-        (Session::new(model.make_state(budget, DType::F16), template).unwrap(), tok)
+        // An f16 cache, as the app keeps and saves it. The replies here do not think:
+        // Qwen3.5's switch is off (LFM2.5's template has none).
+        let mut session = Session::new(model.make_state(budget, DType::F16), template).unwrap();
+        session.set_enable_thinking(Some(false));
+        (session, tok)
     }
 
     /// Ends the turn as the engine does: the reply's tokens enter the cache as they are
@@ -196,15 +226,27 @@ mod chat {
 
     /// A 12-turn chat: each turn feeds only its own tokens, and the logits after every
     /// prompt equal a fresh prefill's. Returns the session after the last reply.
-    fn twelve_turns(model: &Model, path: &std::path::Path, budget: usize) -> (Session, TextTokenizer) {
+    fn twelve_turns(model: &Model, path: &std::path::Path, budget: usize, family: Family) -> (Session, TextTokenizer) {
         let (mut s, tok) = session(model, path, budget);
         for i in 0..12 {
             let before = s.state.len();
             let p = s.prepare_turn(model, &tok, &message(i), RESERVE).unwrap();
             assert_eq!(p.dropped_tokens, 0);
-            assert_eq!(s.state.len() - before, p.fed_tokens, "turn {i}: only its new tokens are fed");
+            let refed = p.fed_tokens - (s.state.len() - before);
+            match family {
+                Family::Lfm2 => assert_eq!(refed, 0, "turn {i}: only its new tokens are fed"),
+                // Qwen3.5's template renders a finished reply without the empty think block
+                // its generation prompt opened: the session cuts back to the previous
+                // checkpoint and feeds that reply again (issue 31: a checkpoint at the
+                // assistant header would spare it).
+                Family::Qwen35 if i > 0 => {
+                    let reply = tok.encode_text(&answer(i - 1)).unwrap().len();
+                    assert!(refed <= reply + 8, "turn {i}: {refed} tokens fed again, the last reply is {reply}");
+                }
+                Family::Qwen35 => assert_eq!(refed, 0),
+            }
             if i > 0 {
-                assert!(p.fed_tokens < 60, "turn {i} fed {} tokens", p.fed_tokens);
+                assert!(p.fed_tokens - refed < 60, "turn {i} fed {} new tokens", p.fed_tokens - refed);
             }
             close(&logits(&p.logits), &fresh(model, &s), &format!("turn {i}"));
             reply_with(&mut s, model, &tok, &answer(i));
@@ -218,14 +260,13 @@ mod chat {
         (s, tok)
     }
 
-    #[test]
-    fn a_twelve_turn_chat_rolls_back_to_checkpoints_and_matches_a_fresh_prefill() {
+    pub fn a_twelve_turn_chat_rolls_back_to_checkpoints_and_matches_a_fresh_prefill(family: Family) {
         let dir = tempfile::tempdir().unwrap();
-        let Some(path) = chat_model(dir.path()) else {
+        let Some(path) = chat_model(dir.path(), family) else {
             panic!("models/llamacpp-suite is missing: run scripts/fetch-llamacpp-suite.sh");
         };
         let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
-        let (mut s, tok) = twelve_turns(&model, &path, 4096);
+        let (mut s, tok) = twelve_turns(&model, &path, 4096, family);
         let end = s.state.len();
         assert_eq!(s.state.checkpoint_lengths().last(), Some(&end), "a checkpoint after the reply");
 
@@ -295,6 +336,14 @@ mod chat {
         assert!(restored.is_empty());
     }
 
+    /// [`twelve_turns`] alone: every turn's logits equal a fresh prefill's.
+    pub fn twelve_turns_match_a_fresh_prefill(family: Family) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = chat_model(dir.path(), family).expect("models/llamacpp-suite (scripts/fetch-llamacpp-suite.sh)");
+        let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+        twelve_turns(&model, &path, 4096, family);
+    }
+
     /// A saved LFM2 chat with its header rewritten by `edit` (and its version).
     fn rewritten(file: &std::path::Path, version: u32, edit: impl Fn(&mut serde_json::Value)) -> std::path::PathBuf {
         let bytes = std::fs::read(file).unwrap();
@@ -312,10 +361,9 @@ mod chat {
         path
     }
 
-    #[test]
-    fn state_files_without_the_recurrent_state_or_with_a_wrong_one_are_refused() {
+    pub fn state_files_without_the_recurrent_state_or_with_a_wrong_one_are_refused(family: Family) {
         let dir = tempfile::tempdir().unwrap();
-        let path = chat_model(dir.path()).expect("models/llamacpp-suite (scripts/fetch-llamacpp-suite.sh)");
+        let path = chat_model(dir.path(), family).expect("models/llamacpp-suite (scripts/fetch-llamacpp-suite.sh)");
         let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
         let (mut s, tok) = session(&model, &path, 1024);
         s.prepare_turn(&model, &tok, "a question", RESERVE).unwrap();
@@ -347,10 +395,9 @@ mod chat {
         assert_eq!(err, StateFileError::OtherModel("different layer shapes".into()));
     }
 
-    #[test]
-    fn typing_ahead_feeds_each_token_once_and_send_matches_a_fresh_prefill() {
+    pub fn typing_ahead_feeds_each_token_once_and_send_matches_a_fresh_prefill(family: Family) {
         let dir = tempfile::tempdir().unwrap();
-        let path = chat_model(dir.path()).expect("models/llamacpp-suite (scripts/fetch-llamacpp-suite.sh)");
+        let path = chat_model(dir.path(), family).expect("models/llamacpp-suite (scripts/fetch-llamacpp-suite.sh)");
         let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
         let (mut s, tok) = session(&model, &path, 4096);
         s.prepare_turn(&model, &tok, "a first question", RESERVE).unwrap();
@@ -368,12 +415,11 @@ mod chat {
         close(&logits(&p.logits), &fresh(&model, &s), "typed ahead, then sent");
     }
 
-    #[test]
-    fn trimming_and_eviction_rebuild_the_recurrent_state_and_match_a_fresh_prefill() {
+    pub fn trimming_and_eviction_rebuild_the_recurrent_state_and_match_a_fresh_prefill(family: Family) {
         let dir = tempfile::tempdir().unwrap();
-        let path = chat_model(dir.path()).expect("models/llamacpp-suite (scripts/fetch-llamacpp-suite.sh)");
+        let path = chat_model(dir.path(), family).expect("models/llamacpp-suite (scripts/fetch-llamacpp-suite.sh)");
         let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
-        let (mut s, tok) = twelve_turns(&model, &path, 4096);
+        let (mut s, tok) = twelve_turns(&model, &path, 4096, family);
         let total = s.state.len();
 
         // A budget the chat overflows: old turns go, what follows them is read again.
@@ -393,6 +439,48 @@ mod chat {
         assert_eq!(s.state.checkpoint_lengths().last(), Some(&s.state.len()));
         let p = s.prepare_turn(&model, &tok, "after the warning", RESERVE).unwrap();
         close(&logits(&p.logits), &fresh(&model, &s), "after eviction");
+    }
+}
+
+/// The chat tests on LFM2.
+mod lfm2_chat {
+    use super::{chat, Family::Lfm2};
+
+    #[test]
+    fn a_twelve_turn_chat_rolls_back_to_checkpoints_and_matches_a_fresh_prefill() {
+        chat::a_twelve_turn_chat_rolls_back_to_checkpoints_and_matches_a_fresh_prefill(Lfm2)
+    }
+
+    #[test]
+    fn state_files_without_the_recurrent_state_or_with_a_wrong_one_are_refused() {
+        chat::state_files_without_the_recurrent_state_or_with_a_wrong_one_are_refused(Lfm2)
+    }
+
+    #[test]
+    fn typing_ahead_feeds_each_token_once_and_send_matches_a_fresh_prefill() {
+        chat::typing_ahead_feeds_each_token_once_and_send_matches_a_fresh_prefill(Lfm2)
+    }
+
+    #[test]
+    fn trimming_and_eviction_rebuild_the_recurrent_state_and_match_a_fresh_prefill() {
+        chat::trimming_and_eviction_rebuild_the_recurrent_state_and_match_a_fresh_prefill(Lfm2)
+    }
+}
+
+/// The chat tests that hold on Qwen3.5 so far. Regenerate, editing, typing ahead and
+/// trimming do not yet: its template rewrites the previous reply (the empty think block),
+/// which moves the cut points those operations expect (issue 31).
+mod qwen35_chat {
+    use super::{chat, Family::Qwen35};
+
+    #[test]
+    fn twelve_turns_feed_their_own_tokens_and_the_last_reply_and_match_a_fresh_prefill() {
+        chat::twelve_turns_match_a_fresh_prefill(Qwen35)
+    }
+
+    #[test]
+    fn state_files_without_the_recurrent_state_or_with_a_wrong_one_are_refused() {
+        chat::state_files_without_the_recurrent_state_or_with_a_wrong_one_are_refused(Qwen35)
     }
 }
 

@@ -46,7 +46,7 @@ impl Lfm2Spec {
 }
 
 /// The tokenizer keys of a vocabulary-only GGUF, and its token count.
-fn vocabulary_of(path: &Path) -> (Vec<(String, Value)>, usize) {
+pub fn vocabulary_of(path: &Path) -> (Vec<(String, Value)>, usize) {
     let mut f = std::fs::File::open(path).unwrap();
     let content = gguf_file::Content::read(&mut f).unwrap();
     let n = content.metadata["tokenizer.ggml.tokens"].to_vec().unwrap().len();

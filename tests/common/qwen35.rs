@@ -27,11 +27,15 @@ pub fn write_tiny_qwen35(dir: &Path, n_layers: usize, seed: u64) -> PathBuf {
     write_tiny_qwen35_with(dir, n_layers, seed, Vec::new())
 }
 
-/// [`write_tiny_qwen35`] with metadata entries added (or replaced).
+/// [`write_tiny_qwen35`] with metadata entries added (or replaced). Overrides that bring
+/// their own `tokenizer.ggml.tokens` (a real vocabulary) size the embedding table by it.
 pub fn write_tiny_qwen35_with(dir: &Path, n_layers: usize, seed: u64, overrides: Vec<(String, Value)>) -> PathBuf {
     let dev = Device::Cpu;
     let (tokens, merges) = super::vocab();
-    let n_vocab = tokens.len();
+    let n_vocab = overrides
+        .iter()
+        .find(|(k, _)| k == "tokenizer.ggml.tokens")
+        .map_or(tokens.len(), |(_, v)| v.to_vec().map_or(0, |t| t.len()));
     let mut rng = super::Xorshift(seed);
     let mut rand = |shape: (usize, usize), scale: f32| rng.tensor(shape, scale, &dev);
     let f32 = |t: Tensor| QTensor::quantize(&t, GgmlDType::F32).unwrap();
