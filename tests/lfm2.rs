@@ -182,6 +182,17 @@ mod chat {
 
     const RESERVE: usize = 32;
 
+    /// The family's chat file in a temporary folder (kept while the first value lives),
+    /// loaded with the fast kernels.
+    fn loaded(family: Family) -> (tempfile::TempDir, std::path::PathBuf, Model) {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(path) = chat_model(dir.path(), family) else {
+            panic!("models/llamacpp-suite is missing: run scripts/fetch-llamacpp-suite.sh");
+        };
+        let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+        (dir, path, model)
+    }
+
     fn session(model: &Model, path: &std::path::Path, budget: usize) -> (Session, TextTokenizer) {
         let (content, _) = pocketchat::engine::model::read_gguf(path).unwrap();
         let tok = TextTokenizer::from_gguf(&content).unwrap();
@@ -261,11 +272,7 @@ mod chat {
     }
 
     pub fn a_twelve_turn_chat_rolls_back_to_checkpoints_and_matches_a_fresh_prefill(family: Family) {
-        let dir = tempfile::tempdir().unwrap();
-        let Some(path) = chat_model(dir.path(), family) else {
-            panic!("models/llamacpp-suite is missing: run scripts/fetch-llamacpp-suite.sh");
-        };
-        let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+        let (dir, path, model) = loaded(family);
         let (mut s, tok) = twelve_turns(&model, &path, 4096, family);
         let end = s.state.len();
         assert_eq!(s.state.checkpoint_lengths().last(), Some(&end), "a checkpoint after the reply");
@@ -338,9 +345,7 @@ mod chat {
 
     /// [`twelve_turns`] alone: every turn's logits equal a fresh prefill's.
     pub fn twelve_turns_match_a_fresh_prefill(family: Family) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = chat_model(dir.path(), family).expect("models/llamacpp-suite (scripts/fetch-llamacpp-suite.sh)");
-        let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+        let (_dir, path, model) = loaded(family);
         twelve_turns(&model, &path, 4096, family);
     }
 
@@ -362,9 +367,7 @@ mod chat {
     }
 
     pub fn state_files_without_the_recurrent_state_or_with_a_wrong_one_are_refused(family: Family) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = chat_model(dir.path(), family).expect("models/llamacpp-suite (scripts/fetch-llamacpp-suite.sh)");
-        let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+        let (dir, path, model) = loaded(family);
         let (mut s, tok) = session(&model, &path, 1024);
         s.prepare_turn(&model, &tok, "a question", RESERVE).unwrap();
         reply_with(&mut s, &model, &tok, "an answer");
@@ -396,9 +399,7 @@ mod chat {
     }
 
     pub fn typing_ahead_feeds_each_token_once_and_send_matches_a_fresh_prefill(family: Family) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = chat_model(dir.path(), family).expect("models/llamacpp-suite (scripts/fetch-llamacpp-suite.sh)");
-        let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+        let (_dir, path, model) = loaded(family);
         let (mut s, tok) = session(&model, &path, 4096);
         s.prepare_turn(&model, &tok, "a first question", RESERVE).unwrap();
         reply_with(&mut s, &model, &tok, "a first answer");
@@ -416,9 +417,7 @@ mod chat {
     }
 
     pub fn trimming_and_eviction_rebuild_the_recurrent_state_and_match_a_fresh_prefill(family: Family) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = chat_model(dir.path(), family).expect("models/llamacpp-suite (scripts/fetch-llamacpp-suite.sh)");
-        let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+        let (_dir, path, model) = loaded(family);
         let (mut s, tok) = twelve_turns(&model, &path, 4096, family);
         let total = s.state.len();
 

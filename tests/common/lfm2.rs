@@ -59,19 +59,14 @@ pub fn vocabulary_of(path: &Path) -> (Vec<(String, Value)>, usize) {
 
 /// The tiny BPE vocabulary's keys and token count.
 fn tiny_vocabulary() -> (Vec<(String, Value)>, usize) {
-    let mut tokens: Vec<String> =
-        tokenizers::pre_tokenizers::byte_level::ByteLevel::alphabet().into_iter().map(|c| c.to_string()).collect();
-    tokens.sort();
-    tokens.push("Ġt".into());
-    tokens.push("<|im_start|>".into());
-    tokens.push("<|im_end|>".into());
+    let (tokens, merges) = super::vocab();
     let n = tokens.len();
     let s = |v: &str| Value::String(v.to_string());
     let keys = vec![
         ("tokenizer.ggml.model".into(), s("gpt2")),
         ("tokenizer.ggml.pre".into(), s("smollm")),
         ("tokenizer.ggml.tokens".into(), Value::Array(tokens.iter().map(|t| s(t)).collect())),
-        ("tokenizer.ggml.merges".into(), Value::Array(vec![s("Ġ t")])),
+        ("tokenizer.ggml.merges".into(), Value::Array(merges.iter().map(|m| s(m)).collect())),
         ("tokenizer.ggml.bos_token_id".into(), Value::U32(n as u32 - 2)),
         ("tokenizer.ggml.eos_token_id".into(), Value::U32(n as u32 - 1)),
     ];
