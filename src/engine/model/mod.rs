@@ -465,12 +465,8 @@ impl Loader<'_> {
     /// gated delta-net where `attention.recurrent_layers` says so, else on all but every
     /// `full_attention_interval`-th layer (4), as llama.cpp's `load_arch_hparams` decides.
     /// The `nextn_predict_layers` last blocks (a draft head) are left out.
+    /// `block_count` was checked against the file ([`Loader::check_layer_count`]).
     fn layer_plan(&self, traits: &ArchTraits, block_count: usize) -> Result<LayerPlan> {
-        // Checked before anything of that size is allocated: a hostile count is refused.
-        let present = self.content.tensor_infos.keys().filter(|n| n.ends_with(".attn_norm.weight")).count();
-        if block_count != present {
-            return Err(self.bad(format!("`block_count` is {block_count} but the file has {present} layers")));
-        }
         let unused_blocks = self.meta_u32("nextn_predict_layers").unwrap_or(0).min(block_count);
         let n_layers = block_count - unused_blocks;
         if !traits.delta_net {
