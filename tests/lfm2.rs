@@ -121,7 +121,7 @@ fn the_mixture_of_experts_variant_is_refused_by_name() {
 }
 
 /// The hybrid family a chat test runs on.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
     Lfm2,
     Qwen35,
@@ -239,25 +239,26 @@ mod chat {
     /// prompt equal a fresh prefill's. Returns the session after the last reply.
     fn twelve_turns(model: &Model, path: &std::path::Path, budget: usize, family: Family) -> (Session, TextTokenizer) {
         let (mut s, tok) = session(model, path, budget);
+        // The end of a turn as the template writes it after a reply.
+        let turn_close = tok.encode("<|im_end|>\n").unwrap().len();
         for i in 0..12 {
-            let before = s.state.len();
             let p = s.prepare_turn(model, &tok, &message(i), RESERVE).unwrap();
             assert_eq!(p.dropped_tokens, 0);
-            let refed = p.fed_tokens - (s.state.len() - before);
             match family {
-                Family::Lfm2 => assert_eq!(refed, 0, "turn {i}: only its new tokens are fed"),
+                Family::Lfm2 => assert_eq!(p.refed_tokens, 0, "turn {i}: only its new tokens are fed"),
                 // Qwen3.5's template renders a finished reply without the empty think block
-                // its generation prompt opened: the session cuts back to the previous
-                // checkpoint and feeds that reply again (issue 31: a checkpoint at the
-                // assistant header would spare it).
+                // its generation prompt opened: the session goes back to the checkpoint at
+                // the reply's header and feeds the reply again as it renders now (with the
+                // close of its turn), nothing before it.
                 Family::Qwen35 if i > 0 => {
-                    let reply = tok.encode_text(&answer(i - 1)).unwrap().len();
-                    assert!(refed <= reply + 8, "turn {i}: {refed} tokens fed again, the last reply is {reply}");
+                    let reply = tok.encode_text(&answer(i - 1)).unwrap().len() + turn_close;
+                    assert_eq!(p.refed_tokens, reply, "turn {i}: the last reply alone is fed again");
                 }
-                Family::Qwen35 => assert_eq!(refed, 0),
+                Family::Qwen35 => assert_eq!(p.refed_tokens, 0),
             }
             if i > 0 {
-                assert!(p.fed_tokens - refed < 60, "turn {i} fed {} new tokens", p.fed_tokens - refed);
+                let new = p.fed_tokens - p.refed_tokens;
+                assert!(new < 60, "turn {i} fed {new} new tokens");
             }
             close(&logits(&p.logits), &fresh(model, &s), &format!("turn {i}"));
             reply_with(&mut s, model, &tok, &answer(i));
@@ -288,9 +289,12 @@ mod chat {
         reply_with(&mut s, &model, &tok, "another answer");
 
         // A draft typed and dropped: the cache is the conversation's again, at a checkpoint.
-        let conversation = s.state.tokens().to_vec();
+        // (On Qwen3.5 the draft first feeds the last reply again as it renders now; that is
+        // the conversation's, and stays.)
         s.draft(&model, &tok, "something I will not send", DraftExtent::Whole, RESERVE).unwrap();
+        let conversation = s.state.tokens()[..s.len()].to_vec();
         assert!(s.state.len() > conversation.len());
+        assert!(s.state.checkpoint_lengths().contains(&conversation.len()));
         s.discard_draft();
         assert_eq!(s.state.tokens(), &conversation[..]);
         let p = s.prepare_turn(&model, &tok, "after the draft", RESERVE).unwrap();
@@ -341,12 +345,6 @@ mod chat {
         let err = persist::restore(&mut restored, &identity, &other_file).unwrap_err();
         assert_eq!(err, StateFileError::OtherModel("different layer shapes".into()));
         assert!(restored.is_empty());
-    }
-
-    /// [`twelve_turns`] alone: every turn's logits equal a fresh prefill's.
-    pub fn twelve_turns_match_a_fresh_prefill(family: Family) {
-        let (_dir, path, model) = loaded(family);
-        twelve_turns(&model, &path, 4096, family);
     }
 
     /// A saved LFM2 chat with its header rewritten by `edit` (and its version).
@@ -409,8 +407,13 @@ mod chat {
         let text = "tell me about the lighthouse keeper and the long winter storms of that year";
         let fed: usize =
             (1..=text.len()).map(|n| s.draft(&model, &tok, &text[..n], DraftExtent::Words, RESERVE).unwrap().fed).sum();
-        let drafted = s.state.len() - base;
+        // (Qwen3.5's first draft feeds the last reply again as it renders now: that is
+        // the conversation's, not the draft's.)
+        let drafted = s.state.len() - s.len();
         assert_eq!(fed, drafted, "every drafted token fed once");
+        if family == Family::Lfm2 {
+            assert_eq!(s.len(), base);
+        }
         let p = s.prepare_turn(&model, &tok, text, RESERVE).unwrap();
         assert_eq!(p.drafted_tokens, drafted);
         close(&logits(&p.logits), &fresh(&model, &s), "typed ahead, then sent");
@@ -425,7 +428,9 @@ mod chat {
         s.set_budget(total * 2 / 3);
         let p = s.prepare_turn(&model, &tok, "one more question", RESERVE).unwrap();
         assert!(p.dropped_tokens > 0);
-        let kept = s.state.len() - p.fed_tokens;
+        // What the cache keeps of the chat before the new turn: read again at most once
+        // (Qwen3.5's last reply, fed again as it renders now, is part of it).
+        let kept = s.state.len() - (p.fed_tokens - p.refed_tokens);
         assert!(s.last_reread() > 0 && s.last_reread() <= kept, "re-read {} of {kept}", s.last_reread());
         close(&logits(&p.logits), &fresh(&model, &s), "after trimming");
         reply_with(&mut s, &model, &tok, "trimmed answer");
@@ -466,20 +471,29 @@ mod lfm2_chat {
     }
 }
 
-/// The chat tests that hold on Qwen3.5 so far. Regenerate, editing, typing ahead and
-/// trimming do not yet: its template rewrites the previous reply (the empty think block),
-/// which moves the cut points those operations expect (issue 31).
+/// The chat tests on Qwen3.5, whose template renders a finished reply without the empty
+/// think block its generation prompt opened: each turn also feeds the last reply again.
 mod qwen35_chat {
     use super::{chat, Family::Qwen35};
 
     #[test]
-    fn twelve_turns_feed_their_own_tokens_and_the_last_reply_and_match_a_fresh_prefill() {
-        chat::twelve_turns_match_a_fresh_prefill(Qwen35)
+    fn a_twelve_turn_chat_rolls_back_to_checkpoints_and_matches_a_fresh_prefill() {
+        chat::a_twelve_turn_chat_rolls_back_to_checkpoints_and_matches_a_fresh_prefill(Qwen35)
     }
 
     #[test]
     fn state_files_without_the_recurrent_state_or_with_a_wrong_one_are_refused() {
         chat::state_files_without_the_recurrent_state_or_with_a_wrong_one_are_refused(Qwen35)
+    }
+
+    #[test]
+    fn typing_ahead_feeds_each_token_once_and_send_matches_a_fresh_prefill() {
+        chat::typing_ahead_feeds_each_token_once_and_send_matches_a_fresh_prefill(Qwen35)
+    }
+
+    #[test]
+    fn trimming_and_eviction_rebuild_the_recurrent_state_and_match_a_fresh_prefill() {
+        chat::trimming_and_eviction_rebuild_the_recurrent_state_and_match_a_fresh_prefill(Qwen35)
     }
 }
 

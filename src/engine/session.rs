@@ -191,17 +191,17 @@ impl Session {
 
     /// Cuts the cache to its first `n` tokens. A recurrent state goes back to its latest
     /// checkpoint at or before `n`, and the tokens from there to `n` are fed again (in one
-    /// call, as a prompt is); returns their logits when some were. On an error the session
-    /// is set to re-read its conversation.
-    fn cut_cache(&mut self, model: &Model, n: usize) -> Result<Option<candle_core::Tensor>> {
+    /// call, as a prompt is); returns how many were. On an error the session is set to
+    /// re-read its conversation.
+    fn cut_cache(&mut self, model: &Model, n: usize) -> Result<usize> {
         let tokens = self.state.tokens()[..n.min(self.state.len())].to_vec();
         let kept = self.state.truncate(n);
         if kept >= tokens.len() {
-            return Ok(None);
+            return Ok(0);
         }
         let _span = tracing::info_span!("refeed", tokens = tokens.len() - kept, from = kept).entered();
         match model.forward(&tokens[kept..], &mut self.state) {
-            Ok(logits) => Ok(Some(logits)),
+            Ok(_) => Ok(tokens.len() - kept),
             Err(e) => {
                 let messages = std::mem::take(&mut self.messages);
                 self.set_history(messages);
@@ -327,7 +327,7 @@ impl Session {
             self.fit_history(tok, &user_text, reserve)?;
             fitted = true;
         } else {
-            refed_tokens = self.rebase(model, tok, &user_text, reserve)?;
+            refed_tokens = self.rebase(model, tok, &user_text)?;
         }
         let mut cuts = 0;
         while cuts < 3 {
@@ -349,7 +349,9 @@ impl Session {
             cuts += 1;
             match plan {
                 Plan::Fits => {
-                    let (logits, drafted_tokens) = self.feed(model, &user_text, rendered, pieces, from_scratch)?;
+                    let header = self.reply_header_end(tok, &user_text, &rendered, &pieces)?;
+                    let (logits, drafted_tokens) =
+                        self.feed(model, &user_text, rendered.text, pieces, header, from_scratch)?;
                     return Ok(Prepared {
                         fed_tokens: new_tokens + refed_tokens,
                         dropped_tokens,
@@ -398,10 +400,12 @@ impl Session {
     /// after it is fed as it renders
     /// now with `user_text` as the next message (whose own turn is left to the caller).
     /// Usually that is the last reply's answer: the thinking it no longer shows leaves the
-    /// cache. Returns the tokens fed; 0 when the cache is continued as it is, or when no
-    /// such point is cached or the history does not fit with `reserve` tokens to spare
-    /// (the caller then reads the conversation again from its text).
-    fn rebase(&mut self, model: &Model, tok: &TextTokenizer, user_text: &str, reserve: usize) -> Result<usize> {
+    /// cache. A recurrent state goes back to its checkpoint at or before the cut (the
+    /// reply's header, see [`Session::reply_header_end`]) and feeds what follows it again.
+    /// Returns the tokens fed; 0 when the cache is continued as it is, or when no such
+    /// point is cached or the history does not fit the budget (the caller then reads the
+    /// conversation again from its text).
+    fn rebase(&mut self, model: &Model, tok: &TextTokenizer, user_text: &str) -> Result<usize> {
         let (rendered, from_scratch) = self.render_with(user_text)?;
         if !from_scratch {
             return Ok(0);
@@ -444,12 +448,14 @@ impl Session {
             }
             ids.extend(tok.encode_rendered(&rendered.text, range.clone(), &rendered.bodies)?);
         }
-        if kept + ids.len() + reserve > self.state.max_tokens() {
+        // Room for the reply and the new message is the caller's to make (by dropping old
+        // turns, which this feed makes possible for a cache over its budget).
+        if kept + ids.len() > self.state.max_tokens() {
             return Ok(0);
         }
         let _span = tracing::info_span!("rebase", kept, fed = ids.len()).entered();
         self.discard_draft();
-        self.cut_cache(model, kept)?;
+        let refed = self.cut_cache(model, kept)?;
         self.turns.truncate(kept_turns);
         if inside_turn {
             // Where its reply starts is not known any more.
@@ -463,20 +469,64 @@ impl Session {
                 return Err(e);
             }
         }
+        // The new turn starts here: an edit of its message comes back to this point.
+        self.state.checkpoint();
         self.turns.extend(anchors);
         let end = history.last().map_or(text_at, |r| r.end);
         self.cached_text = rendered.text[..end].to_string();
-        Ok(ids.len())
+        Ok(refed + ids.len())
     }
 
     /// The text to feed for a new user message, split at turn anchors and tokenized:
     /// `(byte offset in the rendered text, ids)`. The first piece belongs to the previous
     /// turn (or is the system prompt when starting from scratch). Also says whether the
     /// cache starts from scratch, and returns the whole rendered conversation.
-    fn pieces_for(&self, tok: &TextTokenizer, user_text: &str) -> Result<(Pieces, bool, String)> {
+    fn pieces_for(&self, tok: &TextTokenizer, user_text: &str) -> Result<(Pieces, bool, Rendered)> {
         let (rendered, from_scratch) = self.render_with(user_text)?;
         let pieces = self.pieces_between(tok, &rendered, from_scratch, rendered.text.len())?;
-        Ok((pieces, from_scratch, rendered.text))
+        Ok((pieces, from_scratch, rendered))
+    }
+
+    /// Where a recurrent state wants a checkpoint inside the new turn: the end of the
+    /// reply's header, when the generation prompt goes on past what the finished reply
+    /// will render (Qwen3.5's `<|im_start|>assistant\n` then `<think>\n\n</think>\n\n`
+    /// with thinking off, `<think>\n` with it on; once another message follows, the reply
+    /// renders as its answer alone). The next turn cuts the cache back there
+    /// ([`Session::rebase`]) and feeds only the reply again, not this prompt too.
+    ///
+    /// Found by rendering the conversation as it will be a turn later (a reply, then
+    /// another message) and comparing. Returns the count of the new tokens (all of
+    /// `pieces`) before that point; `None` for a plain transformer (a K/V cache cuts
+    /// anywhere), when the whole prompt lasts, or when the two sides of the point would
+    /// not tokenize as the prompt does or would leave fewer than [`MIN_FEED`] tokens.
+    fn reply_header_end(
+        &self,
+        tok: &TextTokenizer,
+        user_text: &str,
+        rendered: &Rendered,
+        pieces: &Pieces,
+    ) -> Result<Option<usize>> {
+        let Some(((start, turn), earlier)) = pieces.split_last() else { return Ok(None) };
+        if !self.state.is_recurrent() {
+            return Ok(None);
+        }
+        let mut later = self.messages.clone();
+        later.push(Message::new(Role::User, user_text));
+        later.push(Message::new(Role::Assistant, "a reply"));
+        later.push(Message::new(Role::User, "a message"));
+        // A template that refuses this shape of conversation gets no such checkpoint.
+        let Ok(later) = self.template.render_marked(&later, true) else { return Ok(None) };
+        let at = common_prefix(&rendered.text, &later.text);
+        if at <= *start || at >= rendered.text.len() {
+            return Ok(None);
+        }
+        let head = tok.encode_rendered(&rendered.text, *start..at, &rendered.bodies)?;
+        let tail = tok.encode_rendered(&rendered.text, at..rendered.text.len(), &rendered.bodies)?;
+        let splits_cleanly = head.len() + tail.len() == turn.len() && turn.starts_with(&head) && turn.ends_with(&tail);
+        if !splits_cleanly || head.len() < MIN_FEED || tail.len() < MIN_FEED {
+            return Ok(None);
+        }
+        Ok(Some(earlier.iter().map(|(_, ids)| ids.len()).sum::<usize>() + head.len()))
     }
 
     /// The conversation rendered with `user_text` as the next message, ready for the
@@ -627,13 +677,16 @@ impl Session {
     }
 
     /// Feeds the new turn's pieces; tokens of a draft that match them are kept, not fed
-    /// again. Returns the logits and how many tokens the draft supplied.
+    /// again. A recurrent state is checkpointed after the first `header` of them too (see
+    /// [`Session::reply_header_end`]). Returns the logits and how many tokens the draft
+    /// supplied.
     fn feed(
         &mut self,
         model: &Model,
         user_text: &str,
         full: String,
         pieces: Pieces,
+        header: Option<usize>,
         from_scratch: bool,
     ) -> Result<(candle_core::Tensor, usize)> {
         let mut messages = self.messages.clone();
@@ -665,7 +718,7 @@ impl Session {
             None => {
                 let drafted = self.keep_draft(base, &ids, true);
                 let _span = tracing::info_span!("prefill", tokens = ids.len() - drafted, drafted, pos = base).entered();
-                match model.forward(&ids[drafted..], &mut self.state) {
+                match self.prefill(model, &ids, drafted, header) {
                     Ok(logits) => (logits, drafted),
                     Err(e) => {
                         // Nothing half-done stays behind: the cache goes back to before this turn.
@@ -684,6 +737,23 @@ impl Session {
         }
         self.cached_text = full;
         Ok((logits, drafted))
+    }
+
+    /// Feeds `ids[from..]` and returns the last logits; when `header` falls inside (with
+    /// at least [`MIN_FEED`] tokens on its side), in two calls with a checkpoint between.
+    fn prefill(
+        &mut self,
+        model: &Model,
+        ids: &[u32],
+        from: usize,
+        header: Option<usize>,
+    ) -> Result<candle_core::Tensor> {
+        if let Some(at) = header.filter(|&at| at >= from + MIN_FEED && at < ids.len()) {
+            model.forward(&ids[from..at], &mut self.state)?;
+            self.state.checkpoint();
+            return model.forward(&ids[at..], &mut self.state);
+        }
+        model.forward(&ids[from..], &mut self.state)
     }
 
     /// Keeps the draft (the tokens after `base`) as far as it matches `ids`, and drops
@@ -764,7 +834,7 @@ impl Session {
         if from_scratch && !self.is_empty() && self.draft.tokens == 0 {
             // A history the template renders differently now is fed again first (it is
             // part of the conversation, not of the draft): Send then has only its turn.
-            self.rebase(model, tok, typed, reserve)?;
+            self.rebase(model, tok, typed)?;
             (rendered, from_scratch) = self.render_with(typed)?;
         }
         // A cache the new render still does not continue (no point both share is cached,
