@@ -419,6 +419,40 @@ mod chat {
         close(&logits(&p.logits), &fresh(&model, &s), "typed ahead, then sent");
     }
 
+    /// Qwen3.5 thinking: each reply thinks in the `<think>` its generation prompt opened;
+    /// the next turn's render drops that thinking, so the session goes back to the
+    /// checkpoint at the reply's header and feeds the answer alone again. The cache then
+    /// holds exactly the tokens of the conversation rendered afresh.
+    pub fn thinking_leaves_the_cache_and_each_turn_feeds_only_the_last_answer_again(family: Family) {
+        let (_dir, path, model) = loaded(family);
+        let (mut s, tok) = session(&model, &path, 4096);
+        s.set_enable_thinking(Some(true));
+        let (content, _) = pocketchat::engine::model::read_gguf(&path).unwrap();
+        let mut template = ChatTemplate::for_model(&content, &tok);
+        template.set_enable_thinking(Some(true));
+        let turn_close = tok.encode("<|im_end|>\n").unwrap().len();
+        for i in 0..6 {
+            let p = s.prepare_turn(&model, &tok, &message(i), RESERVE).unwrap();
+            if i > 0 {
+                let answer = tok.encode_text(&answer(i - 1)).unwrap().len() + turn_close;
+                assert_eq!(p.refed_tokens, answer, "turn {i}: the last answer alone is fed again");
+            }
+            let rendered = template.render_marked(s.messages(), true).unwrap();
+            let expected = tok.encode_rendered(&rendered.text, 0..rendered.text.len(), &rendered.bodies).unwrap();
+            assert_eq!(s.state.tokens(), &expected[..], "turn {i}: the cache is the conversation rendered afresh");
+            close(&logits(&p.logits), &fresh(&model, &s), &format!("turn {i}"));
+            assert!(s.reply_opens_thinking());
+            // The reply as the model writes it: its thinking, the closing tag (a special
+            // token), then the answer.
+            let reply = format!("Let me think about turn {i}.\n</think>\n\n{}", answer(i));
+            model.forward(&tok.encode(&reply).unwrap(), &mut s.state).unwrap();
+            s.finish_reply(&reply);
+            let last = s.messages().last().unwrap();
+            assert_eq!(last.content, answer(i));
+            assert!(last.thinking.as_deref().is_some_and(|t| t.contains(&format!("turn {i}"))), "{last:?}");
+        }
+    }
+
     pub fn trimming_and_eviction_rebuild_the_recurrent_state_and_match_a_fresh_prefill(family: Family) {
         let (_dir, path, model) = loaded(family);
         let (mut s, tok) = twelve_turns(&model, &path, 4096, family);
@@ -471,8 +505,9 @@ mod lfm2_chat {
     }
 }
 
-/// The chat tests on Qwen3.5, whose template renders a finished reply without the empty
-/// think block its generation prompt opened: each turn also feeds the last reply again.
+/// The chat tests on Qwen3.5, whose template renders a finished reply without the think
+/// block its generation prompt opened (empty with thinking off): each turn also feeds the
+/// last answer again.
 mod qwen35_chat {
     use super::{chat, Family::Qwen35};
 
@@ -495,14 +530,19 @@ mod qwen35_chat {
     fn trimming_and_eviction_rebuild_the_recurrent_state_and_match_a_fresh_prefill() {
         chat::trimming_and_eviction_rebuild_the_recurrent_state_and_match_a_fresh_prefill(Qwen35)
     }
+
+    #[test]
+    fn thinking_leaves_the_cache_and_each_turn_feeds_only_the_last_answer_again() {
+        chat::thinking_leaves_the_cache_and_each_turn_feeds_only_the_last_answer_again(Qwen35)
+    }
 }
 
 /// What each operation on a recurrent state costs against reading the chat again, on an
-/// LFM2.5-1.2B-shaped file (`bench/shaped_model.py lfm2.5-1.2b`): prints time and tokens
-/// fed; asserts nothing about time. Run by hand:
+/// LFM2.5-1.2B- or Qwen3.5-0.8B-shaped file (`bench/shaped_model.py lfm2.5-1.2b`,
+/// `qwen3.5-0.8b`): prints time and tokens fed; asserts nothing about time. Run by hand:
 ///
 /// ```text
-/// POCKETCHAT_LFM2_SHAPED=/work/shaped/LFM2.5-1.2B-shaped.Q4_K_M.gguf \
+/// POCKETCHAT_HYBRID_SHAPED=/work/shaped/LFM2.5-1.2B-shaped.Q4_K_M.gguf \
 ///   cargo test --no-default-features --test lfm2 -- --ignored --nocapture recurrent_costs
 /// ```
 #[test]
@@ -514,13 +554,19 @@ fn recurrent_costs() {
     use pocketchat::engine::{DraftExtent, Session};
     use std::time::Instant;
 
-    let path = std::path::PathBuf::from(std::env::var("POCKETCHAT_LFM2_SHAPED").expect("POCKETCHAT_LFM2_SHAPED"));
+    let var = |name: &str| std::env::var(name).ok();
+    let path = var("POCKETCHAT_HYBRID_SHAPED").or_else(|| var("POCKETCHAT_LFM2_SHAPED"));
+    let path = std::path::PathBuf::from(path.expect("POCKETCHAT_HYBRID_SHAPED: a hybrid model's file"));
     let turns: usize = std::env::var("POCKETCHAT_TURNS").ok().and_then(|t| t.parse().ok()).unwrap_or(12);
     let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
     let (content, _) = pocketchat::engine::model::read_gguf(&path).unwrap();
     let tok = TextTokenizer::from_gguf(&content).unwrap();
-    let new_session =
-        || Session::new(model.make_state(8192, DType::F16), ChatTemplate::for_model(&content, &tok)).unwrap();
+    // Replies without thinking (Qwen3.5's switch off; LFM2.5's template has none).
+    let new_session = || {
+        let mut s = Session::new(model.make_state(8192, DType::F16), ChatTemplate::for_model(&content, &tok)).unwrap();
+        s.set_enable_thinking(Some(false));
+        s
+    };
     let mut s = new_session();
     let reserve = 256;
     let prompt = |i: usize| {
@@ -532,12 +578,15 @@ fn recurrent_costs() {
         s.finish_reply(text);
     };
     let t = Instant::now();
+    let (mut fed, mut refed) = (0, 0);
     for i in 0..turns {
-        s.prepare_turn(&model, &tok, &prompt(i), reserve).unwrap();
+        let p = s.prepare_turn(&model, &tok, &prompt(i), reserve).unwrap();
+        (fed, refed) = (fed + p.fed_tokens, refed + p.refed_tokens);
         feed_reply(&mut s, &reply(i));
     }
     let tokens = s.state.len();
     println!("chat: {turns} turns, {tokens} tokens, built in {:.1} s", t.elapsed().as_secs_f64());
+    println!("prompts fed {fed} tokens, {refed} of them earlier replies fed again as they render now");
     println!(
         "state: KV {} B/token (f16), recurrent {} B now, {} B with {} checkpoints",
         model.kv_bytes_per_token(DType::F16),
