@@ -1,0 +1,141 @@
+//! Gemma 4's forward on the tiny random-weight file (`common::gemma4`, whose logits equal
+//! llama.cpp's: `llamacpp_conformance.rs`): decoding token by token gives the logits of
+//! one pass, with both kernel sets; a state truncated and re-fed gives those of a fresh
+//! prefill; the layers that read an earlier layer's K/V keep none; and the memory
+//! figures read from the header are those of the loaded model.
+
+mod common;
+
+use candle_core::{DType, Device, Tensor};
+use pocketchat::engine::model::file_facts;
+use pocketchat::engine::state::LayerMemory;
+use pocketchat::engine::{Kernels, Model};
+
+const TOKENS: [u32; 12] = [5, 17, 200, 3, 99, 42, 7, 255, 256, 1, 64, 128];
+
+fn tiny(dir: &std::path::Path) -> std::path::PathBuf {
+    common::gemma4::write_tiny_gemma4(dir, 41)
+}
+
+/// Largest difference between two logits rows, relative to the largest logit.
+fn relative_diff(a: &Tensor, b: &Tensor) -> f32 {
+    let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+    common::max_abs_diff(a, b) / scale
+}
+
+#[test]
+fn gemma4_decodes_step_by_step_as_one_full_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny(dir.path());
+    for kernels in [Kernels::Candle, Kernels::Fast] {
+        let model = Model::load(&path, &Device::Cpu, kernels, |_| {}).unwrap();
+        let full = model.forward_all(&TOKENS, &mut model.make_state(64, DType::F32)).unwrap();
+        // A prefill of 3 (inside the window of 5), then one token at a time past it.
+        let mut state = model.make_state(64, DType::F32);
+        let mut rows = vec![model.forward(&TOKENS[..3], &mut state).unwrap()];
+        for &t in &TOKENS[3..] {
+            rows.push(model.forward(&[t], &mut state).unwrap());
+        }
+        assert_eq!(state.len(), TOKENS.len());
+        for (i, row) in rows.iter().enumerate() {
+            let expected = full.get(2 + i).unwrap();
+            let diff = relative_diff(row, &expected);
+            assert!(diff < 1e-4, "{kernels:?}: position {} differs by {diff} of the largest logit", 2 + i);
+        }
+    }
+}
+
+#[test]
+fn candle_and_fast_kernels_agree_on_gemma4() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny(dir.path());
+    let run = |kernels| {
+        let model = Model::load(&path, &Device::Cpu, kernels, |_| {}).unwrap();
+        model.forward_all(&TOKENS, &mut model.make_state(64, DType::F32)).unwrap()
+    };
+    let (candle, fast) = (run(Kernels::Candle), run(Kernels::Fast));
+    let diff = relative_diff(&fast, &candle);
+    assert!(diff < 1e-4, "the kernel sets differ by {diff} of the largest logit");
+}
+
+#[test]
+fn a_truncated_gemma4_state_refed_equals_a_fresh_prefill() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny(dir.path());
+    for dtype in [DType::F32, DType::F16] {
+        let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+        let mut state = model.make_state(64, dtype);
+        assert!(!state.is_recurrent());
+        model.forward(&TOKENS, &mut state).unwrap();
+        assert_eq!(state.truncate(7), 7);
+        let ours = model.forward(&[42, 7, 9], &mut state).unwrap();
+        let prompt: Vec<u32> = TOKENS[..7].iter().copied().chain([42, 7, 9]).collect();
+        let expected = model.forward(&prompt, &mut model.make_state(64, dtype)).unwrap();
+        let diff = relative_diff(&ours, &expected);
+        assert!(diff < 1e-3, "{dtype:?}: after the truncation the logits differ by {diff} of the largest");
+    }
+}
+
+#[test]
+fn gemma4_layers_sharing_kv_keep_none_and_the_header_facts_are_the_models() {
+    use common::gemma4::{HEAD_DIM_GLOBAL, HEAD_DIM_SLIDING, SLIDING};
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny(dir.path());
+    let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+    assert_eq!(model.config.n_layers, SLIDING.len());
+    assert_eq!(model.config.head_dim, HEAD_DIM_GLOBAL);
+    assert_eq!(model.config.ffn_length, 2 * common::FFN, "the widest FFN");
+    let state = model.make_state(64, DType::F32);
+    let kv = LayerMemory::KeysValues;
+    let expected =
+        [kv.clone(), kv.clone(), kv.clone(), kv.clone(), kv, LayerMemory::SharedKeysValues(3), LayerMemory::SharedKeysValues(4)];
+    assert_eq!(state.memory(), expected);
+    assert!(!state.uniform(), "two head sizes, shared layers");
+
+    // K and V per token of the five layers with their own: three sliding, two global.
+    let f16 = 2;
+    let kv_bytes = (2 * common::KV_HEADS * (3 * HEAD_DIM_SLIDING + 2 * HEAD_DIM_GLOBAL) * f16) as u64;
+    let loaded = model.facts(DType::F16);
+    assert_eq!(loaded.kv_bytes_per_token, kv_bytes);
+    let header = file_facts(&path, DType::F16, Kernels::Fast).unwrap().facts;
+    assert_eq!(header, loaded);
+
+    // The state's buffers hold what the facts say, once grown.
+    let mut state = model.make_state(64, DType::F16);
+    model.forward(&TOKENS, &mut state).unwrap();
+    assert_eq!(state.kv_bytes(), kv_bytes * state.capacity() as u64);
+}
+
+/// The per-layer token table is read a row per token in place: counted as mapped file
+/// memory, not as the process's own.
+#[test]
+fn the_per_layer_table_is_mapped_not_copied() {
+    use common::gemma4::{PER_LAYER, SLIDING};
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny(dir.path());
+    let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+    let table = (model.config.vocab_size * SLIDING.len() * PER_LAYER * 4) as u64;
+    let facts = model.facts(DType::F16);
+    assert!(facts.mapped_bytes >= table, "{} mapped, the table alone is {table}", facts.mapped_bytes);
+    assert!(facts.weights_bytes < table, "{} on the heap", facts.weights_bytes);
+}
+
+/// A file holding a vision tower besides the text model is refused, saying why.
+#[test]
+fn a_gemma4_file_with_a_vision_tower_is_refused() {
+    use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny(dir.path());
+    let mut f = std::fs::File::open(&path).unwrap();
+    let content = gguf_file::Content::read(&mut f).unwrap();
+    let mut tensors: Vec<(String, QTensor)> =
+        content.tensor_infos.keys().map(|n| (n.clone(), content.tensor(&mut f, n, &Device::Cpu).unwrap())).collect();
+    let patch = Tensor::zeros((8, 8), DType::F32, &Device::Cpu).unwrap();
+    tensors.push(("v.patch_embd.weight".into(), QTensor::quantize(&patch, GgmlDType::F32).unwrap()));
+    let with_vision = dir.path().join("with-vision.gguf");
+    let meta: Vec<(&str, &gguf_file::Value)> = content.metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    gguf_file::write(&mut std::fs::File::create(&with_vision).unwrap(), &meta, &refs).unwrap();
+    let err = Model::load(&with_vision, &Device::Cpu, Kernels::Fast, |_| {}).err().expect("refused");
+    assert!(err.to_string().contains("vision or audio tower"), "{err}");
+}
