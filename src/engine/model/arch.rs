@@ -64,6 +64,9 @@ pub struct ArchTraits {
     /// Gemma 4's attention: values RMS-normalized per head (without a weight) before they
     /// are cached, and scores not divided by √head_dim (the q/k norms set their scale).
     pub normed_values: bool,
+    /// Logits become `cap · tanh(logits / cap)` with the file's `final_logit_softcapping`,
+    /// or this cap where it gives none (llama.cpp's default, 30, for gemma4).
+    pub final_softcap: Option<f32>,
 }
 
 impl ArchTraits {
@@ -89,6 +92,7 @@ impl ArchTraits {
             short_conv: false,
             delta_net: false,
             normed_values: false,
+            final_softcap: None,
         };
         match arch {
             "llama" => Some(llama),
@@ -112,6 +116,7 @@ impl ArchTraits {
                 scale_embeddings: true,
                 activation: Activation::Gelu,
                 normed_values: true,
+                final_softcap: Some(30.0),
                 ..llama
             }),
             // Short gated convolutions in the layers whose `attention.head_count_kv` is 0

@@ -1186,9 +1186,10 @@ impl Model {
             positions,
             embedding_scale: traits.scale_embeddings.then(|| (embedding_length as f64).sqrt()),
             per_layer,
-            final_softcap: ld.meta_f32_or("final_logit_softcapping", 0.0).gt(&0.0).then(|| {
-                f64::from(ld.meta_f32_or("final_logit_softcapping", 0.0))
-            }),
+            final_softcap: traits
+                .final_softcap
+                .map(|cap| f64::from(ld.meta_f32_or("final_logit_softcapping", cap)))
+                .filter(|&cap| cap > 0.0),
             activation: traits.activation,
             kernels,
         })
