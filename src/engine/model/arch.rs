@@ -150,6 +150,16 @@ mod tests {
     }
 
     #[test]
+    fn gemma4_reads_its_sliding_layers_from_the_file_and_caps_its_logits() {
+        let gemma4 = ArchTraits::of("gemma4").unwrap();
+        let windows = gemma4.sliding_windows.unwrap();
+        assert_eq!((windows.pattern, windows.slides(3)), (None, None));
+        assert!(gemma4.normed_values && gemma4.scale_embeddings && gemma4.rope_neox);
+        assert_eq!((gemma4.activation, gemma4.final_softcap), (Activation::Gelu, Some(30.0)));
+        assert!(!ArchTraits::of("gemma3").unwrap().normed_values);
+    }
+
+    #[test]
     fn gemma3_slides_on_five_layers_of_six() {
         let w = ArchTraits::of("gemma3").unwrap().sliding_windows.unwrap();
         let sliding: Vec<bool> = (0..12).map(|i| w.slides(i).unwrap()).collect();

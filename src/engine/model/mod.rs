@@ -101,6 +101,10 @@ pub struct ModelConfig {
     /// Weights read in place from the mapped file (`engine::weights`): clean pages the OS
     /// may drop and read again, not counted by jetsam.
     pub mapped_weight_bytes: u64,
+    /// Of `mapped_weight_bytes`, tables read a row per token and never multiplied
+    /// (gemma4's `per_layer_token_embd`): a chat touches the rows of the tokens it holds
+    /// only, so the fit check does not count them as resident.
+    pub lookup_table_bytes: u64,
     /// The matrices copied to the heap rather than read in place, with their types: the
     /// named exceptions to the mapping (empty when everything runs in place).
     pub copied_matrices: Vec<String>,
@@ -385,10 +389,13 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
             continue;
         };
         let copied = super::cpu::qlinear::heap_bytes(t.ggml_dtype, elements, columns, kernels, true);
-        // The table is looked up in place unless the tied output layer copies it; so is
-        // gemma4's per-layer table, never multiplied.
-        let table = (name == "token_embd.weight" && !tied) || name == "per_layer_token_embd.weight";
-        let in_place = copied == 0 || table;
+        // The table is looked up in place unless the tied output layer copies it. gemma4's
+        // per-layer table is only ever looked up: mapped, a row per token touched, not
+        // counted as resident (`ModelConfig::lookup_table_bytes`).
+        if name == "per_layer_token_embd.weight" {
+            continue;
+        }
+        let in_place = copied == 0 || (name == "token_embd.weight" && !tied);
         if in_place {
             mapped += file;
         } else {
@@ -1162,6 +1169,7 @@ impl Model {
             file_bytes,
             heap_weight_bytes,
             mapped_weight_bytes,
+            lookup_table_bytes: table_mapped,
             copied_matrices,
             candle_fallbacks: candle_fallbacks(&layers, kernels, device.is_cpu()),
         };
@@ -1236,7 +1244,7 @@ impl Model {
             super::cpu::attention::prefill_attention(self.kernels, self.device.is_cpu(), c.head_dim, c.sliding_window);
         ModelFacts {
             weights_bytes: c.heap_weight_bytes,
-            mapped_bytes: c.mapped_weight_bytes,
+            mapped_bytes: c.mapped_weight_bytes - c.lookup_table_bytes,
             kv_bytes_per_token: self.kv_bytes_per_token(kv),
             recurrent_bytes: self.recurrent_bytes(),
             context: self.max_positions(),
