@@ -87,8 +87,15 @@ fn gemma4_layers_sharing_kv_keep_none_and_the_header_facts_are_the_models() {
     assert_eq!(model.config.ffn_length, 2 * common::FFN, "the widest FFN");
     let state = model.make_state(64, DType::F32);
     let kv = LayerMemory::KeysValues;
-    let expected =
-        [kv.clone(), kv.clone(), kv.clone(), kv.clone(), kv, LayerMemory::SharedKeysValues(3), LayerMemory::SharedKeysValues(4)];
+    let expected = [
+        kv.clone(),
+        kv.clone(),
+        kv.clone(),
+        kv.clone(),
+        kv,
+        LayerMemory::SharedKeysValues(3),
+        LayerMemory::SharedKeysValues(4),
+    ];
     assert_eq!(state.memory(), expected);
     assert!(!state.uniform(), "two head sizes, shared layers");
 
@@ -152,7 +159,8 @@ fn a_gemma4_conversation_is_not_saved_to_a_state_file_yet() {
     let dir = tempfile::tempdir().unwrap();
     let path = tiny(dir.path());
     let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
-    let mut session = Session::new(model.make_state(64, DType::F32), ChatTemplate::new(None, "<bos>", "<eos>")).unwrap();
+    let mut session =
+        Session::new(model.make_state(64, DType::F32), ChatTemplate::new(None, "<bos>", "<eos>")).unwrap();
     model.forward(&TOKENS, &mut session.state).unwrap();
     let id = ModelIdentity { sha256: "ab".repeat(32), bytes: 1234 };
     let file = dir.path().join("chat.pcstate");

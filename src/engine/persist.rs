@@ -86,7 +86,8 @@ pub struct ModelIdentity {
 }
 
 /// Why a Gemma 4 conversation is not saved: the format holds one K/V size for every layer.
-const NOT_UNIFORM: &str = "state files do not hold layers of different head sizes or shared keys and values (Gemma 4) yet";
+const NOT_UNIFORM: &str =
+    "state files do not hold layers of different head sizes or shared keys and values (Gemma 4) yet";
 
 #[derive(Serialize, Deserialize)]
 struct Header {

@@ -112,7 +112,10 @@ pub fn write_tiny_gemma4(dir: &Path, seed: u64) -> PathBuf {
         (format!("{a}.rope.freq_base"), Value::F32(1_000_000.0)),
         (format!("{a}.rope.freq_base_swa"), Value::F32(10_000.0)),
         (format!("{a}.attention.sliding_window"), u(WINDOW)),
-        (format!("{a}.attention.sliding_window_pattern"), Value::Array(SLIDING.iter().map(|&b| Value::Bool(b)).collect())),
+        (
+            format!("{a}.attention.sliding_window_pattern"),
+            Value::Array(SLIDING.iter().map(|&b| Value::Bool(b)).collect()),
+        ),
         (format!("{a}.attention.shared_kv_layers"), u(SHARED_KV_LAYERS)),
         (format!("{a}.final_logit_softcapping"), Value::F32(SOFTCAP)),
         ("tokenizer.ggml.model".into(), s("gpt2")),

@@ -1109,7 +1109,9 @@ impl Model {
                         .matrices()
                         .into_iter()
                         .chain([("ffn_gate", &l.w_gate), ("ffn_up", &l.w_up), ("ffn_down", &l.w_down)])
-                        .chain(l.input.iter().flat_map(|input| [("inp_gate", &input.gate), ("proj", &input.projection)]))
+                        .chain(
+                            l.input.iter().flat_map(|input| [("inp_gate", &input.gate), ("proj", &input.projection)]),
+                        )
                         .map(move |(name, l)| (format!("blk.{i}.{name}"), l))
                 })
                 .chain([("output".to_string(), &output)])
@@ -1412,7 +1414,8 @@ impl Model {
         };
         // One activation quantization and one parallel region for q, k and v (those the
         // layer has).
-        let linears: Vec<&Linear> = [Some(&layer.wq), layer.wk.as_ref(), layer.wv.as_ref()].into_iter().flatten().collect();
+        let linears: Vec<&Linear> =
+            [Some(&layer.wq), layer.wk.as_ref(), layer.wv.as_ref()].into_iter().flatten().collect();
         let mut outputs = Linear::forward_many(&linears, h)?.into_iter();
         let q = with_bias(outputs.next().expect("a query per layer"), &layer.bq)?;
         // A gated layer's q rows hold each head's query, then its gate.
@@ -1445,8 +1448,10 @@ impl Model {
                     Some(v) => with_bias(v, &layer.bv)?,
                     None => k.clone(),
                 };
-                let k = head_norm(k.reshape((1, n, c.n_kv_heads, hd))?, &layer.k_norm)?.transpose(1, 2)?.contiguous()?;
-                let v = head_norm(v.reshape((1, n, c.n_kv_heads, hd))?, &layer.v_norm)?.transpose(1, 2)?.contiguous()?;
+                let k =
+                    head_norm(k.reshape((1, n, c.n_kv_heads, hd))?, &layer.k_norm)?.transpose(1, 2)?.contiguous()?;
+                let v =
+                    head_norm(v.reshape((1, n, c.n_kv_heads, hd))?, &layer.v_norm)?.transpose(1, 2)?.contiguous()?;
                 state.write(index, pos, &rope(k)?, &v)?;
                 index
             }
