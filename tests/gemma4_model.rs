@@ -170,3 +170,60 @@ fn a_gemma4_conversation_is_not_saved_to_a_state_file_yet() {
     assert!(!file.exists());
     assert_eq!(session.state.len(), TOKENS.len());
 }
+
+/// A chat through a `Session` on a small Gemma 4 file with the real vocabulary
+/// (`ggml-vocab-gemma-4.gguf`, 262,144 pieces) and chat template (llama.cpp's suite):
+/// four layers (sliding, global, and two reading their K/V), Q8_0, width 64. Each turn
+/// feeds its own tokens and at most the last reply again, after every prompt the logits
+/// equal a fresh prefill's, and `<turn|>` ends a reply.
+#[test]
+fn a_gemma4_chat_with_its_real_vocabulary_matches_a_fresh_prefill_each_turn() {
+    use candle_core::quantized::gguf_file::Value;
+    use candle_core::quantized::GgmlDType;
+    use common::gemma4::{write_gemma4, Gemma4Spec};
+    use pocketchat::engine::template::ChatTemplate;
+    use pocketchat::engine::tokenizer::TextTokenizer;
+    use pocketchat::engine::Session;
+    let suite = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/llamacpp-suite");
+    let template = std::fs::read_to_string(suite.join("templates/google-gemma-4-31B-it.jinja"))
+        .expect("models/llamacpp-suite is missing: run scripts/fetch-llamacpp-suite.sh");
+    let (mut keys, n_vocab) = common::lfm2::vocabulary_of(&suite.join("ggml-vocab-gemma-4.gguf"));
+    keys.push(("tokenizer.chat_template".into(), Value::String(template)));
+    let spec = Gemma4Spec {
+        sliding: vec![true, false, true, false],
+        shared_kv_layers: 2,
+        width: 64,
+        per_layer: 32,
+        dtype: GgmlDType::Q8_0,
+        vocabulary: Some((keys, n_vocab)),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_gemma4(dir.path(), "gemma4-chat.gguf", &spec, 43);
+    let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+    assert_eq!(model.config.vocab_size, 262_144);
+    let (content, _) = pocketchat::engine::model::read_gguf(&path).unwrap();
+    let tok = TextTokenizer::from_gguf(&content).unwrap();
+    let mut s = Session::new(model.make_state(2048, DType::F16), ChatTemplate::for_model(&content, &tok)).unwrap();
+    let reply_of = |i: usize| format!("Answer {i}: the keeper lit the lamp {} times.", i + 2);
+    for i in 0..4 {
+        let message = format!("Turn {i}: tell me about lighthouses and the number {}.", i * 7);
+        let before = s.state.len();
+        let p = s.prepare_turn(&model, &tok, &message, 32).unwrap();
+        assert_eq!(p.dropped_tokens, 0);
+        // The turn's own tokens are fed, and (as with Qwen3.5) the last reply again: the
+        // template renders a finished reply otherwise than the cache holds it after the
+        // generation prompt, so the session cuts back and re-feeds it.
+        let refed = p.fed_tokens - (s.state.len() - before);
+        let last_reply = if i == 0 { 0 } else { tok.encode_text(&reply_of(i - 1)).unwrap().len() };
+        assert!(refed <= last_reply + 8, "turn {i}: {refed} tokens fed again, the last reply is {last_reply}");
+        let fresh = model.forward(s.state.tokens(), &mut model.make_state(2048, DType::F16)).unwrap();
+        let diff = relative_diff(&p.logits, &fresh);
+        assert!(diff < 1e-3, "turn {i}: the logits differ from a fresh prefill's by {diff} of the largest");
+        let reply = reply_of(i);
+        model.forward(&tok.encode_text(&reply).unwrap(), &mut s.state).unwrap();
+        s.finish_reply(&reply);
+    }
+    let end_of_turn = tok.encode("<turn|>").unwrap();
+    assert_eq!(end_of_turn.len(), 1);
+    assert!(tok.is_stop(end_of_turn[0]), "`<turn|>` ends a reply");
+}
