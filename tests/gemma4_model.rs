@@ -129,24 +129,34 @@ fn the_per_layer_table_is_mapped_and_not_counted_resident() {
     assert!(facts.weights_bytes < table, "{} on the heap", facts.weights_bytes);
 }
 
-/// A file holding a vision tower besides the text model is refused, saying why.
-#[test]
-fn a_gemma4_file_with_a_vision_tower_is_refused() {
+/// `path`'s file with one more f32 tensor `name` of `rows × columns`, written beside it.
+fn with_extra_tensor(path: &std::path::Path, name: &str, (rows, columns): (usize, usize)) -> std::path::PathBuf {
     use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
-    let dir = tempfile::tempdir().unwrap();
-    let path = tiny(dir.path());
-    let mut f = std::fs::File::open(&path).unwrap();
+    let mut f = std::fs::File::open(path).unwrap();
     let content = gguf_file::Content::read(&mut f).unwrap();
     let mut tensors: Vec<(String, QTensor)> =
         content.tensor_infos.keys().map(|n| (n.clone(), content.tensor(&mut f, n, &Device::Cpu).unwrap())).collect();
-    let patch = Tensor::zeros((8, 8), DType::F32, &Device::Cpu).unwrap();
-    tensors.push(("v.patch_embd.weight".into(), QTensor::quantize(&patch, GgmlDType::F32).unwrap()));
-    let with_vision = dir.path().join("with-vision.gguf");
+    let extra = Tensor::zeros((rows, columns), DType::F32, &Device::Cpu).unwrap();
+    tensors.push((name.into(), QTensor::quantize(&extra, GgmlDType::F32).unwrap()));
+    let out = path.with_file_name(format!("with-{name}.gguf"));
     let meta: Vec<(&str, &gguf_file::Value)> = content.metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    gguf_file::write(&mut std::fs::File::create(&with_vision).unwrap(), &meta, &refs).unwrap();
+    gguf_file::write(&mut std::fs::File::create(&out).unwrap(), &meta, &refs).unwrap();
+    out
+}
+
+/// A file holding a vision tower besides the text model is refused, saying why; so is
+/// one with mixture-of-experts layers (26B-A4B's router), which would run wrong.
+#[test]
+fn gemma4_files_with_a_vision_tower_or_experts_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny(dir.path());
+    let with_vision = with_extra_tensor(&path, "v.patch_embd.weight", (8, 8));
     let err = Model::load(&with_vision, &Device::Cpu, Kernels::Fast, |_| {}).err().expect("refused");
     assert!(err.to_string().contains("vision or audio tower"), "{err}");
+    let with_experts = with_extra_tensor(&path, "blk.0.ffn_gate_inp.weight", (4, common::EMBED));
+    let err = Model::load(&with_experts, &Device::Cpu, Kernels::Fast, |_| {}).err().expect("refused");
+    assert!(err.to_string().contains("mixture-of-experts"), "{err}");
 }
 
 /// The state file format holds one K/V size for every layer: a Gemma 4 conversation is

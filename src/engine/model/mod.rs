@@ -970,6 +970,11 @@ impl Model {
                 "it holds a vision or audio tower (tensor `{name}`); only text models run: use a text-only file"
             )));
         }
+        // Mixture-of-experts FFNs (Gemma 4 26B-A4B: a router `ffn_gate_inp` and experts) are
+        // not run: their layers would otherwise run the shared FFN alone.
+        if let Some(name) = content.tensor_infos.keys().find(|n| n.ends_with(".ffn_gate_inp.weight")) {
+            return Err(ld.bad(format!("mixture-of-experts layers (tensor `{name}`) are not supported")));
+        }
 
         let n_heads = ld.meta_u32("attention.head_count")?;
         let n_layers = ld.meta_u32("block_count")?;
