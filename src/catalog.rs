@@ -200,7 +200,8 @@ impl ModelEntry {
             Some(w) => Some(w.window),
             None => (self.arch == "gemma3").then_some(GEMMA3_WIDEST_WINDOW),
         };
-        let attention = crate::engine::cpu::attention::prefill_attention(Kernels::default(), true, s.head_dim, window);
+        let head_dim = s.widest_head_dim();
+        let attention = crate::engine::cpu::attention::prefill_attention(Kernels::default(), true, head_dim, window);
         // Files of the types our kernels read in place are mapped, only their norms (f32)
         // copied; any other is counted as copied whole. Of a per-layer input embedding
         // table (Gemma 4) each token reads one row: it is mapped but not counted as
@@ -216,12 +217,12 @@ impl ModelEntry {
             weights_bytes,
             mapped_bytes,
             kv_bytes_per_token: s.kv_bytes_per_token(KV_BYTES),
-            recurrent_bytes: s.recurrent_bytes().saturating_add(s.window_cache_bytes(KV_BYTES)),
+            recurrent_bytes: s.recurrent_bytes(),
             context: s.context,
             prefill: PrefillShape {
                 heads: s.heads,
                 kv_heads: s.kv_heads,
-                head_dim: s.head_dim,
+                head_dim,
                 width: s.width,
                 ffn: s.ffn,
                 attention,
@@ -669,7 +670,8 @@ mod tests {
             assert!(!m.file.contains("-from-") && !m.label.contains("requantized"), "{} is not published", m.id);
             // Layers that are not plain attention are named within the model, and the
             // facts that follow are sane: every model has some keys and values per token,
-            // and fixed state only where it has recurrent or sliding-window layers.
+            // and fixed state only where it has recurrent layers (the engine's sliding-window
+            // layers keep every position, as the others).
             let s = &m.shape;
             if let Some(attention) = &s.attention_layers {
                 assert!(!attention.is_empty() && attention.windows(2).all(|w| w[0] < w[1]), "{}", m.id);
@@ -679,7 +681,7 @@ mod tests {
             assert!(s.sliding_window.is_none_or(|w| w.window > 0 && w.window < s.context), "{}", m.id);
             let facts = m.facts();
             assert!(facts.kv_bytes_per_token > 0 && facts.context == s.context, "{}", m.id);
-            let fixed_state = !s.recurrent_state.is_empty() || s.sliding_window.is_some();
+            let fixed_state = !s.recurrent_state.is_empty();
             assert_eq!(facts.recurrent_bytes > 0, fixed_state, "{}", m.id);
             // The models of one name share one shape.
             let first = c.models.iter().find(|o| o.name == m.name).unwrap();

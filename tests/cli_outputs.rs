@@ -412,7 +412,8 @@ fn models_json_lists_the_new_models_with_their_fit_on_every_tier() {
     assert_eq!(qwen["kv_bytes_per_token"], 6 * 2 * 2 * 256 * 2);
     assert!(qwen["recurrent_bytes"].as_u64().unwrap() > 0);
     assert_eq!(row("smollm3-3b-q4_k_m")["recurrent_bytes"], 0);
-    // What the engine does not run yet says so; SmolLM3 it runs.
-    assert!(row("gemma-4-e2b-it-q4_k_m")["not_yet"].as_str().unwrap().contains("gemma4"));
+    // SmolLM3 and Gemma 4 it runs; Gemma 4's sliding layers keep every position here.
     assert_eq!(row("smollm3-3b-q8_0")["runs"], true);
+    assert_eq!(row("gemma-4-e2b-it-q4_k_m")["runs"], true);
+    assert_eq!(row("gemma-4-e2b-it-q4_k_m")["recurrent_bytes"], 0);
 }

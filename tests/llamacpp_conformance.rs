@@ -140,8 +140,16 @@ fn perplexity_is_within_one_percent_of_llama_cpp() {
 /// smollm3's four layers include one without rotary embeddings. lfm2's five are short
 /// convolutions and attention, mixed (`common::lfm2`). qwen35's four layers are three gated
 /// delta-net layers and one gated attention layer with partial RoPE (`common::qwen35`).
-const TINY: &[(&str, usize, u64)] =
-    &[("llama", 2, 31), ("qwen3", 2, 33), ("gemma3", 6, 35), ("smollm3", 4, 37), ("lfm2", 5, 39), ("qwen35", 4, 39)];
+/// gemma4's seven layers have every feature of E2B's at a smaller size (`common::gemma4`).
+const TINY: &[(&str, usize, u64)] = &[
+    ("llama", 2, 31),
+    ("qwen3", 2, 33),
+    ("gemma3", 6, 35),
+    ("smollm3", 4, 37),
+    ("lfm2", 5, 39),
+    ("qwen35", 4, 39),
+    ("gemma4", 7, 41),
+];
 /// The prompt of the tiny files.
 const TINY_TOKENS: [u32; 12] = [5, 17, 200, 3, 99, 42, 7, 255, 256, 1, 64, 128];
 
@@ -155,6 +163,10 @@ fn write_tiny(dir: &std::path::Path, arch: &'static str, layers: usize, seed: u6
             common::lfm2::write_lfm2_gguf(dir, "tiny-lfm2.gguf", &spec, seed)
         }
         "qwen35" => common::qwen35::write_tiny_qwen35(dir, layers, seed),
+        "gemma4" => {
+            assert_eq!(common::gemma4::SLIDING.len(), layers);
+            common::gemma4::write_tiny_gemma4(dir, seed)
+        }
         _ => common::write_tiny_gguf(dir, &common::TinySpec::f32_family(arch, layers), seed),
     };
     let named = dir.join(format!("tiny-{arch}.gguf"));

@@ -1,8 +1,10 @@
 //! What the fit check needs of a catalog model's architecture ([`Shape`]), from its
-//! published `config.json`, and the memory that follows from it as llama.cpp and this
-//! engine hold it: keys and values per token of the layers that keep them over the whole
-//! context, the fixed cache of sliding-window layers, and the recurrent state of a
-//! hybrid's other layers with the engine's turn checkpoints.
+//! published `config.json`, and the memory that follows from it as this engine holds it:
+//! keys and values per token of the layers that keep them (sliding-window layers too: the
+//! engine's cache keeps every position of every layer, it has no ring buffer for a
+//! window), and the recurrent state of a hybrid's other layers with the engine's turn
+//! checkpoints. llama.cpp's fixed window cache is given for comparison
+//! ([`Shape::window_cache_bytes`]).
 
 use serde::Deserialize;
 
@@ -90,16 +92,32 @@ impl Shape {
         self.sliding_window.is_some_and(|w| w.slides(i))
     }
 
-    /// Bytes one position adds to the cache of the layers with keys and values that see
-    /// the whole context (sliding-window layers hold a fixed window instead:
-    /// [`Shape::window_cache_bytes`]).
+    /// Bytes one position adds to the cache of the layers with keys and values of their
+    /// own, each with its head size (Gemma 4's global layers have wider heads): as this
+    /// engine holds them, sliding-window layers included (`engine::State` keeps every
+    /// position).
     pub fn kv_bytes_per_token(&self, dtype_bytes: usize) -> u64 {
-        let head_dim = self.global_head_dim.unwrap_or(self.head_dim);
-        let layers = (0..self.layers).filter(|&i| self.keeps_kv(i) && !self.slides(i)).count();
-        crate::memory::kv_bytes_per_token(layers, self.kv_heads, head_dim, dtype_bytes)
+        (0..self.layers)
+            .filter(|&i| self.keeps_kv(i))
+            .map(|i| crate::memory::kv_bytes_per_token(1, self.kv_heads, self.head_dim_of(i), dtype_bytes))
+            .sum()
     }
 
-    /// Bytes of the sliding-window layers' cache as llama.cpp holds it: the window and one
+    /// Layer `i`'s head size.
+    fn head_dim_of(&self, i: usize) -> usize {
+        match self.slides(i) {
+            true => self.head_dim,
+            false => self.global_head_dim.unwrap_or(self.head_dim),
+        }
+    }
+
+    /// The widest heads of any layer: what the prefill's scratch is sized by.
+    pub fn widest_head_dim(&self) -> usize {
+        self.head_dim.max(self.global_head_dim.unwrap_or(0))
+    }
+
+    /// Bytes of the sliding-window layers' cache as llama.cpp holds it (for comparison:
+    /// this engine keeps every position, [`Shape::kv_bytes_per_token`]): the window and one
     /// micro-batch, rounded up to 256 positions, whatever the conversation's length.
     pub fn window_cache_bytes(&self, dtype_bytes: usize) -> u64 {
         let Some(w) = self.sliding_window else { return 0 };
@@ -155,19 +173,24 @@ mod tests {
         assert_eq!(s.recurrent_bytes(), (1 + MAX_CHECKPOINTS as u64) * 10 * 2 * 2048 * 4);
     }
 
-    /// Gemma 4 E2B as llama.cpp holds it: of its 35 layers the last 20 reuse earlier
-    /// layers' keys and values; of the first 15, layers 4, 9 and 14 are global (one KV
-    /// head of 512) and grow with the chat, the 12 others slide over 512 positions and
-    /// hold a fixed cache of 512 + one 512-token micro-batch.
+    /// Gemma 4 E2B as this engine holds it: of its 35 layers the last 20 reuse earlier
+    /// layers' keys and values; the first 15 keep theirs for every position: layers 4, 9
+    /// and 14 are global (one KV head of 512), the 12 others slide over 512 positions
+    /// (heads of 256) but keep every position too. llama.cpp would hold those 12 in a fixed
+    /// cache of 512 + one 512-token micro-batch.
     #[test]
-    fn gemma4_counts_global_layers_per_token_and_a_fixed_window_for_the_sliding_ones() {
+    fn gemma4_counts_every_layer_with_its_own_kv_per_token_with_its_head_size() {
         let s = shape_of("gemma-4-e2b-it-q4_k_m");
-        assert_eq!(s.kv_bytes_per_token(2), 3 * 2 * 512 * 2);
+        assert_eq!(s.kv_bytes_per_token(2), 2 * (3 * 512 + 12 * 256) * 2);
         assert_eq!(s.window_cache_bytes(2), 12 * 2 * 256 * 2 * 1024);
         assert_eq!(s.recurrent_bytes(), 0);
+        assert_eq!(s.widest_head_dim(), 512);
         let entry = catalog().get("gemma-4-e2b-it-q4_k_m").unwrap();
         let facts = entry.facts();
-        assert_eq!(facts.recurrent_bytes, s.window_cache_bytes(2), "the window is fixed per chat");
+        assert_eq!(facts.recurrent_bytes, 0, "no fixed window: the sliding layers grow with the chat");
+        // E4B: 24 of 42 layers keep K/V, every sixth global; two KV heads.
+        let e4b = shape_of("gemma-4-e4b-it-q4_k_m");
+        assert_eq!(e4b.kv_bytes_per_token(2), 2 * 2 * (4 * 512 + 20 * 256) * 2);
         // The per-layer input table (262,144 × 35 × 256 weights) is mapped, not resident.
         assert_eq!(s.per_layer_input_params(), 262_144 * 35 * 256);
         assert!(facts.mapped_bytes < entry.estimated_bytes() * 6 / 10, "{facts:?}");

@@ -85,6 +85,10 @@ pub struct ModelIdentity {
     pub bytes: u64,
 }
 
+/// Why a Gemma 4 conversation is not saved: the format holds one K/V size for every layer.
+const NOT_UNIFORM: &str =
+    "state files do not hold layers of different head sizes or shared keys and values (Gemma 4) yet";
+
 #[derive(Serialize, Deserialize)]
 struct Header {
     model: ModelIdentity,
@@ -108,7 +112,7 @@ fn recurrent_shapes(state: &super::State) -> Vec<Vec<Vec<usize>>> {
         .memory()
         .iter()
         .map(|m| match m {
-            LayerMemory::KeysValues => Vec::new(),
+            LayerMemory::KeysValues | LayerMemory::SharedKeysValues(_) => Vec::new(),
             LayerMemory::Recurrent(shapes) => shapes.clone(),
         })
         .collect()
@@ -122,6 +126,9 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
         return Err(StateFileError::WontOverwrite { path: path.to_path_buf(), why: e.to_string() });
     }
     let io = |e: std::io::Error| StateFileError::Io(Cause::new(e));
+    if !session.state.uniform() {
+        return Err(StateFileError::Encode(Cause::msg(NOT_UNIFORM)));
+    }
     let (n_kv_heads, head_dim) = session.state.shape();
     let snapshots = session.state.recurrent_snapshots();
     let header = Header {
@@ -353,6 +360,9 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
     let mut f = open_state_file(path)?;
     let Prefix { version, header, header_len, file_len } = read_header(&mut f, path)?;
     check_model(&header, model)?;
+    if !session.state.uniform() {
+        return Err(StateFileError::Unreadable(Cause::msg(NOT_UNIFORM)));
+    }
     let (n_kv, hd) = session.state.shape();
     let shapes = recurrent_shapes(&session.state);
     let saved_shapes = if header.recurrent.is_empty() { vec![Vec::new(); header.n_layers] } else { header.recurrent };

@@ -38,6 +38,9 @@ pub enum LayerMemory {
     KeysValues,
     /// Tensors of these shapes, replaced by each call (zeros before the first token).
     Recurrent(Vec<Vec<usize>>),
+    /// Nothing of its own: the layer attends over the keys and values of the earlier
+    /// layer of this index (Gemma 4's last layers).
+    SharedKeysValues(usize),
 }
 
 /// The recurrent tensors of every layer (`None` for attention layers) after `len` tokens.
@@ -50,7 +53,8 @@ pub struct State {
     /// Token ids must be below this (the model's embedding rows).
     vocab_size: usize,
     n_kv_heads: usize,
-    head_dim: usize,
+    /// Each layer's head size (Gemma 4's sliding and global layers differ).
+    head_dims: Vec<usize>,
     max_tokens: usize,
     dtype: DType,
     device: Device,
@@ -68,20 +72,22 @@ pub struct State {
 }
 
 impl State {
-    /// A state for a model whose layers keep `memory` (one entry per layer).
+    /// A state for a model whose layers keep `memory` and have heads of `head_dims` (one
+    /// entry per layer each).
     pub(crate) fn new(
         vocab_size: usize,
         memory: Vec<LayerMemory>,
         n_kv_heads: usize,
-        head_dim: usize,
+        head_dims: Vec<usize>,
         max_tokens: usize,
         dtype: DType,
         device: Device,
     ) -> State {
+        debug_assert_eq!(memory.len(), head_dims.len());
         State {
             vocab_size,
             n_kv_heads,
-            head_dim,
+            head_dims,
             max_tokens,
             dtype,
             device,
@@ -123,9 +129,19 @@ impl State {
         self.max_tokens
     }
 
-    /// `(n_kv_heads, head_dim)` of every layer's buffers.
+    /// `(n_kv_heads, head_dim)` of every layer's buffers: the largest head size where
+    /// layers differ (see [`State::uniform`]).
     pub fn shape(&self) -> (usize, usize) {
-        (self.n_kv_heads, self.head_dim)
+        (self.n_kv_heads, self.head_dims.iter().copied().max().unwrap_or(0))
+    }
+
+    /// Whether every layer keeps keys and values of its own of one head size, or a
+    /// recurrent state (not so for Gemma 4: layers of two head sizes, and layers that read
+    /// an earlier layer's).
+    pub fn uniform(&self) -> bool {
+        let kv = self.memory.iter().zip(&self.head_dims).filter(|(m, _)| **m == LayerMemory::KeysValues);
+        let shared = self.memory.iter().any(|m| matches!(m, LayerMemory::SharedKeysValues(_)));
+        !shared && kv.map(|(_, d)| d).collect::<std::collections::BTreeSet<_>>().len() <= 1
     }
 
     pub fn n_layers(&self) -> usize {
@@ -153,8 +169,14 @@ impl State {
 
     /// Bytes of the K/V buffers.
     pub fn kv_bytes(&self) -> u64 {
-        let attention = self.memory.iter().filter(|m| **m == LayerMemory::KeysValues).count();
-        (2 * attention * self.n_kv_heads * self.capacity * self.head_dim * self.dtype.size_in_bytes()) as u64
+        let head_dims: usize = self
+            .memory
+            .iter()
+            .zip(&self.head_dims)
+            .filter(|(m, _)| **m == LayerMemory::KeysValues)
+            .map(|(_, d)| d)
+            .sum();
+        (2 * self.n_kv_heads * self.capacity * head_dims * self.dtype.size_in_bytes()) as u64
     }
 
     /// Bytes of the recurrent tensors and their checkpoints (0 without recurrent layers).
@@ -272,12 +294,12 @@ impl State {
 
     fn resize(&mut self, capacity: usize) -> Result<()> {
         let len = self.len();
-        let shape = (1, self.n_kv_heads, capacity, self.head_dim);
-        for (slot, memory) in self.layers.iter_mut().zip(&self.memory) {
+        for ((slot, memory), &head_dim) in self.layers.iter_mut().zip(&self.memory).zip(&self.head_dims) {
             if capacity == 0 || *memory != LayerMemory::KeysValues {
                 *slot = None;
                 continue;
             }
+            let shape = (1, self.n_kv_heads, capacity, head_dim);
             let k = Tensor::zeros(shape, self.dtype, &self.device)?;
             let v = Tensor::zeros(shape, self.dtype, &self.device)?;
             if let Some(old) = slot.take() {
@@ -423,7 +445,7 @@ impl State {
 /// Zeros of a recurrent layer's shapes; `None` for an attention layer.
 fn zeros(memory: &LayerMemory, device: &Device) -> Result<Option<Vec<Tensor>>> {
     match memory {
-        LayerMemory::KeysValues => Ok(None),
+        LayerMemory::KeysValues | LayerMemory::SharedKeysValues(_) => Ok(None),
         LayerMemory::Recurrent(shapes) => {
             Ok(Some(shapes.iter().map(|s| Tensor::zeros(s.as_slice(), DType::F32, device)).collect::<Result<_, _>>()?))
         }
@@ -435,7 +457,7 @@ pub fn recurrent_bytes_of(memory: &[LayerMemory]) -> u64 {
     let elements: usize = memory
         .iter()
         .map(|m| match m {
-            LayerMemory::KeysValues => 0,
+            LayerMemory::KeysValues | LayerMemory::SharedKeysValues(_) => 0,
             LayerMemory::Recurrent(shapes) => shapes.iter().map(|s| s.iter().product::<usize>()).sum(),
         })
         .sum();

@@ -44,8 +44,7 @@ pub struct ModelFacts {
     pub kv_bytes_per_token: u64,
     /// Bytes of the recurrent state of a hybrid model's other layers (short convolutions,
     /// gated delta-net) with its turn checkpoints: fixed per chat whatever its length; 0
-    /// for a plain transformer. The catalog's estimate for a model whose sliding-window
-    /// layers keep a fixed window (Gemma 4, as llama.cpp holds it) counts that cache here.
+    /// for a plain transformer.
     pub recurrent_bytes: u64,
     /// The model's own context length.
     pub context: usize,

@@ -10,6 +10,7 @@ use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
+pub mod gemma4;
 pub mod qwen35;
 
 /// The default model; the test suite fetches it before running (scripts/test).

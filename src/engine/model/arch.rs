@@ -4,7 +4,8 @@
 //! sizes (heads, widths, windows, RoPE bases) come from the file's own metadata.
 
 /// GGUF `general.architecture` values this engine loads: those [`ArchTraits::of`] knows.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "smollm3", "lfm2", "qwen35"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] =
+    &["llama", "qwen2", "qwen3", "gemma3", "gemma4", "smollm3", "lfm2", "qwen35"];
 
 /// The FFN's gate activation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,15 +20,19 @@ pub enum Activation {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SlidingWindows {
     /// Every `pattern`-th layer is global, the others slide (llama.cpp's `set_swa_pattern`).
-    pub pattern: usize,
-    /// The sliding layers' RoPE base (llama.cpp's `rope_freq_base_train_swa`).
+    /// `None`: the file says, with a flag per layer in `attention.sliding_window_pattern`,
+    /// and gives the sliding layers' head size (`attention.key_length_swa`), rotated
+    /// values (`rope.dimension_count_swa`) and RoPE base (`rope.freq_base_swa`) (Gemma 4).
+    pub pattern: Option<usize>,
+    /// The sliding layers' RoPE base (llama.cpp's `rope_freq_base_train_swa`) where the
+    /// file does not give one.
     pub rope_base: f32,
 }
 
 impl SlidingWindows {
-    /// Whether layer `i` (from 0) is a sliding-window layer.
-    pub fn slides(&self, i: usize) -> bool {
-        i % self.pattern < self.pattern - 1
+    /// Whether layer `i` (from 0) is a sliding-window layer, where a pattern decides.
+    pub fn slides(&self, i: usize) -> Option<bool> {
+        self.pattern.map(|p| i % p < p - 1)
     }
 }
 
@@ -56,6 +61,12 @@ pub struct ArchTraits {
     /// attention layers, which gate their output (`attn_q` is twice as wide: query and gate
     /// per head) and whose pre-FFN norm is named `post_attention_norm`.
     pub delta_net: bool,
+    /// Gemma 4's attention: values RMS-normalized per head (without a weight) before they
+    /// are cached, and scores not divided by √head_dim (the q/k norms set their scale).
+    pub normed_values: bool,
+    /// Logits become `cap · tanh(logits / cap)` with the file's `final_logit_softcapping`,
+    /// or this cap where it gives none (llama.cpp's default, 30, for gemma4).
+    pub final_softcap: Option<f32>,
 }
 
 impl ArchTraits {
@@ -80,6 +91,8 @@ impl ArchTraits {
             output_norm: "output_norm",
             short_conv: false,
             delta_net: false,
+            normed_values: false,
+            final_softcap: None,
         };
         match arch {
             "llama" => Some(llama),
@@ -88,9 +101,22 @@ impl ArchTraits {
             "qwen2" | "qwen3" => Some(ArchTraits { rope_neox: true, ..llama }),
             "gemma3" => Some(ArchTraits {
                 rope_neox: true,
-                sliding_windows: Some(SlidingWindows { pattern: 6, rope_base: 10_000.0 }),
+                sliding_windows: Some(SlidingWindows { pattern: Some(6), rope_base: 10_000.0 }),
                 scale_embeddings: true,
                 activation: Activation::Gelu,
+                ..llama
+            }),
+            // Besides gemma3's block: sliding layers listed by the file with heads of their
+            // own size; per-layer token embeddings (`per_layer_token_embd`) added after each
+            // FFN; the last `attention.shared_kv_layers` layers reuse an earlier layer's
+            // K/V; `final_logit_softcapping`. Read from the file where it has them.
+            "gemma4" => Some(ArchTraits {
+                rope_neox: true,
+                sliding_windows: Some(SlidingWindows { pattern: None, rope_base: 10_000.0 }),
+                scale_embeddings: true,
+                activation: Activation::Gelu,
+                normed_values: true,
+                final_softcap: Some(30.0),
                 ..llama
             }),
             // Short gated convolutions in the layers whose `attention.head_count_kv` is 0
@@ -124,9 +150,19 @@ mod tests {
     }
 
     #[test]
+    fn gemma4_reads_its_sliding_layers_from_the_file_and_caps_its_logits() {
+        let gemma4 = ArchTraits::of("gemma4").unwrap();
+        let windows = gemma4.sliding_windows.unwrap();
+        assert_eq!((windows.pattern, windows.slides(3)), (None, None));
+        assert!(gemma4.normed_values && gemma4.scale_embeddings && gemma4.rope_neox);
+        assert_eq!((gemma4.activation, gemma4.final_softcap), (Activation::Gelu, Some(30.0)));
+        assert!(!ArchTraits::of("gemma3").unwrap().normed_values);
+    }
+
+    #[test]
     fn gemma3_slides_on_five_layers_of_six() {
         let w = ArchTraits::of("gemma3").unwrap().sliding_windows.unwrap();
-        let sliding: Vec<bool> = (0..12).map(|i| w.slides(i)).collect();
+        let sliding: Vec<bool> = (0..12).map(|i| w.slides(i).unwrap()).collect();
         assert_eq!(sliding, [true, true, true, true, true, false, true, true, true, true, true, false]);
     }
 }

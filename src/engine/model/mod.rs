@@ -25,6 +25,13 @@
 //! - `lfm2`: the layers whose `attention.head_count_kv` is 0 mix with a short gated
 //!   convolution ([`short_conv`]) and keep a recurrent state; the others attend with q/k
 //!   head norms and half-split RoPE.
+//! - `gemma4`: gemma3's block with the sliding layers listed by the file, their heads of
+//!   another size (and RoPE over other sizes) than the global layers'; values RMS-normed
+//!   per head and scores not scaled by 1/√head_dim; per-layer inputs (a row of
+//!   `per_layer_token_embd` per token plus a projection of its embedding) gated into the
+//!   residual after each FFN, then a per-layer output scale; the last
+//!   `attention.shared_kv_layers` layers attend over the K/V of the last earlier layer of
+//!   their kind and keep none of their own; logits soft-capped (`final_logit_softcapping`).
 //! - `qwen35`: three layers of every four are gated delta-net linear attention
 //!   (`delta_net.rs`, a recurrent state per layer); the fourth attends with q/k head norms,
 //!   a sigmoid gate on its output (`attn_q` gives query and gate per head) and RoPE over
@@ -94,6 +101,10 @@ pub struct ModelConfig {
     /// Weights read in place from the mapped file (`engine::weights`): clean pages the OS
     /// may drop and read again, not counted by jetsam.
     pub mapped_weight_bytes: u64,
+    /// Of `mapped_weight_bytes`, tables read a row per token and never multiplied
+    /// (gemma4's `per_layer_token_embd`): a chat touches the rows of the tokens it holds
+    /// only, so the fit check does not count them as resident.
+    pub lookup_table_bytes: u64,
     /// The matrices copied to the heap rather than read in place, with their types: the
     /// named exceptions to the mapping (empty when everything runs in place).
     pub copied_matrices: Vec<String>,
@@ -114,6 +125,47 @@ struct Layer {
     w_gate: Linear,
     w_up: Linear,
     w_down: Linear,
+    /// Gemma 4: the gate and projection of this layer's per-layer input.
+    input: Option<LayerInput>,
+    /// Gemma 4: the layer's output is multiplied by this one value (`layer_output_scale`).
+    out_scale: Option<Tensor>,
+}
+
+/// How a Gemma 4 layer adds its per-layer input: `x + norm(proj(gelu(gate(x)) · input))`.
+struct LayerInput {
+    /// `inp_gate`: width → per-layer width.
+    gate: Linear,
+    /// `proj`: per-layer width → width.
+    projection: Linear,
+    /// `post_norm`.
+    norm: Tensor,
+}
+
+/// Gemma 4's per-layer inputs: for each token and layer a vector of `width` values, a
+/// row of the token's in a table (looked up, like the token embeddings) plus a projection
+/// of its embedding, as llama.cpp's `project_per_layer_inputs`.
+struct PerLayerInputs {
+    /// `per_layer_token_embd`: a row of `layers × width` per token.
+    table: Embeddings,
+    /// `per_layer_model_proj`: model width → `layers × width`.
+    projection: Linear,
+    /// `per_layer_proj_norm`, over each layer's `width` values.
+    norm: Tensor,
+    width: usize,
+    layers: usize,
+}
+
+impl PerLayerInputs {
+    /// The inputs of `ids` whose scaled embeddings are `x` `(n, model width)`: `(layers, n,
+    /// width)`, a layer's contiguous.
+    fn of(&self, ids: &[u32], x: &Tensor, eps: f32, device: &Device) -> candle_core::Result<Tensor> {
+        let (n, width) = (ids.len(), x.dim(1)?);
+        let shape = (n, self.layers, self.width);
+        let rows = (self.table.lookup(ids, device)?.reshape(shape)? * (self.width as f64).sqrt())?;
+        let projected = (self.projection.forward(x)? * (1.0 / (width as f64).sqrt()))?.reshape(shape)?;
+        let projected = candle_nn::ops::rms_norm(&projected, &self.norm, eps)?;
+        ((projected + rows)? * std::f64::consts::FRAC_1_SQRT_2)?.transpose(0, 1)?.contiguous()
+    }
 }
 
 /// What mixes information across positions in a layer.
@@ -131,7 +183,7 @@ impl Mixer {
     /// What the layer keeps in a [`State`] between calls.
     fn memory(&self) -> LayerMemory {
         match self {
-            Mixer::Attention(_) => LayerMemory::KeysValues,
+            Mixer::Attention(a) => a.kv_source.map_or(LayerMemory::KeysValues, LayerMemory::SharedKeysValues),
             Mixer::ShortConv(s) => s.memory(),
             Mixer::DeltaNet(d) => d.memory(),
         }
@@ -140,9 +192,11 @@ impl Mixer {
     /// The mixer's weight matrices, by their names in the file after `blk.N.`.
     fn matrices(&self) -> Vec<(&'static str, &Linear)> {
         match self {
-            Mixer::Attention(a) => {
-                vec![("attn_q", &a.wq), ("attn_k", &a.wk), ("attn_v", &a.wv), ("attn_output", &a.wo)]
-            }
+            Mixer::Attention(a) => [("attn_q", Some(&a.wq)), ("attn_k", a.wk.as_ref()), ("attn_v", a.wv.as_ref())]
+                .into_iter()
+                .filter_map(|(name, l)| Some((name, l?)))
+                .chain([("attn_output", &a.wo)])
+                .collect(),
             Mixer::ShortConv(s) => vec![("shortconv.in_proj", &s.in_proj), ("shortconv.out_proj", &s.out_proj)],
             Mixer::DeltaNet(d) => d.matrices(),
         }
@@ -151,6 +205,7 @@ impl Mixer {
     /// The mixer's vectors (norms, biases), copied to the heap as f32.
     fn vectors(&self) -> Vec<&Tensor> {
         match self {
+            // (gemma4's value norm is ones made at load, not a weight of the file)
             Mixer::Attention(a) => [&a.q_norm, &a.k_norm, &a.bq, &a.bk, &a.bv].into_iter().flatten().collect(),
             Mixer::ShortConv(s) => s.vectors(),
             Mixer::DeltaNet(d) => d.vectors(),
@@ -161,8 +216,10 @@ impl Mixer {
 /// Grouped-query self-attention over the K/V the layer keeps in the [`State`].
 struct Attention {
     wq: Linear,
-    wk: Linear,
-    wv: Linear,
+    /// `None` in a layer that reads another layer's K/V.
+    wk: Option<Linear>,
+    /// `None` also where the keys serve as values (Gemma 4 without `attn_v`).
+    wv: Option<Linear>,
     wo: Linear,
     /// qwen2 has biases on q, k, v.
     bq: Option<Tensor>,
@@ -171,6 +228,13 @@ struct Attention {
     /// RMSNorm over each q / k head before RoPE (qwen3, gemma3).
     q_norm: Option<Tensor>,
     k_norm: Option<Tensor>,
+    /// RMSNorm over each v head before it is cached: ones, no weight in the file (gemma4).
+    v_norm: Option<Tensor>,
+    head_dim: usize,
+    /// Scores are multiplied by this: 1/√head_dim, or 1 (gemma4).
+    scale: f64,
+    /// The earlier layer whose K/V this one attends over, keeping none of its own (gemma4).
+    kv_source: Option<usize>,
     /// Sliding-window layers see the last `window` positions only.
     window: Option<usize>,
     /// Index into [`Model::ropes`]; `None` for a layer without positional rotation
@@ -245,6 +309,10 @@ pub struct Model {
     positions: usize,
     /// Embeddings are multiplied by this (gemma3: √width).
     embedding_scale: Option<f64>,
+    /// Gemma 4's per-layer inputs.
+    per_layer: Option<PerLayerInputs>,
+    /// Logits become `cap · tanh(logits / cap)` (gemma4's `final_logit_softcapping`).
+    final_softcap: Option<f64>,
     activation: Activation,
     /// `Candle` keeps every op on candle's own kernels (bit-faithful to the reference);
     /// the others also take the plain-Rust attention kernels of `engine::cpu::attention`.
@@ -292,15 +360,17 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
     let layer_kv_heads = ld.kv_heads_per_layer(layers, heads)?;
     let kv_heads = shared_kv_heads(&layer_kv_heads).unwrap_or(heads);
     let memory = ld.layer_memory(&layer_kv_heads, width)?;
-    let head_dim = match ld.meta_u32("attention.key_length") {
-        Ok(d) => d,
-        Err(_) => width.checked_div(heads).ok_or_else(|| ld.bad("no attention heads"))?,
-    };
+    // An architecture the engine does not run is sized as llama (the catalog lists such files).
+    let traits = ArchTraits::of(&ld.arch).or_else(|| ArchTraits::of("llama")).expect("llama has traits");
+    let plan = ld.layer_plan(&traits, layers)?;
+    // The widest heads: the prefill scratch of the layers that have them.
+    let head_dim = plan.layer_head_dims().into_iter().max().unwrap_or(0);
     let context = ld.meta_u32("context_length").unwrap_or(4096).clamp(1, MAX_ROPE_POSITIONS);
-    let ffn = content
-        .tensor_infos
-        .get("blk.0.ffn_up.weight")
-        .and_then(|t| t.shape.dims().first().copied())
+    // The widest FFN (gemma4's layers sharing K/V have wider ones).
+    let ffn = (0..plan.delta_net.len())
+        .filter_map(|i| content.tensor_infos.get(&format!("blk.{i}.ffn_up.weight")))
+        .filter_map(|t| t.shape.dims().first().copied())
+        .max()
         .unwrap_or(4 * width);
     let weights: u64 = content.tensor_infos.values().map(|t| t.shape.elem_count() as u64).sum();
     let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
@@ -312,11 +382,19 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
         let elements = t.shape.elem_count() as u64;
         let file = elements / t.ggml_dtype.block_size() as u64 * t.ggml_dtype.type_size() as u64;
         let [_, columns] = *t.shape.dims() else {
-            heap += elements * 4;
+            // The RoPE factors are folded into the model's frequencies, not kept.
+            if name != "rope_freqs.weight" {
+                heap += elements * 4;
+            }
             continue;
         };
         let copied = super::cpu::qlinear::heap_bytes(t.ggml_dtype, elements, columns, kernels, true);
-        // The table is looked up in place unless the tied output layer copies it.
+        // The table is looked up in place unless the tied output layer copies it. gemma4's
+        // per-layer table is only ever looked up: mapped, a row per token touched, not
+        // counted as resident (`ModelConfig::lookup_table_bytes`).
+        if name == "per_layer_token_embd.weight" {
+            continue;
+        }
         let in_place = copied == 0 || (name == "token_embd.weight" && !tied);
         if in_place {
             mapped += file;
@@ -329,16 +407,19 @@ pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts>
         None => None,
     };
     let attention = super::cpu::attention::prefill_attention(kernels, true, head_dim, window);
-    // A hybrid's recurrent layers keep no K/V but a fixed-size state (and its checkpoints).
-    let memory: Vec<LayerMemory> = match ArchTraits::of(&ld.arch) {
-        Some(traits) => ld.layer_plan(&traits, layers)?.memory_over(memory),
-        None => memory,
-    };
-    let attention_layers = memory.iter().filter(|m| **m == LayerMemory::KeysValues).count();
+    // A hybrid's recurrent layers keep no K/V but a fixed-size state (and its checkpoints);
+    // gemma4's last layers none: they read an earlier layer's.
+    let memory: Vec<LayerMemory> = plan.memory_over(memory);
+    let kv_bytes_per_token = memory
+        .iter()
+        .zip(plan.layer_head_dims())
+        .filter(|(m, _)| **m == LayerMemory::KeysValues)
+        .map(|(_, head_dim)| crate::memory::kv_bytes_per_token(1, kv_heads, head_dim, kv.size_in_bytes()))
+        .sum();
     let facts = ModelFacts {
         weights_bytes: heap,
         mapped_bytes: mapped,
-        kv_bytes_per_token: crate::memory::kv_bytes_per_token(attention_layers, kv_heads, head_dim, kv.size_in_bytes()),
+        kv_bytes_per_token,
         recurrent_bytes: (1 + MAX_CHECKPOINTS as u64) * super::state::recurrent_bytes_of(&memory),
         context,
         prefill: PrefillShape { heads, kv_heads, head_dim, width, ffn, attention },
@@ -370,13 +451,52 @@ struct LayerPlan {
     delta_net: Vec<Option<DeltaNetShape>>,
     /// The name of the norm before the FFN (after `blk.N.`, before `.weight`).
     ffn_norm: &'static str,
+    /// Whether each layer attends over a sliding window.
+    sliding: Vec<bool>,
+    /// The earlier layer whose K/V a layer reads instead of keeping its own (gemma4).
+    kv_source: Vec<Option<usize>>,
+    /// Head sizes of the global and of the sliding layers (they differ in gemma4).
+    head_dims: HeadDims,
+}
+
+/// Head sizes and rotated values of the global and the sliding-window layers.
+#[derive(Debug, Clone, Copy)]
+struct HeadDims {
+    global: usize,
+    sliding: usize,
+    rope_global: usize,
+    rope_sliding: usize,
 }
 
 impl LayerPlan {
     /// What each layer the forward runs keeps in a [`State`]: a delta-net layer its
-    /// recurrent state, the others what `kept` (from the K/V heads per layer) says.
+    /// recurrent state, a layer reading another's K/V nothing, the others what `kept`
+    /// (from the K/V heads per layer) says.
     fn memory_over(&self, kept: Vec<LayerMemory>) -> Vec<LayerMemory> {
-        self.delta_net.iter().zip(kept).map(|(d, m)| d.map_or(m, |shape| shape.memory())).collect()
+        self.delta_net
+            .iter()
+            .zip(&self.kv_source)
+            .zip(kept)
+            .map(|((d, source), m)| match (d, source) {
+                (Some(shape), _) => shape.memory(),
+                (None, Some(source)) => LayerMemory::SharedKeysValues(*source),
+                (None, None) => m,
+            })
+            .collect()
+    }
+
+    /// Layer `i`'s head size.
+    fn head_dim(&self, i: usize) -> usize {
+        if self.sliding[i] {
+            self.head_dims.sliding
+        } else {
+            self.head_dims.global
+        }
+    }
+
+    /// Every layer's head size.
+    fn layer_head_dims(&self) -> Vec<usize> {
+        (0..self.sliding.len()).map(|i| self.head_dim(i)).collect()
     }
 }
 
@@ -469,8 +589,17 @@ impl Loader<'_> {
     fn layer_plan(&self, traits: &ArchTraits, block_count: usize) -> Result<LayerPlan> {
         let unused_blocks = self.meta_u32("nextn_predict_layers").unwrap_or(0).min(block_count);
         let n_layers = block_count - unused_blocks;
+        let sliding = self.sliding_layers(traits, n_layers)?;
+        let kv_source = self.kv_sources(&sliding)?;
+        let head_dims = self.head_dims()?;
         if !traits.delta_net {
-            return Ok(LayerPlan { delta_net: vec![None; n_layers], ffn_norm: traits.ffn_norm() });
+            return Ok(LayerPlan {
+                delta_net: vec![None; n_layers],
+                ffn_norm: traits.ffn_norm(),
+                sliding,
+                kv_source,
+                head_dims,
+            });
         }
         let shape = DeltaNetShape::read(self)?;
         let recurrent: Vec<bool> = match self.meta("attention.recurrent_layers") {
@@ -488,7 +617,85 @@ impl Loader<'_> {
         Ok(LayerPlan {
             delta_net: recurrent.into_iter().map(|r| r.then_some(shape)).collect(),
             ffn_norm: traits.ffn_norm(),
+            sliding,
+            kv_source,
+            head_dims,
         })
+    }
+
+    /// Which of `n_layers` layers attend over a sliding window: by the architecture's
+    /// pattern, or by the file's flag per layer (`attention.sliding_window_pattern`).
+    fn sliding_layers(&self, traits: &ArchTraits, n_layers: usize) -> Result<Vec<bool>> {
+        let Some(windows) = traits.sliding_windows else { return Ok(vec![false; n_layers]) };
+        if windows.pattern.is_some() {
+            return Ok((0..n_layers).map(|i| windows.slides(i) == Some(true)).collect());
+        }
+        let key = "attention.sliding_window_pattern";
+        let flags = match self.meta(key)? {
+            gguf_file::Value::Array(flags) => flags,
+            v => return Err(self.bad(format!("`{}.{key}` holds {v:?}, not a flag per layer", self.arch))),
+        };
+        if flags.len() < n_layers {
+            return Err(self.bad(format!("`{}.{key}` has {} flags for {n_layers} layers", self.arch, flags.len())));
+        }
+        Ok(flags.iter().take(n_layers).map(|f| matches!(f, gguf_file::Value::Bool(true))).collect())
+    }
+
+    /// The layer each layer reads its K/V from when not its own: the last
+    /// `attention.shared_kv_layers` layers read the last earlier layer of their kind
+    /// (sliding or global), as llama.cpp's gemma4 cache does (`n_layer_kv_from_start`
+    /// minus 2 for sliding layers, minus 1 for global ones).
+    fn kv_sources(&self, sliding: &[bool]) -> Result<Vec<Option<usize>>> {
+        let n_layers = sliding.len();
+        let shared = self.meta_u32("attention.shared_kv_layers").unwrap_or(0);
+        if shared == 0 {
+            return Ok(vec![None; n_layers]);
+        }
+        let own = n_layers.checked_sub(shared).filter(|&own| own >= 2).ok_or_else(|| {
+            self.bad(format!("{shared} of {n_layers} layers share K/V: two layers of their own at least are needed"))
+        })?;
+        (0..n_layers)
+            .map(|i| {
+                if i < own {
+                    return Ok(None);
+                }
+                let source = own - if sliding[i] { 2 } else { 1 };
+                if sliding[source] != sliding[i] {
+                    return Err(self.bad(format!("layer {i} would read the K/V of layer {source}, of the other kind")));
+                }
+                Ok(Some(source))
+            })
+            .collect()
+    }
+
+    /// The global layers' head size (`attention.key_length`, else the width over the
+    /// heads) and the sliding layers' (`attention.key_length_swa`, else the same), and
+    /// the values each rotates (`rope.dimension_count`, `rope.dimension_count_swa`), as
+    /// llama.cpp reads them for every architecture. Values must be as wide as keys.
+    fn head_dims(&self) -> Result<HeadDims> {
+        let width = self.meta_u32("embedding_length")?;
+        let heads = self.meta_u32("attention.head_count")?;
+        let global = match self.meta_u32("attention.key_length") {
+            Ok(d) => d,
+            Err(_) if heads > 0 && width % heads == 0 => width / heads,
+            Err(_) => return Err(self.bad(format!("a width of {width} does not split into {heads} heads"))),
+        };
+        let sliding = self.meta_u32("attention.key_length_swa").unwrap_or(global);
+        let values = self.meta_u32("attention.value_length").unwrap_or(global);
+        let values_sliding = self.meta_u32("attention.value_length_swa").unwrap_or(values);
+        for (keys, values) in [(global, values), (sliding, values_sliding)] {
+            if keys == 0 || keys % 2 != 0 || keys > 1024 || values != keys {
+                return Err(self.bad(format!("unsupported head size: keys {keys}, values {values}")));
+            }
+        }
+        let rope_global = self.meta_u32("rope.dimension_count").unwrap_or(global);
+        let rope_sliding = self.meta_u32("rope.dimension_count_swa").unwrap_or(rope_global);
+        for (rope, head) in [(rope_global, global), (rope_sliding, sliding)] {
+            if rope == 0 || !rope.is_multiple_of(2) || rope > head {
+                return Err(self.bad(format!("unsupported rotary embedding size {rope} for heads of {head}")));
+            }
+        }
+        Ok(HeadDims { global, sliding, rope_global, rope_sliding })
     }
 
     /// The figures in the metadata agree with the tensors in the file: every layer is
@@ -505,14 +712,14 @@ impl Loader<'_> {
         Ok(())
     }
 
-    /// `kv_widths` is each layer's K/V width (0: a short convolution of `taps` taps);
-    /// `q_rows` is `attn_q`'s output (twice `q_width` where it also gives a gate).
+    /// `kv_heads` is each layer's K/V heads (0: a short convolution of `taps` taps); a
+    /// gated layer's `attn_q` gives a gate as wide as its query too.
     fn check_shapes(
         &self,
         plan: &LayerPlan,
         width: usize,
-        (q_rows, q_width): (usize, usize),
-        kv_widths: &[usize],
+        (heads, gated): (usize, bool),
+        kv_heads: &[usize],
         taps: Option<usize>,
     ) -> Result<()> {
         if plan.delta_net.is_empty() {
@@ -526,8 +733,19 @@ impl Loader<'_> {
             }
             Some(_) => {}
         }
-        for (i, (delta_net, &kv_width)) in plan.delta_net.iter().zip(kv_widths).enumerate() {
+        // K/V a layer need not have: a layer reading another's, or (gemma4) values that
+        // are the keys.
+        let optional = |name: &str, dims: &[usize], optional: bool| match optional && !self.has(name) {
+            true => Ok(()),
+            false => self.expect_shape(name, dims),
+        };
+        let values_optional = ArchTraits::of(&self.arch).is_some_and(|t| t.normed_values);
+        for (i, (delta_net, &kv_heads)) in plan.delta_net.iter().zip(kv_heads).enumerate() {
             let p = format!("blk.{i}");
+            let head_dim = plan.head_dim(i);
+            let (q_width, kv_width) = (heads * head_dim, kv_heads * head_dim);
+            let q_rows = if gated { 2 * q_width } else { q_width };
+            let shared = plan.kv_source[i].is_some();
             match (delta_net, taps.filter(|_| kv_width == 0)) {
                 (Some(shape), _) => shape.check(self, i, width)?,
                 (None, Some(taps)) => {
@@ -537,8 +755,8 @@ impl Loader<'_> {
                 }
                 (None, None) => {
                     self.expect_shape(&format!("{p}.attn_q.weight"), &[q_rows, width])?;
-                    self.expect_shape(&format!("{p}.attn_k.weight"), &[kv_width, width])?;
-                    self.expect_shape(&format!("{p}.attn_v.weight"), &[kv_width, width])?;
+                    optional(&format!("{p}.attn_k.weight"), &[kv_width, width], shared)?;
+                    optional(&format!("{p}.attn_v.weight"), &[kv_width, width], shared || values_optional)?;
                     self.expect_shape(&format!("{p}.attn_output.weight"), &[width, q_width])?;
                 }
             }
@@ -602,23 +820,44 @@ impl Loader<'_> {
     fn attention(
         &mut self,
         p: &str,
-        head_dim: usize,
+        plan: &LayerPlan,
         traits: &ArchTraits,
         sliding_window: Option<usize>,
         i: usize,
         kernels: Kernels,
     ) -> Result<Attention> {
-        let sliding = sliding_window.filter(|_| traits.sliding_windows.is_some_and(|w| w.slides(i)));
+        let head_dim = plan.head_dim(i);
+        let sliding = sliding_window.filter(|_| plan.sliding[i]);
         let rotates = traits.no_rope_every.is_none_or(|every| !(i + 1).is_multiple_of(every));
+        let kv_source = plan.kv_source[i];
+        let optional_linear = |ld: &mut Self, name: String| match ld.has(&name) && kv_source.is_none() {
+            true => ld.linear(&name, kernels).map(Some),
+            false => Ok(None),
+        };
+        let wk = optional_linear(self, format!("{p}.attn_k.weight"))?;
+        let wv = optional_linear(self, format!("{p}.attn_v.weight"))?;
+        if kv_source.is_none() && (wk.is_none() || (wv.is_none() && !traits.normed_values)) {
+            return Err(self.bad(format!("missing tensor `{p}.attn_{}.weight`", if wk.is_none() { "k" } else { "v" })));
+        }
         Ok(Attention {
             q_norm: self.optional_norm(&format!("{p}.attn_q_norm.weight"), head_dim)?,
-            k_norm: self.optional_norm(&format!("{p}.attn_k_norm.weight"), head_dim)?,
+            k_norm: match kv_source {
+                None => self.optional_norm(&format!("{p}.attn_k_norm.weight"), head_dim)?,
+                Some(_) => None,
+            },
+            v_norm: match traits.normed_values && kv_source.is_none() {
+                true => Some(Tensor::ones(head_dim, DType::F32, self.device)?),
+                false => None,
+            },
+            head_dim,
+            scale: if traits.normed_values { 1.0 } else { 1.0 / (head_dim as f64).sqrt() },
+            kv_source,
             window: sliding,
-            rope: rotates.then_some(usize::from(sliding.is_some())),
+            rope: rotates.then_some(usize::from(plan.sliding[i])),
             gated: traits.delta_net,
             wq: self.linear(&format!("{p}.attn_q.weight"), kernels)?,
-            wk: self.linear(&format!("{p}.attn_k.weight"), kernels)?,
-            wv: self.linear(&format!("{p}.attn_v.weight"), kernels)?,
+            wk,
+            wv,
             wo: self.linear(&format!("{p}.attn_output.weight"), kernels)?,
             bq: self.optional_vector(&format!("{p}.attn_q.bias"))?,
             bk: self.optional_vector(&format!("{p}.attn_k.bias"))?,
@@ -629,6 +868,66 @@ impl Loader<'_> {
     fn linear(&mut self, name: &str, kernels: Kernels) -> Result<Linear> {
         Linear::mapped(self.mapped(name)?, kernels, self.device).map_err(|e| self.bad(format!("tensor `{name}`: {e}")))
     }
+
+    /// A table looked up a row per token: read in place on the CPU, copied to a GPU.
+    fn embeddings(&self, table: MappedTensor) -> Result<Embeddings> {
+        if self.device.is_cpu() {
+            return Ok(Embeddings::Mapped(table));
+        }
+        let copy = table.to_qtensor(self.device).map_err(|e| self.bad(format!("embedding table: {e}")))?;
+        table.release_pages();
+        Ok(Embeddings::Owned(Arc::new(copy)))
+    }
+
+    /// Gemma 4's per-layer inputs of `width` values for each of `layers` layers.
+    fn per_layer_inputs(
+        &mut self,
+        width: usize,
+        layers: usize,
+        model_width: usize,
+        vocab: usize,
+        kernels: Kernels,
+    ) -> Result<PerLayerInputs> {
+        self.expect_shape("per_layer_token_embd.weight", &[vocab, layers * width])?;
+        self.expect_shape("per_layer_model_proj.weight", &[layers * width, model_width])?;
+        let table = self.embeddings(self.mapped("per_layer_token_embd.weight")?)?;
+        Ok(PerLayerInputs {
+            table,
+            projection: self.linear("per_layer_model_proj.weight", kernels)?,
+            norm: self
+                .optional_norm("per_layer_proj_norm.weight", width)?
+                .ok_or_else(|| self.bad("missing tensor `per_layer_proj_norm.weight`"))?,
+            width,
+            layers,
+        })
+    }
+
+    /// Layer `p`'s gate and projection of its per-layer input (gemma4).
+    fn layer_input(&mut self, p: &str, width: usize, model_width: usize, kernels: Kernels) -> Result<LayerInput> {
+        self.expect_shape(&format!("{p}.inp_gate.weight"), &[width, model_width])?;
+        self.expect_shape(&format!("{p}.proj.weight"), &[model_width, width])?;
+        self.expect_shape(&format!("{p}.post_norm.weight"), &[model_width])?;
+        Ok(LayerInput {
+            gate: self.linear(&format!("{p}.inp_gate.weight"), kernels)?,
+            projection: self.linear(&format!("{p}.proj.weight"), kernels)?,
+            norm: self.vector(&format!("{p}.post_norm.weight"))?,
+        })
+    }
+}
+
+/// What of the attention layers runs on candle's ops although our kernels were chosen,
+/// for each head size and window the layers have.
+fn candle_fallbacks(layers: &[Layer], kernels: Kernels, on_cpu: bool) -> Vec<String> {
+    let mut all: Vec<String> = Vec::new();
+    for layer in layers {
+        let Mixer::Attention(a) = &layer.mixer else { continue };
+        for line in super::cpu::attention::candle_fallbacks(kernels, on_cpu, a.head_dim, a.window) {
+            if !all.contains(&line) {
+                all.push(line);
+            }
+        }
+    }
+    all
 }
 
 /// The copied matrices as "Q6_K: output, blk.0.ffn_down, … (9)": per type, the first few
@@ -664,6 +963,18 @@ impl Model {
         let map = MappedFile::map(reader.get_ref())
             .map_err(|e| EngineError::ModelLoad { path: path.to_path_buf(), source: Cause::new(e) })?;
         let mut ld = Loader { path, content: &content, map: Some(map), device, arch: arch.clone() };
+        // Multimodal towers (vision `v.`, audio `a.`, their projectors `mm.`) are not run: a
+        // file that holds them is refused rather than read as text only without saying so.
+        if let Some(name) = content.tensor_infos.keys().find(|n| ["v.", "a.", "mm."].iter().any(|p| n.starts_with(p))) {
+            return Err(ld.bad(format!(
+                "it holds a vision or audio tower (tensor `{name}`); only text models run: use a text-only file"
+            )));
+        }
+        // Mixture-of-experts FFNs (Gemma 4 26B-A4B: a router `ffn_gate_inp` and experts) are
+        // not run: their layers would otherwise run the shared FFN alone.
+        if let Some(name) = content.tensor_infos.keys().find(|n| n.ends_with(".ffn_gate_inp.weight")) {
+            return Err(ld.bad(format!("mixture-of-experts layers (tensor `{name}`) are not supported")));
+        }
 
         let n_heads = ld.meta_u32("attention.head_count")?;
         let n_layers = ld.meta_u32("block_count")?;
@@ -683,17 +994,6 @@ impl Model {
         if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
             return Err(ld.bad(format!("inconsistent head counts: {n_heads} heads, {n_kv_heads} kv heads")));
         }
-        // The head size is the width over the heads unless the file says otherwise (qwen3
-        // and gemma3 heads are wider).
-        let head_dim = match ld.meta_u32("attention.key_length") {
-            Ok(d) => d,
-            Err(_) if embedding_length % n_heads == 0 => embedding_length / n_heads,
-            Err(_) => return Err(ld.bad(format!("a width of {embedding_length} does not split into {n_heads} heads"))),
-        };
-        let value_dim = ld.meta_u32("attention.value_length").unwrap_or(head_dim);
-        if head_dim == 0 || head_dim % 2 != 0 || head_dim > 1024 || value_dim != head_dim {
-            return Err(ld.bad(format!("unsupported head size: keys {head_dim}, values {value_dim}")));
-        }
         let sliding_window = match traits.sliding_windows {
             Some(_) => Some(ld.meta_u32("attention.sliding_window")?.max(1)),
             None => None,
@@ -701,26 +1001,34 @@ impl Model {
         if traits.short_conv && ld.meta_u32("attention.sliding_window").is_ok_and(|w| w > 0) {
             return Err(ld.bad("LFM2 with sliding-window attention is not supported"));
         }
-        // Fewer rotated values than the head has: the first ones (llama.cpp's `n_rot`).
-        let rope_dim = ld.meta_u32("rope.dimension_count").unwrap_or(head_dim);
-        if rope_dim == 0 || !rope_dim.is_multiple_of(2) || rope_dim > head_dim {
-            return Err(ld.bad(format!("unsupported rotary embedding size {rope_dim} for heads of {head_dim}")));
-        }
+        // Head sizes (qwen3 and gemma3 heads are wider than the width over the heads;
+        // gemma4's sliding and global layers differ) and the values RoPE rotates, the
+        // first ones (llama.cpp's `n_rot`).
+        let plan = ld.layer_plan(&traits, n_layers)?;
+        let HeadDims { rope_global, rope_sliding, .. } = plan.head_dims;
+        let n_layers = plan.delta_net.len();
+        let head_dims = plan.layer_head_dims();
+        let head_dim = head_dims.iter().copied().max().unwrap_or(0);
 
         let taps = memory.iter().find_map(|m| match m {
             LayerMemory::Recurrent(shapes) => Some(shapes[0][0] + 1),
-            LayerMemory::KeysValues => None,
+            LayerMemory::KeysValues | LayerMemory::SharedKeysValues(_) => None,
         });
-        let kv_widths: Vec<usize> = layer_kv_heads.iter().map(|h| h * head_dim).collect();
-        let plan = ld.layer_plan(&traits, n_layers)?;
-        let n_layers = plan.delta_net.len();
-        let q_width = n_heads * head_dim;
-        let q_rows = if traits.delta_net { 2 * q_width } else { q_width };
-        ld.check_shapes(&plan, embedding_length, (q_rows, q_width), &kv_widths, taps)?;
-        let ffn_length = content.tensor_infos["blk.0.ffn_up.weight"].shape.dims()[0];
+        ld.check_shapes(&plan, embedding_length, (n_heads, traits.delta_net), &layer_kv_heads, taps)?;
+        let ffn_length = (0..n_layers)
+            .filter_map(|i| content.tensor_infos.get(&format!("blk.{i}.ffn_up.weight")))
+            .map(|t| t.shape.dims()[0])
+            .max()
+            .unwrap_or(0);
         let embeddings = ld.mapped("token_embd.weight")?;
         let vocab_size = embeddings.dims()[0];
+        let per_layer_width = ld.meta_u32("embedding_length_per_layer_input").unwrap_or(0);
+        let per_layer = match per_layer_width {
+            0 => None,
+            width => Some(ld.per_layer_inputs(width, n_layers, embedding_length, vocab_size, kernels)?),
+        };
         progress(0.05);
+        let memory = plan.memory_over(memory);
         let mut layers = Vec::with_capacity(n_layers);
         let mut weights_dtype = None;
         for (i, memory) in memory.iter().take(n_layers).enumerate() {
@@ -730,8 +1038,8 @@ impl Model {
                 (None, LayerMemory::Recurrent(_)) => {
                     Mixer::ShortConv(ShortConv::load(&mut ld, &p, embedding_length, kernels)?)
                 }
-                (None, LayerMemory::KeysValues) => {
-                    Mixer::Attention(ld.attention(&p, head_dim, &traits, sliding_window, i, kernels)?)
+                (None, LayerMemory::KeysValues | LayerMemory::SharedKeysValues(_)) => {
+                    Mixer::Attention(ld.attention(&p, &plan, &traits, sliding_window, i, kernels)?)
                 }
             };
             // qwen35's `post_attention_norm` is the norm before the FFN, not one after attention.
@@ -741,6 +1049,11 @@ impl Model {
             };
             // The first layer's first matrix (q, or the convolution's input projection).
             weights_dtype.get_or_insert(mixer.matrices()[0].1.dtype());
+            let input = match per_layer_width {
+                0 => None,
+                width => Some(ld.layer_input(&p, width, embedding_length, kernels)?),
+            };
+            let out_scale = ld.optional_norm(&format!("{p}.layer_output_scale.weight"), 1)?;
             layers.push(Layer {
                 attn_norm: ld.vector(&format!("{p}.attn_norm.weight"))?,
                 mixer,
@@ -750,6 +1063,8 @@ impl Model {
                 w_gate: ld.linear(&format!("{p}.ffn_gate.weight"), kernels)?,
                 w_up: ld.linear(&format!("{p}.ffn_up.weight"), kernels)?,
                 w_down: ld.linear(&format!("{p}.ffn_down.weight"), kernels)?,
+                input,
+                out_scale,
             });
             progress(0.05 + 0.9 * (i + 1) as f32 / n_layers as f32);
         }
@@ -768,12 +1083,7 @@ impl Model {
                 embeddings.release_pages();
                 Embeddings::Owned(w.clone())
             }
-            _ if device.is_cpu() => Embeddings::Mapped(embeddings),
-            _ => {
-                let copy = embeddings.to_qtensor(device).map_err(|e| ld.bad(format!("token_embd: {e}")))?;
-                embeddings.release_pages();
-                Embeddings::Owned(Arc::new(copy))
-            }
+            _ => ld.embeddings(embeddings)?,
         };
         let positions = context_length.clamp(1, MAX_ROPE_POSITIONS);
         // Llama 3.x files carry per-frequency factors; linear scaling applies to the
@@ -784,9 +1094,10 @@ impl Model {
         };
         let linear = ld.meta("rope.scaling.type").ok().and_then(|v| v.to_string().ok()).is_some_and(|t| t == "linear");
         let scale = if linear { 1.0 / ld.meta_f32_or("rope.scaling.factor", 1.0).max(1e-6) } else { 1.0 };
-        let mut ropes = vec![Rope::new(rope_dim, rope_freq_base, factors.as_deref(), scale, device)?];
+        let mut ropes = vec![Rope::new(rope_global, rope_freq_base, factors.as_deref(), scale, device)?];
         if let Some(w) = traits.sliding_windows {
-            ropes.push(Rope::new(rope_dim, w.rope_base, None, 1.0, device)?);
+            let base = ld.meta_f32_or("rope.freq_base_swa", w.rope_base);
+            ropes.push(Rope::new(rope_sliding, base, None, 1.0, device)?);
         }
         let name = content
             .metadata
@@ -803,19 +1114,25 @@ impl Model {
                         .matrices()
                         .into_iter()
                         .chain([("ffn_gate", &l.w_gate), ("ffn_up", &l.w_up), ("ffn_down", &l.w_down)])
+                        .chain(
+                            l.input.iter().flat_map(|input| [("inp_gate", &input.gate), ("proj", &input.projection)]),
+                        )
                         .map(move |(name, l)| (format!("blk.{i}.{name}"), l))
                 })
                 .chain([("output".to_string(), &output)])
+                .chain(per_layer.iter().map(|p| ("per_layer_model_proj".to_string(), &p.projection)))
         };
         let vectors: u64 = layers
             .iter()
             .flat_map(|l| {
                 [Some(&l.attn_norm), Some(&l.ffn_norm), l.post_attn_norm.as_ref(), l.post_ffn_norm.as_ref()]
                     .into_iter()
+                    .chain([l.input.as_ref().map(|i| &i.norm), l.out_scale.as_ref()])
                     .flatten()
                     .chain(l.mixer.vectors())
             })
             .chain([&output_norm])
+            .chain(per_layer.iter().map(|p| &p.norm))
             .map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
             .sum();
         let (embeddings_heap, embeddings_mapped) = match &embeddings {
@@ -825,8 +1142,16 @@ impl Model {
             Embeddings::Mapped(_) if output.is_mapped() && !ld.has("output.weight") => (0, 0),
             Embeddings::Mapped(t) => (0, t.bytes().len() as u64),
         };
-        let mapped_weight_bytes = matrices().map(|(_, l)| l.mapped_bytes()).sum::<u64>() + embeddings_mapped;
-        let heap_weight_bytes = matrices().map(|(_, l)| l.heap_bytes()).sum::<u64>() + vectors + embeddings_heap;
+        // Gemma 4's per-layer table: read a row per token in place, like the embeddings.
+        let (table_heap, table_mapped) = match per_layer.as_ref().map(|p| &p.table) {
+            None => (0, 0),
+            Some(Embeddings::Owned(w)) => (w.storage_size_in_bytes() as u64, 0),
+            Some(Embeddings::Mapped(t)) => (0, t.bytes().len() as u64),
+        };
+        let mapped_weight_bytes =
+            matrices().map(|(_, l)| l.mapped_bytes()).sum::<u64>() + embeddings_mapped + table_mapped;
+        let heap_weight_bytes =
+            matrices().map(|(_, l)| l.heap_bytes()).sum::<u64>() + vectors + embeddings_heap + table_heap;
         let copied_matrices = summarize_copied(matrices().filter(|(_, l)| !l.is_mapped()).map(|(n, l)| (n, l.dtype())));
         let requantized_from = content.metadata.get("general.quantized_from").and_then(|v| v.to_string().ok()).cloned();
         progress(1.0);
@@ -844,20 +1169,16 @@ impl Model {
             vocab_size,
             context_length,
             rope_freq_base,
-            rope_dim,
+            rope_dim: rope_global,
             rms_eps,
             weights_dtype: weights_dtype.unwrap_or(GgmlDType::F32),
             requantized_from,
             file_bytes,
             heap_weight_bytes,
             mapped_weight_bytes,
+            lookup_table_bytes: table_mapped,
             copied_matrices,
-            candle_fallbacks: super::cpu::attention::candle_fallbacks(
-                kernels,
-                device.is_cpu(),
-                head_dim,
-                sliding_window,
-            ),
+            candle_fallbacks: candle_fallbacks(&layers, kernels, device.is_cpu()),
         };
         tracing::info!(
             ?config.weights_dtype,
@@ -879,6 +1200,11 @@ impl Model {
             ropes,
             positions,
             embedding_scale: traits.scale_embeddings.then(|| (embedding_length as f64).sqrt()),
+            per_layer,
+            final_softcap: traits
+                .final_softcap
+                .map(|cap| f64::from(ld.meta_f32_or("final_logit_softcapping", cap)))
+                .filter(|&cap| cap > 0.0),
             activation: traits.activation,
             kernels,
         })
@@ -900,8 +1226,15 @@ impl Model {
     /// Bytes one token occupies in the KV cache with the given element type: its
     /// attention layers' keys and values.
     pub fn kv_bytes_per_token(&self, dtype: DType) -> u64 {
-        let attention = self.layers.iter().filter(|l| l.mixer.memory() == LayerMemory::KeysValues).count();
-        (2 * attention * self.config.n_kv_heads * self.config.head_dim * dtype.size_in_bytes()) as u64
+        let head_dims: usize = self
+            .layers
+            .iter()
+            .filter_map(|l| match &l.mixer {
+                Mixer::Attention(a) if a.kv_source.is_none() => Some(a.head_dim),
+                _ => None,
+            })
+            .sum();
+        (2 * head_dims * self.config.n_kv_heads * dtype.size_in_bytes()) as u64
     }
 
     /// Bytes a state's recurrent layers hold at most: their tensors and
@@ -918,7 +1251,7 @@ impl Model {
             super::cpu::attention::prefill_attention(self.kernels, self.device.is_cpu(), c.head_dim, c.sliding_window);
         ModelFacts {
             weights_bytes: c.heap_weight_bytes,
-            mapped_bytes: c.mapped_weight_bytes,
+            mapped_bytes: c.mapped_weight_bytes - c.lookup_table_bytes,
             kv_bytes_per_token: self.kv_bytes_per_token(kv),
             recurrent_bytes: self.recurrent_bytes(),
             context: self.max_positions(),
@@ -940,7 +1273,13 @@ impl Model {
             self.config.vocab_size,
             self.layers.iter().map(|l| l.mixer.memory()).collect(),
             self.config.n_kv_heads,
-            self.config.head_dim,
+            self.layers
+                .iter()
+                .map(|l| match &l.mixer {
+                    Mixer::Attention(a) => a.head_dim,
+                    _ => self.config.head_dim,
+                })
+                .collect(),
             max_tokens.min(self.max_positions()),
             dtype,
             self.device.clone(),
@@ -966,15 +1305,25 @@ impl Model {
         }
         let hidden = hidden.ok_or(EngineError::EmptyPrompt)?;
         let last = hidden.narrow(0, hidden.dim(0)? - 1, 1)?;
-        let logits = self.output.forward(&last)?;
+        let logits = self.logits(&last)?;
         Ok(logits.squeeze(0)?.to_dtype(DType::F32)?)
+    }
+
+    /// The output layer over final hidden states `(n, width)`, soft-capped where the
+    /// family does it.
+    fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        let logits = self.output.forward(hidden)?;
+        Ok(match self.final_softcap {
+            Some(cap) => ((logits / cap)?.tanh()? * cap)?,
+            None => logits,
+        })
     }
 
     /// Like [`Model::forward`] but returns the logits of every token: `(n, vocab)`.
     /// Used by tests to compare against a from-scratch run.
     pub fn forward_all(&self, tokens: &[u32], state: &mut State) -> Result<Tensor> {
         let hidden = self.forward_hidden(tokens, state)?;
-        Ok(self.output.forward(&hidden)?)
+        self.logits(&hidden)
     }
 
     fn forward_hidden(&self, tokens: &[u32], state: &mut State) -> Result<Tensor> {
@@ -991,6 +1340,10 @@ impl Model {
         if let Some(scale) = self.embedding_scale {
             x = (x * scale)?;
         }
+        let inputs = match &self.per_layer {
+            Some(p) => Some(p.of(tokens, &x, self.config.rms_eps, &self.device)?),
+            None => None,
+        };
         let angles = self.ropes.iter().map(|r| r.at(pos, n)).collect::<Result<Vec<_>>>()?;
         // Built on first use, one per window size: the fast attention kernels mask as they go.
         let masks = [std::cell::OnceCell::new(), std::cell::OnceCell::new()];
@@ -1022,6 +1375,13 @@ impl Model {
             };
             let mlp = layer.w_down.forward(&(gate * up)?)?;
             x = (x + norm(&mlp, &layer.post_ffn_norm)?)?;
+            if let (Some(input), Some(inputs)) = (&layer.input, &inputs) {
+                let gated = (input.gate.forward(&x)?.gelu()? * inputs.get(i)?)?;
+                x = (&x + candle_nn::ops::rms_norm(&input.projection.forward(&gated)?, &input.norm, eps)?)?;
+            }
+            if let Some(scale) = &layer.out_scale {
+                x = x.broadcast_mul(scale)?;
+            }
         }
         state.commit(tokens);
         Ok(candle_nn::ops::rms_norm(&x, &self.output_norm, self.config.rms_eps)?)
@@ -1049,6 +1409,7 @@ impl Model {
         mask: &std::cell::OnceCell<Tensor>,
     ) -> Result<Tensor> {
         let c = &self.config;
+        let hd = layer.head_dim;
         let n = h.dim(0)?;
         let with_bias = |t: Tensor, b: &Option<Tensor>| -> candle_core::Result<Tensor> {
             match b {
@@ -1056,18 +1417,17 @@ impl Model {
                 None => Ok(t),
             }
         };
-        // One activation quantization and one parallel region for q, k and v.
-        let [q, k, v]: [Tensor; 3] = Linear::forward_many(&[&layer.wq, &layer.wk, &layer.wv], h)?
-            .try_into()
-            .expect("three layers, three outputs");
-        let q = with_bias(q, &layer.bq)?;
-        let k = with_bias(k, &layer.bk)?;
-        let v = with_bias(v, &layer.bv)?;
+        // One activation quantization and one parallel region for q, k and v (those the
+        // layer has).
+        let linears: Vec<&Linear> =
+            [Some(&layer.wq), layer.wk.as_ref(), layer.wv.as_ref()].into_iter().flatten().collect();
+        let mut outputs = Linear::forward_many(&linears, h)?.into_iter();
+        let q = with_bias(outputs.next().expect("a query per layer"), &layer.bq)?;
         // A gated layer's q rows hold each head's query, then its gate.
         let (q, gate) = if layer.gated {
-            let both = q.reshape((n, c.n_heads, 2, c.head_dim))?;
-            let gate = both.narrow(2, 1, 1)?.reshape((n, c.n_heads * c.head_dim))?;
-            (both.narrow(2, 0, 1)?.reshape((n, c.n_heads * c.head_dim))?, Some(gate))
+            let both = q.reshape((n, c.n_heads, 2, hd))?;
+            let gate = both.narrow(2, 1, 1)?.reshape((n, c.n_heads * hd))?;
+            (both.narrow(2, 0, 1)?.reshape((n, c.n_heads * hd))?, Some(gate))
         } else {
             (q, None)
         };
@@ -1077,14 +1437,29 @@ impl Model {
                 None => Ok(t),
             }
         };
+        let rope = |t: Tensor| match angles {
+            None => Ok(t),
+            Some((cos, sin)) => rotate(&t, cos, sin, c.rope_neox),
+        };
         // (n, heads·hd) → (1, heads, n, hd)
-        let q = head_norm(q.reshape((1, n, c.n_heads, c.head_dim))?, &layer.q_norm)?.transpose(1, 2)?.contiguous()?;
-        let k =
-            head_norm(k.reshape((1, n, c.n_kv_heads, c.head_dim))?, &layer.k_norm)?.transpose(1, 2)?.contiguous()?;
-        let v = v.reshape((1, n, c.n_kv_heads, c.head_dim))?.transpose(1, 2)?.contiguous()?;
-        let (q, k) = match angles {
-            None => (q, k),
-            Some((cos, sin)) => (rotate(&q, cos, sin, c.rope_neox)?, rotate(&k, cos, sin, c.rope_neox)?),
+        let q = rope(head_norm(q.reshape((1, n, c.n_heads, hd))?, &layer.q_norm)?.transpose(1, 2)?.contiguous()?)?;
+        // A layer with K/V of its own writes them; one sharing an earlier layer's reads those.
+        let source = match layer.kv_source {
+            Some(source) => source,
+            None => {
+                let k = with_bias(outputs.next().expect("keys in a layer with K/V"), &layer.bk)?;
+                // Without `attn_v` the keys, before their norm, are the values (gemma4).
+                let v = match outputs.next() {
+                    Some(v) => with_bias(v, &layer.bv)?,
+                    None => k.clone(),
+                };
+                let k =
+                    head_norm(k.reshape((1, n, c.n_kv_heads, hd))?, &layer.k_norm)?.transpose(1, 2)?.contiguous()?;
+                let v =
+                    head_norm(v.reshape((1, n, c.n_kv_heads, hd))?, &layer.v_norm)?.transpose(1, 2)?.contiguous()?;
+                state.write(index, pos, &rope(k)?, &v)?;
+                index
+            }
         };
         let output = |out: Tensor| -> Result<Tensor> {
             let out = match &gate {
@@ -1093,14 +1468,20 @@ impl Model {
             };
             Ok(layer.wo.forward(&out)?)
         };
-        state.write(index, pos, &k, &v)?;
         // The first position a sliding-window layer's queries can see.
         let first = layer.window.map_or(0, |w| (pos + 1).saturating_sub(w));
         let windowed = layer.window.is_some_and(|w| pos + n > w);
         if let (Some(isa), false) = (self.kernels.isa(), windowed) {
             // On the CPU: plain-Rust kernels instead of a dozen candle ops
             // (sums in another order than candle's gemm, so not with candle's kernels).
-            let (k_buf, v_buf) = state.buffers(index);
+            // They divide the scores by √hd: a layer scaled otherwise has its queries
+            // scaled to make up for it.
+            let default_scale = 1.0 / (hd as f64).sqrt();
+            let q = match layer.scale == default_scale {
+                true => q.clone(),
+                false => (&q * (layer.scale / default_scale))?,
+            };
+            let (k_buf, v_buf) = state.buffers(source);
             if let Some(out) = super::cpu::attention::try_attention(&q, k_buf, v_buf, pos, isa) {
                 return output(out);
             }
@@ -1110,16 +1491,15 @@ impl Model {
             let _ = mask.set(attention_mask(n, pos, first, window, self.group(), &self.device)?);
         }
         let mask = mask.get();
-        let (keys, values) = state.live(index, pos + n)?; // (n_kv, L, hd) in f32
+        let (keys, values) = state.live(source, pos + n)?; // (n_kv, L, hd) in f32
         let (keys, values) = (keys.narrow(1, first, pos + n - first)?, values.narrow(1, first, pos + n - first)?);
         let group = self.group();
-        let q = q.reshape((c.n_kv_heads, group * n, c.head_dim))?;
-        let scale = 1.0 / (c.head_dim as f64).sqrt();
+        let q = q.reshape((c.n_kv_heads, group * n, hd))?;
         // Each step consumes the previous scores so at most two score matrices are alive at
         // once (a long prefill's scores are the largest scratch buffers of a forward).
-        let probs = softmax_owned(masked(scaled(q.matmul(&keys.t()?)?, scale)?, mask)?)?;
+        let probs = softmax_owned(masked(scaled(q.matmul(&keys.t()?)?, layer.scale)?, mask)?)?;
         let out = probs.matmul(&values)?; // (n_kv, group·n, hd)
-        let out = out.reshape((c.n_heads, n, c.head_dim))?.transpose(0, 1)?.reshape((n, c.n_heads * c.head_dim))?;
+        let out = out.reshape((c.n_heads, n, hd))?.transpose(0, 1)?.reshape((n, c.n_heads * hd))?;
         output(out)
     }
 
@@ -1140,9 +1520,9 @@ impl Model {
         if tail > 0 {
             // Rotation by -delta: cos(-a) = cos(a), sin(-a) = -sin(a); each layer by its own
             // frequencies.
-            let half = self.config.rope_dim / 2;
             let mut back = Vec::with_capacity(self.ropes.len());
             for rope in &self.ropes {
+                let half = rope.inv_freq.dim(1)?;
                 let (cos, sin) = rope.at(delta, 1)?;
                 back.push((
                     cos.broadcast_as((tail, half))?.contiguous()?,

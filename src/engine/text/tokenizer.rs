@@ -34,14 +34,15 @@ enum Backend {
 }
 
 /// Whether a tokenizer named as the catalog names them (a GGUF `tokenizer.ggml.pre`, or
-/// `llama` for SentencePiece) gives llama.cpp's ids here.
+/// `llama` for SentencePiece, `gemma4` for Gemma 4's BPE) gives llama.cpp's ids here.
 pub fn is_supported(name: &str) -> bool {
-    name == "llama" || super::pretokenize::supported_names().any(|n| n == name)
+    name == "llama" || name == "gemma4" || super::pretokenize::supported_names().any(|n| n == name)
 }
 
 /// Token strings that end a turn in the chat templates we know.
+/// (`<turn|>`: Gemma 4's, as llama.cpp's `llama-vocab.cpp` lists it.)
 const END_OF_TURN_TOKENS: &[&str] =
-    &["<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|end|>", "<end_of_turn>"];
+    &["<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|end|>", "<end_of_turn>", "<turn|>"];
 
 impl TextTokenizer {
     pub fn from_gguf(content: &gguf_file::Content) -> Result<TextTokenizer, EngineError> {
