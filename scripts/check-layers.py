@@ -29,7 +29,7 @@ FORBIDDEN = [
 ]
 
 # Bottom up: each module may use the ones before it.
-LAYERS = ["calendar", "files", "transcript", "memory", "chats", "engine", "catalog", "ui", "cli_output", "cli", "main"]
+LAYERS = ["calendar", "files", "gguf", "transcript", "memory", "chats", "engine", "catalog", "ui", "cli_output", "cli", "main"]
 
 PATH = re.compile(r"\b(crate|super)((?:::\w+)+)")
 USE_GROUP = re.compile(r"\b(crate|super)((?:::\w+)*)::\{([^;]*?)\};", re.S)

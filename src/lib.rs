@@ -1,11 +1,12 @@
 //! pocketchat: on-device chat with a persistent KV cache, memory-aware token budgets and
-//! graceful eviction on memory warnings. See `DESIGN.md` in the shared folder.
+//! graceful eviction on memory warnings. See `docs/architecture.md`.
 
 pub mod calendar;
 pub mod catalog;
 pub mod chats;
 pub mod engine;
 pub mod files;
+pub mod gguf;
 pub mod memory;
 pub mod transcript;
 #[cfg(feature = "ui")]

@@ -640,9 +640,9 @@ fn verify(url: &str, part: &Path, bytes: Option<u64>, sha256: Option<&str>) -> R
         }
     }
     let file = File::open(part).map_err(io_err("cannot read", part))?;
-    crate::engine::gguf_check::read(&mut io::BufReader::new(file))
+    crate::gguf::read(&mut io::BufReader::new(file))
         .map(|_| ())
-        .map_err(|message| DownloadError::NotGguf { url: url.to_string(), message })
+        .map_err(|e| DownloadError::NotGguf { url: url.to_string(), message: e.to_string() })
 }
 
 /// Bytes per second over the last few seconds.

@@ -134,7 +134,7 @@ fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
 /// Whether `path` is a GGUF whose header says this program wrote it.
 fn is_our_gguf(path: &Path) -> bool {
     let Ok(file) = crate::files::open_regular(path) else { return false };
-    let Ok(content) = crate::engine::gguf_check::read(&mut BufReader::new(file)) else { return false };
+    let Ok(content) = crate::gguf::read(&mut BufReader::new(file)) else { return false };
     content.metadata.get("pocketchat.requantized").and_then(|v| v.to_bool().ok()).unwrap_or(false)
 }
 
@@ -222,7 +222,7 @@ fn rewrite(
     let file = crate::files::open_regular(src).map_err(CatalogError::io("cannot open", src))?;
     check_output(src, dst, replace)?;
     let mut reader = BufReader::new(file);
-    let content = crate::engine::gguf_check::read(&mut reader).map_err(|e| bad(&e))?;
+    let content = crate::gguf::read(&mut reader).map_err(|e| bad(&e))?;
 
     // Keep the source file's tensor order.
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();

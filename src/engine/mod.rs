@@ -7,7 +7,6 @@
 pub mod budget;
 pub mod cpu;
 mod error;
-pub mod gguf_check;
 pub mod model;
 pub mod perplexity;
 pub mod persist;

@@ -334,8 +334,8 @@ pub fn read_gguf(path: &Path) -> Result<(gguf_file::Content, BufReader<File>)> {
         _ => EngineError::ModelLoad { path: path.to_path_buf(), source: Cause::new(e) },
     })?;
     let mut reader = BufReader::new(file);
-    let content = super::gguf_check::read(&mut reader)
-        .map_err(|message| EngineError::BadModelFile { path: path.to_path_buf(), message })?;
+    let content = crate::gguf::read(&mut reader)
+        .map_err(|e| EngineError::BadModelFile { path: path.to_path_buf(), message: e.to_string() })?;
     Ok((content, reader))
 }
 

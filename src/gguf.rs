@@ -1,4 +1,6 @@
-//! Reading a GGUF file that may be hostile (the app downloads them from the internet).
+//! Reading a GGUF file that may be hostile (the app downloads them from the internet):
+//! the one header reader the engine (to load), the catalog (to check a download, to
+//! quantize) and the CLI share.
 //!
 //! candle's reader bounds every string and array by the file's size, but it divides by
 //! `general.alignment` unchecked (0 panics), and it accepts tensors whose dimensions
@@ -10,42 +12,89 @@
 //! then checks that the figures in the metadata agree with the tensors present
 //! (`Model::load`).
 
+use std::fmt;
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use candle_core::quantized::gguf_file::{Content, Value};
 
+/// Why a file's GGUF header was refused. Its text is what the user reads, after the
+/// file's name.
+#[derive(Debug)]
+pub enum GgufError {
+    /// The file could not be read.
+    Io(std::io::Error),
+    /// The header cannot be walked: cut short, an array longer than the file, a metadata
+    /// type that does not exist.
+    Malformed(String),
+    /// candle's reader refused the header, or failed on it.
+    Unreadable(String),
+    /// `general.alignment` is not a power of two up to [`MAX_ALIGNMENT`] (`None`: not a
+    /// whole number).
+    Alignment(Option<u64>),
+    /// A tensor of a type this engine does not read: its name and GGML type id.
+    UnsupportedType { tensor: String, type_id: u32 },
+    /// A tensor whose size or place cannot be right: its name and what is wrong.
+    BadTensor { tensor: String, problem: String },
+}
+
+impl fmt::Display for GgufError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GgufError::Io(e) => write!(f, "{e}"),
+            GgufError::Malformed(what) => f.write_str(what),
+            GgufError::Unreadable(what) => f.write_str(what),
+            GgufError::Alignment(None) => f.write_str("`general.alignment` is not a whole number"),
+            GgufError::Alignment(Some(n)) => {
+                write!(f, "`general.alignment` is {n}: not a power of two up to {MAX_ALIGNMENT}")
+            }
+            GgufError::UnsupportedType { tensor, type_id } => write!(
+                f,
+                "tensor `{tensor}` is {}, which pocketchat does not read (it reads F32, F16, BF16, Q4_0, Q4_1, \
+                 Q5_0, Q5_1, Q8_0 and Q2_K to Q6_K)",
+                ggml_type_name(*type_id)
+            ),
+            GgufError::BadTensor { tensor, problem } => write!(f, "tensor `{tensor}` {problem}"),
+        }
+    }
+}
+
+impl std::error::Error for GgufError {}
+
+impl From<std::io::Error> for GgufError {
+    fn from(e: std::io::Error) -> Self {
+        GgufError::Io(e)
+    }
+}
+
 /// The largest alignment accepted (llama.cpp writes 32; more is padding nobody needs).
 const MAX_ALIGNMENT: u64 = 1 << 16;
 
 /// Reads the header of the GGUF behind `reader` and checks it against the file's size.
-pub fn read(reader: &mut BufReader<File>) -> Result<Content, String> {
-    let file_len = reader.get_ref().metadata().map_err(|e| e.to_string())?.len();
+pub fn read(reader: &mut BufReader<File>) -> Result<Content, GgufError> {
+    let file_len = reader.get_ref().metadata()?.len();
     // candle divides by the alignment before anyone can look at it: look first.
-    let start = reader.stream_position().map_err(|e| e.to_string())?;
+    let start = reader.stream_position()?;
     let scan = scan_header(reader, file_len);
-    reader.seek(SeekFrom::Start(start)).map_err(|e| e.to_string())?;
+    reader.seek(SeekFrom::Start(start))?;
     let scan = scan?;
     if let Some(alignment) = scan.alignment {
         check_alignment(alignment)?;
     }
-    if let Some((name, ty)) = scan.unsupported {
-        return Err(format!(
-            "tensor `{name}` is {}, which pocketchat does not read (it reads F32, F16, BF16, Q4_0, Q4_1, Q5_0, \
-             Q5_1, Q8_0 and Q2_K to Q6_K)",
-            ggml_type_name(ty)
-        ));
+    if let Some((tensor, type_id)) = scan.unsupported {
+        return Err(GgufError::UnsupportedType { tensor, type_id });
     }
     let content = match catch_unwind(AssertUnwindSafe(|| Content::read(reader))) {
-        Ok(read) => read.map_err(|e| e.to_string())?,
+        Ok(read) => read.map_err(|e| GgufError::Unreadable(e.to_string()))?,
         Err(panic) => {
             let what = panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            return Err(format!("the file's header is malformed (the GGUF reader failed: {what})"));
+            let what = format!("the file's header is malformed (the GGUF reader failed: {what})");
+            return Err(GgufError::Unreadable(what));
         }
     };
     check(&content, file_len)?;
@@ -53,37 +102,38 @@ pub fn read(reader: &mut BufReader<File>) -> Result<Content, String> {
 }
 
 /// The checks candle's reader leaves out; see the module docs.
-fn check(content: &Content, file_len: u64) -> Result<(), String> {
+fn check(content: &Content, file_len: u64) -> Result<(), GgufError> {
     let alignment = match content.metadata.get("general.alignment") {
         None => 32,
-        Some(v) => integer(v).ok_or("`general.alignment` is not a whole number")?,
+        Some(v) => integer(v).ok_or(GgufError::Alignment(None))?,
     };
     check_alignment(alignment)?;
     for (name, info) in &content.tensor_infos {
+        let bad = |problem: String| GgufError::BadTensor { tensor: name.clone(), problem };
         let dims = info.shape.dims();
         let elements = dims.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
-        let elements = elements.ok_or_else(|| format!("tensor `{name}`: its dimensions {dims:?} overflow"))?;
+        let elements = elements.ok_or_else(|| bad(format!("has dimensions {dims:?} that overflow")))?;
         let block = info.ggml_dtype.block_size() as u64;
         if elements == 0 || elements % block != 0 {
-            return Err(format!("tensor `{name}`: {elements} values do not fill blocks of {block}"));
+            return Err(bad(format!("has {elements} values, which do not fill blocks of {block}")));
         }
         let bytes = (elements / block).checked_mul(info.ggml_dtype.type_size() as u64);
         let end = bytes
             .and_then(|b| content.tensor_data_offset.checked_add(info.offset)?.checked_add(b))
-            .ok_or_else(|| format!("tensor `{name}`: its size overflows"))?;
+            .ok_or_else(|| bad("has a size that overflows".into()))?;
         if end > file_len {
-            return Err(format!("tensor `{name}` ends at byte {end}, past the end of the file ({file_len} bytes)"));
+            return Err(bad(format!("ends at byte {end}, past the end of the file ({file_len} bytes)")));
         }
         if info.offset % alignment != 0 {
-            return Err(format!("tensor `{name}` is not aligned to {alignment} bytes"));
+            return Err(bad(format!("is not aligned to {alignment} bytes")));
         }
     }
     Ok(())
 }
 
-fn check_alignment(alignment: u64) -> Result<(), String> {
+fn check_alignment(alignment: u64) -> Result<(), GgufError> {
     if alignment == 0 || !alignment.is_power_of_two() || alignment > MAX_ALIGNMENT {
-        return Err(format!("`general.alignment` is {alignment}: not a power of two up to {MAX_ALIGNMENT}"));
+        return Err(GgufError::Alignment(Some(alignment)));
     }
     Ok(())
 }
@@ -101,7 +151,7 @@ struct HeaderScan {
 /// file's size) for `general.alignment` and for tensor types candle cannot read (its
 /// reader fails on them without naming the tensor). Errors only where the file cannot
 /// be a GGUF at all; candle's reader reports the rest.
-fn scan_header(r: &mut BufReader<File>, file_len: u64) -> Result<HeaderScan, String> {
+fn scan_header(r: &mut BufReader<File>, file_len: u64) -> Result<HeaderScan, GgufError> {
     let mut walk = Walk { r, file_len, wide: true };
     let mut scan = HeaderScan::default();
     let magic = walk.u32()?;
@@ -120,7 +170,7 @@ fn scan_header(r: &mut BufReader<File>, file_len: u64) -> Result<HeaderScan, Str
                 2 | 3 => u16::from_le_bytes(walk.bytes(2)?.try_into().expect("2")) as u64,
                 4 | 5 => u32::from_le_bytes(walk.bytes(4)?.try_into().expect("4")) as u64,
                 10 | 11 => u64::from_le_bytes(walk.bytes(8)?.try_into().expect("8")),
-                _ => return Err("`general.alignment` is not a whole number".into()),
+                _ => return Err(GgufError::Alignment(None)),
             });
             continue;
         }
@@ -180,32 +230,32 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
-    fn remaining(&mut self) -> Result<u64, String> {
-        let at = self.r.stream_position().map_err(|e| e.to_string())?;
+    fn remaining(&mut self) -> Result<u64, GgufError> {
+        let at = self.r.stream_position()?;
         Ok(self.file_len.saturating_sub(at))
     }
 
-    fn bytes(&mut self, n: u64) -> Result<Vec<u8>, String> {
+    fn bytes(&mut self, n: u64) -> Result<Vec<u8>, GgufError> {
         if n > self.remaining()? {
-            return Err("the file's header is cut short".into());
+            return Err(cut_short());
         }
         let mut buf = vec![0u8; n as usize];
-        self.r.read_exact(&mut buf).map_err(|e| e.to_string())?;
+        self.r.read_exact(&mut buf)?;
         Ok(buf)
     }
 
-    fn skip(&mut self, n: u64) -> Result<(), String> {
+    fn skip(&mut self, n: u64) -> Result<(), GgufError> {
         if n > self.remaining()? {
-            return Err("the file's header is cut short".into());
+            return Err(cut_short());
         }
-        self.r.seek_relative(n as i64).map_err(|e| e.to_string())
+        Ok(self.r.seek_relative(n as i64)?)
     }
 
-    fn u32(&mut self) -> Result<u32, String> {
+    fn u32(&mut self) -> Result<u32, GgufError> {
         Ok(u32::from_le_bytes(self.bytes(4)?.try_into().expect("4 bytes")))
     }
 
-    fn len(&mut self) -> Result<u64, String> {
+    fn len(&mut self) -> Result<u64, GgufError> {
         if self.wide {
             Ok(u64::from_le_bytes(self.bytes(8)?.try_into().expect("8 bytes")))
         } else {
@@ -213,12 +263,12 @@ impl Walk<'_> {
         }
     }
 
-    fn string(&mut self) -> Result<Vec<u8>, String> {
+    fn string(&mut self) -> Result<Vec<u8>, GgufError> {
         let n = self.len()?;
         self.bytes(n)
     }
 
-    fn skip_value(&mut self, ty: u32, depth: usize) -> Result<(), String> {
+    fn skip_value(&mut self, ty: u32, depth: usize) -> Result<(), GgufError> {
         match ty {
             0 | 1 | 7 => self.skip(1),
             2 | 3 => self.skip(2),
@@ -232,13 +282,17 @@ impl Walk<'_> {
                 let elem = self.u32()?;
                 let count = self.len()?;
                 if count > self.remaining()? {
-                    return Err("an array is longer than the file".into());
+                    return Err(GgufError::Malformed("an array is longer than the file".into()));
                 }
                 (0..count).try_for_each(|_| self.skip_value(elem, depth + 1))
             }
-            _ => Err(format!("unknown metadata type {ty}")),
+            _ => Err(GgufError::Malformed(format!("unknown metadata type {ty}"))),
         }
     }
+}
+
+fn cut_short() -> GgufError {
+    GgufError::Malformed("the file's header is cut short".into())
 }
 
 fn integer(v: &Value) -> Option<u64> {
