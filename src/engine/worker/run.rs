@@ -12,7 +12,7 @@ use super::device::{device_label, pick_device, set_threads};
 use super::saving::before_eviction_path;
 use super::{EngineConfig, Loaded, Worker};
 use crate::engine::cpu::pool;
-use crate::engine::model::{file_facts, read_gguf, Model};
+use crate::engine::model::{header_facts, read_gguf, Model};
 use crate::engine::sampler::{SamplingOverrides, SamplingParams};
 use crate::engine::session::Session;
 use crate::engine::text::template::ChatTemplate;
@@ -52,15 +52,6 @@ impl Worker {
     pub(super) fn emit(&self, event: EngineEvent) {
         // A closed stream means nobody listens any more; the engine still finishes cleanly.
         let _ = self.events.unbounded_send(event);
-    }
-
-    /// The weights of the file to load, by its own bits per weight: the engine loads
-    /// exactly `model_path`, never a copy in other bits.
-    fn file_quant(&self) -> WeightQuant {
-        match file_facts(&self.config.model_path, self.config.kv_dtype.dtype(), self.config.kernels) {
-            Ok(file) => WeightQuant::from_bits(file.bits_per_weight),
-            Err(_) => self.policy.quant, // the load reports what is wrong with the file
-        }
     }
 
     /// Says `warning` (a [`Policy::fit_warning`]) in the log and to the user.
@@ -183,7 +174,6 @@ impl Worker {
 
     fn load(&mut self) {
         self.loaded = None;
-        self.policy.quant = self.file_quant();
         self.emit(EngineEvent::Loading { progress: 0.0, message: "Opening the model".into() });
         match self.try_load() {
             Ok(loaded) => {
@@ -225,17 +215,25 @@ impl Worker {
     fn try_load(&mut self) -> Result<Loaded, EngineError> {
         let path = self.config.model_path.clone();
         let device = pick_device();
-        let (content, _) = read_gguf(&path)?;
+        // The header is read once: for the weights' bits, the tokenizer, the template,
+        // the sampling defaults and the model itself.
+        let (content, reader) = read_gguf(&path)?;
+        // The engine loads exactly `model_path`, never a copy in other bits: the policy
+        // takes the file's own (the load below says what is wrong with a file whose facts
+        // cannot be read).
+        if let Ok(facts) = header_facts(&path, &content, self.config.kv_dtype.dtype(), self.config.kernels) {
+            self.policy.quant = WeightQuant::from_bits(facts.bits_per_weight);
+        }
         let tokenizer = TextTokenizer::from_gguf(&content)?;
         let template = ChatTemplate::for_model(&content, &tokenizer);
         let recommended = self.config.recommended_sampling.apply(SamplingParams::default());
         let sampling_defaults = SamplingParams::from_gguf_over(recommended, &content.metadata);
         let dry_breakers = Arc::new(tokenizer.dry_breakers(&self.config.dry_sequence_breakers));
-        drop(content);
         let events = self.events.clone();
-        let model = Model::load(&path, &device, self.config.kernels, |p| {
+        let model = Model::load_read(&path, &content, reader, &device, self.config.kernels, |p| {
             let _ = events.unbounded_send(EngineEvent::Loading { progress: p, message: "Loading weights".into() });
         })?;
+        drop(content);
         if tokenizer.vocab_size() > model.config.vocab_size {
             return Err(EngineError::BadModelFile {
                 path,
