@@ -166,7 +166,7 @@ pub fn App() -> Element {
     let state = use_signal(ChatState::new);
     let live = use_context_provider(|| Signal::new(None::<LiveFigures>));
     let ui = use_hook(|| try_consume_context::<UiConfig>().unwrap_or_default());
-    let qa: Option<QaHook> = use_context_provider(|| ui.qa_status.clone().map(QaHook::new));
+    let qa: Option<QaHook> = use_hook(|| ui.qa_status.clone().and_then(QaHook::open));
     let models = use_context_provider(|| Signal::new(ModelsView::default()));
     use_context_provider(|| ChatFolder(config.chats.clone()));
     let engine = {
@@ -233,7 +233,7 @@ pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
                     button { class: "btn ghost", r#type: "button", id: "new-chat",
                         disabled: !ready,
                         onclick: move |_| send_command(Command::NewConversation),
-                        onmounted: move |e: MountedEvent| super::qa::track("new_chat", e.data()),
+                        "data-qa": "new_chat",
                         "New chat"
                     }
                     button { class: "btn ghost", r#type: "button", id: "models-toggle",
@@ -242,7 +242,7 @@ pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
                             models_open.toggle();
                             open.set(false);
                         },
-                        onmounted: move |e: MountedEvent| super::qa::track("models_toggle", e.data()),
+                        "data-qa": "models_toggle",
                         "Models"
                     }
                     button { class: "btn ghost", r#type: "button", id: "settings-toggle",
@@ -251,7 +251,7 @@ pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
                             open.toggle();
                             models_open.set(false);
                         },
-                        onmounted: move |e: MountedEvent| super::qa::track("settings_toggle", e.data()),
+                        "data-qa": "settings_toggle",
                         "Settings"
                     }
                 }

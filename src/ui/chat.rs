@@ -16,7 +16,6 @@ use super::fmt::format_rate;
 use super::markdown::{MarkdownBlocks, OpenHtml};
 use super::notices::{LoadFailureCard, LoadingCard, NoticeView};
 use super::platform;
-use super::qa;
 use super::state::{ChatState, Entry, Message, MessageMark, Phase, Role};
 
 /// Messages, notices and the composer.
@@ -210,7 +209,7 @@ pub fn MessageBubble(
                         button { class: "copy", r#type: "button", id: "regenerate",
                             title: "Write this reply again",
                             onclick: move |_| send_command(Command::Regenerate),
-                            onmounted: move |e: MountedEvent| qa::track("regenerate", e.data()),
+                            "data-qa": "regenerate",
                             "Regenerate"
                         }
                     }
@@ -418,7 +417,7 @@ pub fn Composer(
                         submit();
                     }
                 },
-                onmounted: move |e: MountedEvent| qa::track("composer", e.data()),
+                "data-qa": "composer",
             }
             if let Some(on) = thinking {
                 button { class: if on { "btn think-toggle on" } else { "btn think-toggle" },

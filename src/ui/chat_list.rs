@@ -17,7 +17,6 @@ use super::clock::date_label;
 use super::copy;
 use super::engine_link::send_command;
 use super::fmt::format_bytes;
-use super::qa;
 use super::state::ChatState;
 
 #[component]
@@ -188,8 +187,8 @@ fn ChatItem(
     let noun = if chat.messages == 1 { "message" } else { "messages" };
     let meta = format!("{} · {} {noun}", date_label(chat.updated), chat.messages);
     let class = if active { "chat-item active" } else { "chat-item" };
-    let (open_id, rename_id, delete_id, track_id, share_id) =
-        (id.clone(), id.clone(), id.clone(), id.clone(), id.clone());
+    let (open_id, rename_id, delete_id, share_id) = (id.clone(), id.clone(), id.clone(), id.clone());
+    let qa_name = format!("chat:{id}");
     rsx! {
         li { class,
             if is_renaming {
@@ -205,7 +204,7 @@ fn ChatItem(
                         }
                         on_pick.call(());
                     },
-                    onmounted: move |e: MountedEvent| qa::track_named(format!("chat:{track_id}"), e.data()),
+                    "data-qa": "{qa_name}",
                     span { class: "chat-title", "{chat.title}" }
                     if let Some(snippet) = &snippet {
                         span { class: "chat-snippet", "{snippet}" }

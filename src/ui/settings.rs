@@ -15,7 +15,6 @@ use super::copy;
 use super::engine_link::send_command;
 use super::fmt::{format_bytes, format_ms, format_rate, percent};
 use super::meter::LiveFigures;
-use super::qa;
 use super::state::{ChatState, LogKind, SamplingView};
 use crate::engine::sampler::SamplingOverrides;
 
@@ -43,7 +42,7 @@ pub fn SettingsPanel(state: ReadSignal<ChatState>, on_close: EventHandler<()>) -
                         r#type: "button",
                         disabled: !ready,
                         onclick: move |_| send_command(Command::MemoryWarning { reason: SIMULATED_REASON.into() }),
-                        onmounted: move |e: MountedEvent| qa::track("simulate_warning", e.data()),
+                        "data-qa": "simulate_warning",
                         "Simulate memory warning"
                     }
                     p { class: "hint", "Does what iOS's memory warning does: stops the reply, frees part of the context and says so." }

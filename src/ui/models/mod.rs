@@ -15,7 +15,6 @@ use dioxus::prelude::*;
 pub use bridge::{models_bridge, send_model_action, ModelAction};
 pub use list::{ModelItem, ModelsView, Origin, Transfer};
 
-use super::qa;
 use super::state::ChatState;
 
 #[component]
@@ -52,12 +51,12 @@ pub fn ModelsPanel(
                                     add_url(url);
                                 }
                             },
-                            onmounted: move |e: MountedEvent| qa::track("model_url", e.data()),
+                            "data-qa": "model_url",
                         }
                         button { class: "btn secondary", r#type: "button", id: "model-add",
                             disabled: url.read().trim().is_empty(),
                             onclick: move |_| add_url(url),
-                            onmounted: move |e: MountedEvent| qa::track("model_add", e.data()),
+                            "data-qa": "model_add",
                             "Download"
                         }
                     }
@@ -145,10 +144,7 @@ fn ModelRowView(item: ModelItem, in_use: bool, transfer: Option<Transfer>, busy:
                             let force = !item.fits;
                             move |_| send_model_action(ModelAction::Use { key: key.clone(), allow_too_large: force })
                         },
-                        onmounted: {
-                            let name = format!("model_use:{key}");
-                            move |e: MountedEvent| qa::track_named(name.clone(), e.data())
-                        },
+                        "data-qa": "model_use:{key}",
                         if item.fits { "Use" } else { "Use anyway" }
                     }
                 }
