@@ -441,3 +441,58 @@ pub fn model_deleted(name: &str) -> String {
 pub fn model_not_deleted(name: &str, errors: &str) -> String {
     format!("Could not delete {name}: {errors}")
 }
+
+// Notices and log lines written by the chat state (ui/state/).
+
+/// The settings log's line and the notice (with its detail) when the context was trimmed
+/// to fit the budget.
+pub fn trimmed_log(dropped_tokens: usize, kept_tokens: usize) -> String {
+    format!("Trimmed {dropped_tokens} tokens to fit the budget, kept {kept_tokens}")
+}
+pub fn trimmed_text(dropped_tokens: usize) -> String {
+    format!("Earlier messages were trimmed to fit the budget ({dropped_tokens} tokens dropped)")
+}
+pub fn trimmed_detail(kept_tokens: usize) -> String {
+    format!("{kept_tokens} tokens kept")
+}
+
+/// A memory warning's figures (`freed` written out, such as "12 MiB"), its log line, and
+/// the notice's detail with the warning's reason.
+pub fn evicted_figures(before_tokens: usize, after_tokens: usize, freed: &str) -> String {
+    format!("{before_tokens} → {after_tokens} tokens, {freed} freed")
+}
+pub fn evicted_log(reason: &str, figures: &str) -> String {
+    format!("Memory warning ({reason}): {figures}")
+}
+pub fn evicted_detail(figures: &str, reason: &str) -> String {
+    format!("{figures} · {reason}")
+}
+
+/// A conversation brought back from its cache: the log line, the notices' headlines and
+/// their detail.
+pub fn restored_log(count: usize, tokens: usize) -> String {
+    let noun = if count == 1 { "message" } else { "messages" };
+    format!("Restored {count} {noun} ({tokens} tokens) without re-prefill")
+}
+pub const CONVERSATION_RESTORED: &str = "Conversation restored";
+pub const CHAT_RESUMED: &str = "Chat resumed from its cache";
+pub fn resumed_detail(count: usize, tokens: usize) -> String {
+    let noun = if count == 1 { "message" } else { "messages" };
+    format!("{count} {noun}, {tokens} tokens, no re-prefill")
+}
+
+/// The log line of a chat opened: from its cache, or read again at the next message.
+pub fn opened_log(title: &str, count: usize, tokens: usize, resumed: bool) -> String {
+    let how = if resumed { "resumed from its cache, no re-prefill" } else { "re-read at your next message" };
+    format!("Opened “{title}”: {count} messages, {tokens} tokens, {how}")
+}
+
+/// The log line for another version shown when the cache kept up to the fork.
+pub fn version_shown_log(kept_tokens: usize, fed_tokens: usize) -> String {
+    format!("{VERSION_SHOWN_LOG}: {kept_tokens} cached tokens kept, {fed_tokens} fed")
+}
+
+/// The notice under a reply that failed.
+pub fn reply_failed(message: &str) -> String {
+    format!("This reply failed: {message}")
+}
