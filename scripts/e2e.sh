@@ -32,5 +32,5 @@ if [ ! -f "$model" ]; then
 fi
 export POCKETCHAT_MODEL="$model"
 
-cargo test "$@" --test app_e2e -- --nocapture --test-threads=1
+cargo test --features desktop,qa "$@" --test app_e2e -- --nocapture --test-threads=1
 echo "e2e: screenshots and status in $(ls -d "$repo"/target/e2e 2>/dev/null || echo target/e2e)"

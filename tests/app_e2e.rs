@@ -14,6 +14,14 @@
 
 #![cfg(feature = "desktop")]
 
+/// The app writes its QA status only when built with the `qa` feature: without it this
+/// test could not see what the window showed, so it says how to run it instead of passing.
+#[cfg(not(feature = "qa"))]
+#[test]
+fn the_end_to_end_test_needs_the_qa_feature() {
+    panic!("run the end-to-end test with `--features desktop,qa` (scripts/e2e.sh does)");
+}
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

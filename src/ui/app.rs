@@ -16,6 +16,7 @@ use super::chat::ChatView;
 use super::chat_list::ChatList;
 use super::chat_transfer::ChatFolder;
 use super::config::UiConfig;
+use super::copy;
 use super::engine_link::{bridge, send_command};
 use super::meter::LiveFigures;
 use super::models::{models_bridge, ModelAction, ModelsPanel, ModelsView};
@@ -32,7 +33,7 @@ pub const STYLE: &str = include_str!("../../assets/style.css");
 pub const PAGE_SCRIPT: &str = include_str!("../../assets/page.js");
 
 /// Window title.
-pub const TITLE: &str = "pocketchat";
+pub const TITLE: &str = copy::APP_NAME;
 
 /// Whether the settings panel starts open: yes on desktops, no on phones.
 pub const SETTINGS_OPEN_AT_START: bool = cfg!(not(any(target_os = "ios", target_os = "android")));
@@ -166,7 +167,7 @@ pub fn App() -> Element {
     let state = use_signal(ChatState::new);
     let live = use_context_provider(|| Signal::new(None::<LiveFigures>));
     let ui = use_hook(|| try_consume_context::<UiConfig>().unwrap_or_default());
-    let qa: Option<QaHook> = use_context_provider(|| ui.qa_status.clone().map(QaHook::new));
+    let qa: Option<QaHook> = use_hook(|| ui.qa_status.clone().and_then(QaHook::open));
     let models = use_context_provider(|| Signal::new(ModelsView::default()));
     use_context_provider(|| ChatFolder(config.chats.clone()));
     let engine = {
@@ -199,11 +200,11 @@ pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
     let status = use_memo(move || {
         let s = state.read();
         match &s.phase {
-            Phase::Starting => ("status-loading", "Starting…".to_string()),
-            Phase::Loading { progress, .. } => ("status-loading", format!("Loading {:.0}%", progress * 100.0)),
-            Phase::Ready if s.generating() => ("status-busy", "Writing…".to_string()),
+            Phase::Starting => ("status-loading", copy::STATUS_STARTING.to_string()),
+            Phase::Loading { progress, .. } => ("status-loading", copy::status_loading(*progress)),
+            Phase::Ready if s.generating() => ("status-busy", copy::STATUS_WRITING.to_string()),
             Phase::Ready => {
-                ("status-ready", s.model.as_ref().map(|m| m.name.clone()).unwrap_or_else(|| "Ready".into()))
+                ("status-ready", s.model.as_ref().map(|m| m.name.clone()).unwrap_or_else(|| copy::STATUS_READY.into()))
             }
             Phase::Failed(f) => ("status-failed", f.title.clone()),
         }
@@ -219,7 +220,7 @@ pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
             header { class: "topbar",
                 div { class: "brand",
                     span { class: "brand-mark", aria_hidden: "true" }
-                    h1 { "pocketchat" }
+                    h1 { {copy::APP_NAME} }
                 }
                 span { class: "status-chip {status_class}", title: "{status_text}", "{status_text}" }
                 div { class: "topbar-actions",
@@ -227,14 +228,14 @@ pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
                         button { class: "btn ghost chats-toggle", r#type: "button", id: "chats-toggle",
                             aria_pressed: "{chats_open()}",
                             onclick: move |_| chats_open.toggle(),
-                            "Chats"
+                            {copy::CHATS}
                         }
                     }
                     button { class: "btn ghost", r#type: "button", id: "new-chat",
                         disabled: !ready,
                         onclick: move |_| send_command(Command::NewConversation),
-                        onmounted: move |e: MountedEvent| super::qa::track("new_chat", e.data()),
-                        "New chat"
+                        "data-qa": "new_chat",
+                        {copy::NEW_CHAT}
                     }
                     button { class: "btn ghost", r#type: "button", id: "models-toggle",
                         aria_pressed: "{models_open()}",
@@ -242,8 +243,8 @@ pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
                             models_open.toggle();
                             open.set(false);
                         },
-                        onmounted: move |e: MountedEvent| super::qa::track("models_toggle", e.data()),
-                        "Models"
+                        "data-qa": "models_toggle",
+                        {copy::MODELS}
                     }
                     button { class: "btn ghost", r#type: "button", id: "settings-toggle",
                         aria_pressed: "{open()}",
@@ -251,8 +252,8 @@ pub fn Shell(state: ReadSignal<ChatState>, settings_open: bool) -> Element {
                             open.toggle();
                             models_open.set(false);
                         },
-                        onmounted: move |e: MountedEvent| super::qa::track("settings_toggle", e.data()),
-                        "Settings"
+                        "data-qa": "settings_toggle",
+                        {copy::SETTINGS}
                     }
                 }
             }

@@ -10,13 +10,12 @@ use dioxus::prelude::*;
 use crate::engine::Command;
 
 use super::config::UiConfig;
-use super::copy::{EDIT_TITLE, NEXT_VERSION, PREVIOUS_VERSION, THINK_SWITCH, THINK_SWITCH_TITLE};
+use super::copy;
 use super::engine_link::send_command;
 use super::fmt::format_rate;
 use super::markdown::{MarkdownBlocks, OpenHtml};
 use super::notices::{LoadFailureCard, LoadingCard, NoticeView};
 use super::platform;
-use super::qa;
 use super::state::{ChatState, Entry, Message, MessageMark, Phase, Role};
 
 /// Messages, notices and the composer.
@@ -114,10 +113,10 @@ fn EmptyState(model_name: String) -> Element {
     rsx! {
         div { class: "empty",
             div { class: "empty-mark", aria_hidden: "true", "◐" }
-            h2 { "What's on your mind?" }
+            h2 { {copy::EMPTY_HEADLINE} }
             p {
-                if model_name.is_empty() { "The model runs on this device." } else { "{model_name} runs on this device." }
-                " Nothing you type leaves it."
+                if model_name.is_empty() { {copy::EMPTY_MODEL_RUNS_HERE} } else { {copy::runs_on_this_device(&model_name)} }
+                {copy::EMPTY_NOTHING_LEAVES}
             }
         }
     }
@@ -126,7 +125,7 @@ fn EmptyState(model_name: String) -> Element {
 #[component]
 fn TypingDots() -> Element {
     rsx! {
-        span { class: "typing", aria_label: "Writing",
+        span { class: "typing", aria_label: copy::WRITING,
             span {} span {} span {}
         }
     }
@@ -161,8 +160,8 @@ pub fn MessageBubble(
     };
     let text = message.text.clone();
     let meta = match (message.tok_s, message.finished) {
-        (Some(rate), true) => Some(format!("{} · {}", tokens_label(message.tokens), format_rate(rate))),
-        (None, true) if message.tokens > 0 => Some(tokens_label(message.tokens)),
+        (Some(rate), true) => Some(format!("{} · {}", copy::tokens(message.tokens), format_rate(rate))),
+        (None, true) if message.tokens > 0 => Some(copy::tokens(message.tokens)),
         _ => None,
     };
     let class = match (streaming, message.error.is_some()) {
@@ -195,12 +194,12 @@ pub fn MessageBubble(
             if message.finished {
                 div { class: "msg-meta",
                     if !message.text.is_empty() {
-                        button { class: "copy", r#type: "button", title: "Copy reply",
+                        button { class: "copy", r#type: "button", title: copy::COPY_REPLY_TITLE,
                             onclick: move |_| {
                                 platform::copy_to_clipboard(&text);
                                 copied.set(true);
                             },
-                            if copied() { "Copied" } else { "Copy" }
+                            if copied() { {copy::COPIED} } else { {copy::COPY} }
                         }
                     }
                     if let Some(mark) = mark {
@@ -208,10 +207,10 @@ pub fn MessageBubble(
                     }
                     if action == Some(TurnAction::Regenerate) {
                         button { class: "copy", r#type: "button", id: "regenerate",
-                            title: "Write this reply again",
+                            title: copy::REGENERATE_TITLE,
                             onclick: move |_| send_command(Command::Regenerate),
-                            onmounted: move |e: MountedEvent| qa::track("regenerate", e.data()),
-                            "Regenerate"
+                            "data-qa": "regenerate",
+                            {copy::REGENERATE}
                         }
                     }
                     if let Some(meta) = meta {
@@ -251,13 +250,13 @@ fn VersionSwitch(mark: MessageMark) -> Element {
     let label = format!("{}/{count}", shown + 1);
     rsx! {
         span { class: "versions",
-            button { class: "copy version-prev", r#type: "button", title: PREVIOUS_VERSION, aria_label: PREVIOUS_VERSION,
+            button { class: "copy version-prev", r#type: "button", title: copy::PREVIOUS_VERSION, aria_label: copy::PREVIOUS_VERSION,
                 disabled: !mark.changeable || shown == 0,
                 onclick: move |_| send_command(Command::SwitchBranch { index, version: shown - 1 }),
                 "<"
             }
             span { class: "version-label", "{label}" }
-            button { class: "copy version-next", r#type: "button", title: NEXT_VERSION, aria_label: NEXT_VERSION,
+            button { class: "copy version-next", r#type: "button", title: copy::NEXT_VERSION, aria_label: copy::NEXT_VERSION,
                 disabled: !mark.changeable || shown + 1 >= count,
                 onclick: move |_| send_command(Command::SwitchBranch { index, version: shown + 1 }),
                 ">"
@@ -288,7 +287,7 @@ fn UserMessage(text: String, last: bool, mark: Option<MessageMark>) -> Element {
         let rows = (draft.read().matches('\n').count() + 1).clamp(2, 8);
         return rsx! {
             div { class: "msg msg-user editing",
-                textarea { class: "bubble-edit", aria_label: "Edit your message", autofocus: true,
+                textarea { class: "bubble-edit", aria_label: copy::EDIT_FIELD_LABEL, autofocus: true,
                     rows: "{rows}",
                     value: "{draft}",
                     oninput: move |e: FormEvent| draft.set(e.value()),
@@ -302,10 +301,10 @@ fn UserMessage(text: String, last: bool, mark: Option<MessageMark>) -> Element {
                     },
                 }
                 div { class: "msg-meta",
-                    button { class: "copy", r#type: "button", onclick: move |_| editing.set(false), "Cancel" }
+                    button { class: "copy", r#type: "button", onclick: move |_| editing.set(false), {copy::CANCEL} }
                     button { class: "btn primary small", r#type: "button", id: "send-edit",
                         onclick: move |_| send_on_click(),
-                        "Send"
+                        {copy::SEND}
                     }
                 }
             }
@@ -320,12 +319,12 @@ fn UserMessage(text: String, last: bool, mark: Option<MessageMark>) -> Element {
                         VersionSwitch { mark }
                     }
                     if editable {
-                        button { class: "copy", r#type: "button", id: last.then_some("edit-last"), title: EDIT_TITLE,
+                        button { class: "copy", r#type: "button", id: last.then_some("edit-last"), title: copy::EDIT_TITLE,
                             onclick: move |_| {
                                 draft.set(text.clone());
                                 editing.set(true);
                             },
-                            "Edit"
+                            {copy::EDIT}
                         }
                     }
                 }
@@ -345,14 +344,6 @@ const OPEN_LIVE_KEY: &str = "open-live";
 fn MarkdownBlock(html: Rc<str>) -> Element {
     rsx! {
         div { class: "mdb", dangerous_inner_html: "{html}" }
-    }
-}
-
-fn tokens_label(n: usize) -> String {
-    if n == 1 {
-        "1 token".to_string()
-    } else {
-        format!("{n} tokens")
     }
 }
 
@@ -380,11 +371,11 @@ pub fn Composer(
     };
     let rows = (draft.read().matches('\n').count() + 1).clamp(1, 6);
     let placeholder = if failed {
-        "No model loaded"
+        copy::COMPOSER_NO_MODEL
     } else if !ready {
-        "Loading the model…"
+        copy::LOADING_MODEL
     } else {
-        "Message pocketchat"
+        copy::COMPOSER_PLACEHOLDER
     };
     rsx! {
         form { class: "composer",
@@ -402,7 +393,7 @@ pub fn Composer(
                 placeholder,
                 autofocus: true,
                 disabled: failed,
-                aria_label: "Message",
+                aria_label: copy::COMPOSER_LABEL,
                 "data-can-send": if can_send { "true" } else { "false" },
                 oninput: move |e: FormEvent| {
                     let text = e.value();
@@ -418,27 +409,27 @@ pub fn Composer(
                         submit();
                     }
                 },
-                onmounted: move |e: MountedEvent| qa::track("composer", e.data()),
+                "data-qa": "composer",
             }
             if let Some(on) = thinking {
                 button { class: if on { "btn think-toggle on" } else { "btn think-toggle" },
                     r#type: "button", id: "think-toggle",
-                    title: THINK_SWITCH_TITLE, aria_pressed: if on { "true" } else { "false" },
+                    title: copy::THINK_SWITCH_TITLE, aria_pressed: if on { "true" } else { "false" },
                     disabled: !ready,
                     onclick: move |_| send_command(Command::SetThinking { enabled: Some(!on) }),
-                    "{THINK_SWITCH}"
+                    {copy::THINK_SWITCH}
                 }
             }
             if generating {
                 button { class: "btn stop", r#type: "button", id: "stop-button",
                     onclick: move |_| send_command(Command::Stop),
                     span { class: "stop-square", aria_hidden: "true" }
-                    "Stop"
+                    {copy::STOP}
                 }
             } else {
                 button { class: "btn primary send", r#type: "submit", id: "send-button",
                     disabled: !can_send || draft.read().trim().is_empty(),
-                    "Send"
+                    {copy::SEND}
                 }
             }
         }

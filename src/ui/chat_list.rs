@@ -17,7 +17,6 @@ use super::clock::date_label;
 use super::copy;
 use super::engine_link::send_command;
 use super::fmt::format_bytes;
-use super::qa;
 use super::state::ChatState;
 
 #[component]
@@ -49,16 +48,16 @@ pub fn ChatList(state: ReadSignal<ChatState>, on_pick: EventHandler<()>) -> Elem
     let searching = !query.read().trim().is_empty();
     let (share_store, import_store) = (folder.clone(), folder);
     rsx! {
-        nav { class: "chat-list", aria_label: "Chats",
+        nav { class: "chat-list", aria_label: copy::CHATS,
             div { class: "chat-list-head",
-                h2 { "Chats" }
+                h2 { {copy::CHATS} }
                 button { class: "btn ghost", r#type: "button", id: "new-chat-in-list",
                     disabled: !ready(),
                     onclick: move |_| {
                         send_command(Command::NewConversation);
                         on_pick.call(());
                     },
-                    "New"
+                    {copy::NEW}
                 }
             }
             input { class: "chat-search", r#type: "search", id: "chat-search",
@@ -83,7 +82,7 @@ pub fn ChatList(state: ReadSignal<ChatState>, on_pick: EventHandler<()>) -> Elem
                 p { class: "hint chat-list-status", role: "status", "{text}" }
             }
             if chats.read().is_empty() {
-                p { class: "hint chat-list-empty", "Your chats are kept on this device." }
+                p { class: "hint chat-list-empty", {copy::CHATS_EMPTY} }
             } else if searching && listed.is_empty() {
                 p { class: "hint chat-list-empty", {copy::no_chat_holds(&query.read())} }
             }
@@ -179,17 +178,16 @@ fn ChatItem(
     let is_renaming = renaming.read().as_deref() == Some(id.as_str());
     let is_deleting = deleting.read().as_deref() == Some(id.as_str());
     let cached = if chat.cache_bytes > 0 {
-        format!("cache {}", format_bytes(chat.cache_bytes))
+        copy::chat_cache(&format_bytes(chat.cache_bytes))
     } else if chat.messages > 0 {
-        "re-read when opened".to_string()
+        copy::CHAT_REREAD_WHEN_OPENED.to_string()
     } else {
         String::new()
     };
-    let noun = if chat.messages == 1 { "message" } else { "messages" };
-    let meta = format!("{} · {} {noun}", date_label(chat.updated), chat.messages);
+    let meta = copy::chat_meta(&date_label(chat.updated), chat.messages);
     let class = if active { "chat-item active" } else { "chat-item" };
-    let (open_id, rename_id, delete_id, track_id, share_id) =
-        (id.clone(), id.clone(), id.clone(), id.clone(), id.clone());
+    let (open_id, rename_id, delete_id, share_id) = (id.clone(), id.clone(), id.clone(), id.clone());
+    let qa_name = format!("chat:{id}");
     rsx! {
         li { class,
             if is_renaming {
@@ -205,20 +203,20 @@ fn ChatItem(
                         }
                         on_pick.call(());
                     },
-                    onmounted: move |e: MountedEvent| qa::track_named(format!("chat:{track_id}"), e.data()),
+                    "data-qa": "{qa_name}",
                     span { class: "chat-title", "{chat.title}" }
                     if let Some(snippet) = &snippet {
                         span { class: "chat-snippet", "{snippet}" }
                     }
                     span { class: "chat-meta", "{meta}" }
                     if !cached.is_empty() {
-                        span { class: "chat-meta", "{chat.tokens} tokens · {cached}" }
+                        span { class: "chat-meta", {copy::chat_tokens(chat.tokens, &cached)} }
                     }
                 }
                 div { class: "chat-actions",
-                    button { class: "link", r#type: "button", title: "Rename",
+                    button { class: "link", r#type: "button", title: copy::RENAME,
                         onclick: move |_| renaming.set(Some(rename_id.clone())),
-                        "Rename"
+                        {copy::RENAME}
                     }
                     button { class: "link", r#type: "button", title: copy::SHARE_TITLE,
                         onclick: move |_| share(folder.clone(), Some(share_id.clone()), status),
@@ -230,13 +228,13 @@ fn ChatItem(
                                 send_command(Command::DeleteChat { id: delete_id.clone() });
                                 deleting.set(None);
                             },
-                            "Delete for good"
+                            {copy::DELETE_FOR_GOOD}
                         }
-                        button { class: "link", r#type: "button", onclick: move |_| deleting.set(None), "Keep" }
+                        button { class: "link", r#type: "button", onclick: move |_| deleting.set(None), {copy::KEEP} }
                     } else {
-                        button { class: "link", r#type: "button", title: "Delete",
+                        button { class: "link", r#type: "button", title: copy::DELETE,
                             onclick: move |_| deleting.set(Some(id.clone())),
-                            "Delete"
+                            {copy::DELETE}
                         }
                     }
                 }
@@ -252,7 +250,7 @@ fn RenameField(id: String, title: String, renaming: Signal<Option<String>>) -> E
     let (enter, blur) = ((id.clone(), title.clone()), (id, title));
     rsx! {
         input { class: "chat-rename", r#type: "text", value: "{draft}", autofocus: true,
-            aria_label: "Chat title",
+            aria_label: copy::CHAT_TITLE_LABEL,
             oninput: move |e: FormEvent| draft.set(e.value()),
             onkeydown: move |e: KeyboardEvent| {
                 if e.key() == Key::Enter {

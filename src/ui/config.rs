@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `POCKETCHAT_FRAME_MS` | how often tokens reach the screen (1–1000 ms; default 33) |
 //! | `POCKETCHAT_TYPE_AHEAD=0` | no reading ahead of the composer's text |
-//! | `POCKETCHAT_QA_STATUS` | the QA status file ([`super::qa`]) |
+//! | `POCKETCHAT_QA_STATUS` | the QA status file ([`super::qa`], builds with the `qa` feature) |
 //! | `WEBKIT_DISABLE_COMPOSITING_MODE` | the user's choice of WebKit's compositing (Linux) |
 
 use std::path::PathBuf;
@@ -39,10 +39,21 @@ impl UiConfig {
         UiConfig {
             frame: frame_from(var("POCKETCHAT_FRAME_MS").as_deref()),
             type_ahead: var("POCKETCHAT_TYPE_AHEAD").is_none_or(|v| v.trim() != "0"),
-            qa_status: std::env::var_os(super::qa::QA_STATUS_ENV).filter(|p| !p.is_empty()).map(PathBuf::from),
+            qa_status: qa_status_file(),
             compositing_chosen: std::env::var_os("WEBKIT_DISABLE_COMPOSITING_MODE").is_some(),
         }
     }
+}
+
+/// `POCKETCHAT_QA_STATUS`, read by a build with the `qa` feature; another says it is
+/// ignored rather than leave a tester waiting for a file that never comes.
+fn qa_status_file() -> Option<PathBuf> {
+    let path = std::env::var_os(super::qa::QA_STATUS_ENV).filter(|p| !p.is_empty()).map(PathBuf::from)?;
+    if cfg!(feature = "qa") {
+        return Some(path);
+    }
+    tracing::warn!("{} is ignored: this build has no QA hook (cargo feature `qa`)", super::qa::QA_STATUS_ENV);
+    None
 }
 
 /// The frame for a `POCKETCHAT_FRAME_MS` value: 1–1000 ms, else [`FRAME`].

@@ -84,7 +84,8 @@ pub(super) async fn bridge(
     let mut monitor = monitor::start(engine.clone(), None);
     let _lifecycle = lifecycle::save_when_backgrounded(engine.clone());
     if let Some(qa) = &qa {
-        qa.report_status(state.peek().qa_status());
+        qa.watch_controls();
+        qa.report_state(&state.peek());
     }
     loop {
         futures::select! {
@@ -113,17 +114,6 @@ pub(super) async fn bridge(
                 while let Some(Some(more)) = events.next().now_or_never() {
                     batch.extend(more);
                 }
-                let relayout = batch.iter().any(|e| {
-                    matches!(
-                        e,
-                        EngineEvent::Ready(_)
-                            | EngineEvent::Done { .. }
-                            | EngineEvent::ConversationReset
-                            | EngineEvent::Chats { .. }
-                            | EngineEvent::ChatOpened { .. }
-                            | EngineEvent::BranchSwitched { .. }
-                    )
-                });
                 // Watch against the ceiling of the policy in force.
                 let ceiling = batch.iter().rev().find_map(|e| match e {
                     EngineEvent::Policy { policy, .. } => Some(policy.ceiling_bytes),
@@ -151,10 +141,7 @@ pub(super) async fn bridge(
                         qa.report_reply(timing);
                         qa.watch_last_paint();
                     }
-                    qa.report_status(state.peek().qa_status());
-                    if relayout {
-                        qa.remeasure();
-                    }
+                    qa.report_state(&state.peek());
                 }
                 if gone {
                     break;

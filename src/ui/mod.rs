@@ -7,7 +7,8 @@
 //!   reply rendering; [`chat_transfer`]: the chat list's search, Share and Import.
 //! - [`models`]: the model screen (catalog, downloads, switching models).
 //! - [`copy`]: the words shown for what the engine reports.
-//! - [`qa`]: the `POCKETCHAT_QA_STATUS` file the end-to-end test reads.
+//! - [`qa`]: the `POCKETCHAT_QA_STATUS` file the end-to-end test reads (cargo feature
+//!   `qa`; without it, a hook that is never there).
 //! - [`pacer`]: engine events to the UI in frame-paced batches; [`meter`]: the reply's
 //!   speed as shown.
 
@@ -28,6 +29,10 @@ mod monitor;
 pub mod notices;
 pub mod pacer;
 mod platform;
+#[cfg(feature = "qa")]
+pub mod qa;
+#[cfg(not(feature = "qa"))]
+#[path = "qa_off.rs"]
 pub mod qa;
 pub mod settings;
 pub mod state;

@@ -5,6 +5,7 @@ use dioxus::prelude::*;
 
 use crate::engine::Command;
 
+use super::copy;
 use super::engine_link::send_command;
 use super::state::{LoadFailure, Notice, NoticeKind};
 
@@ -28,9 +29,9 @@ pub fn NoticeView(notice: Notice) -> Element {
                 }
                 if notice.restorable {
                     button { class: "btn secondary restore", r#type: "button",
-                        title: "Bring back the conversation as it was before the memory warning",
+                        title: copy::RESTORE_TITLE,
                         onclick: move |_| send_command(Command::RestoreEvicted),
-                        "Restore"
+                        {copy::RESTORE}
                     }
                 }
             }
@@ -47,7 +48,7 @@ pub fn LoadingCard(progress: f32, message: String) -> Element {
     let pct = (progress.clamp(0.0, 1.0) * 100.0).round();
     rsx! {
         div { class: "card loading-card", role: "status",
-            div { class: "card-title", "Loading the model…" }
+            div { class: "card-title", {copy::LOADING_MODEL} }
             div { class: "progress", role: "progressbar", aria_valuenow: "{pct}", aria_valuemin: "0", aria_valuemax: "100",
                 div { class: "progress-fill", style: "width: {pct}%" }
             }
@@ -67,12 +68,12 @@ pub fn LoadFailureCard(failure: LoadFailure) -> Element {
             role: "alert",
             div { class: "card-title", "{failure.title}" }
             if failure.missing {
-                p { "pocketchat runs the model on this device, so it needs the model file first. Download the default model (SmolLM2 135M Instruct, about 100 MB) with:" }
+                p { {copy::MODEL_MISSING_WHY} }
             }
             if let Some(command) = &failure.command {
                 pre { class: "command", code { "{command}" } }
                 p { class: "card-detail",
-                    "then start the app again. On iPhone, download a model in the Models screen, or copy the .gguf file into the app's Documents folder with Finder file sharing."
+                    {copy::MODEL_MISSING_THEN}
                 }
             }
             p { class: "engine-message", "{failure.message}" }

@@ -8,25 +8,30 @@
 //! what the user saw, also when the web view falls behind the UI state.
 //!
 //! The file also carries the on-screen rectangles (CSS pixels, relative to the webview)
-//! of the controls a test clicks, measured when they mount, so the test does not depend
-//! on guessed coordinates.
+//! of the controls a test clicks, so the test does not depend on guessed coordinates.
+//! The components only mark those controls (`data-qa: "name"`); one script in the page
+//! reads every marked control's box whenever the page changes ([`QaHook::watch_controls`]).
+//!
+//! Built only with the `qa` cargo feature, which the tests enable; without it `QaHook` is
+//! a type with no values (`qa_off.rs`) and the app ignores `POCKETCHAT_QA_STATUS`.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use dioxus::prelude::{spawn, try_consume_context, MountedData};
+use dioxus::prelude::spawn;
 use serde::Serialize;
 
 use super::meter::ReplyTiming;
+use super::models::{ModelsView, Transfer};
 use super::state::{ChatState, Phase, Role};
 
 /// The environment variable naming the status file.
 pub const QA_STATUS_ENV: &str = "POCKETCHAT_QA_STATUS";
 
 /// A control's box in CSS pixels relative to the webview's top-left corner.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct QaRect {
     pub x: f64,
     pub y: f64,
@@ -91,6 +96,26 @@ var at = await new Promise(function (done) {
 });
 dioxus.send(at);
 await dioxus.recv();"#;
+/// Sends the boxes of the controls marked `data-qa` (a JSON object, name to box) now and
+/// whenever they may have moved: the page changed or the window was resized, at most
+/// every 150 ms, and only when some box changed. Never ends: the hook keeps listening.
+const CONTROL_BOXES: &str = r#"
+var last = "";
+function report() {
+  var boxes = {};
+  document.querySelectorAll("[data-qa]").forEach(function (e) {
+    var r = e.getBoundingClientRect();
+    boxes[e.getAttribute("data-qa")] = { x: r.x, y: r.y, width: r.width, height: r.height };
+  });
+  var now = JSON.stringify(boxes);
+  if (now !== last) { last = now; dioxus.send(now); }
+}
+var timer = null;
+function soon() { if (timer === null) { timer = setTimeout(function () { timer = null; report(); }, 150); } }
+new MutationObserver(soon).observe(document.body, { childList: true, subtree: true, attributes: true });
+window.addEventListener("resize", soon);
+report();
+await new Promise(function () {});"#;
 const FIRST_TOKEN_SHOWN: &str =
     "(function () { var md = document.querySelector('.msg-assistant.streaming .md'); return md && md.textContent.length > 0; })()";
 const REPLY_FINISHED_SHOWN: &str = "!document.querySelector('.msg-assistant.streaming')";
@@ -99,7 +124,6 @@ const REPLY_FINISHED_SHOWN: &str = "!document.querySelector('.msg-assistant.stre
 struct Inner {
     status: Option<QaStatus>,
     rects: BTreeMap<String, QaRect>,
-    mounted: BTreeMap<String, Rc<MountedData>>,
     replies: Vec<QaReply>,
     paint: PaintWatch,
     /// The model screen (`ui::models`), as it last reported.
@@ -114,20 +138,44 @@ pub struct QaHook {
 }
 
 impl QaHook {
-    pub fn new(path: PathBuf) -> QaHook {
-        QaHook { path, inner: Rc::new(RefCell::new(Inner::default())) }
+    /// The hook writing to `path` (`Option` for the build without the feature, whose
+    /// `open` gives `None`).
+    pub fn open(path: PathBuf) -> Option<QaHook> {
+        Some(QaHook { path, inner: Rc::new(RefCell::new(Inner::default())) })
     }
 
-    /// Records the latest status and rewrites the file.
-    pub fn report_status(&self, status: QaStatus) {
+    /// Records what the chat shows now and rewrites the file.
+    pub fn report_state(&self, state: &ChatState) {
+        self.report_status(state.qa_status());
+    }
+
+    fn report_status(&self, status: QaStatus) {
         self.inner.borrow_mut().status = Some(status);
         self.write();
     }
 
     /// Records the model screen's state and rewrites the file.
-    pub fn report_models(&self, models: serde_json::Value) {
-        self.inner.borrow_mut().models = models;
+    pub fn report_models(&self, view: &ModelsView) {
+        self.inner.borrow_mut().models = qa_models(view);
         self.write();
+    }
+
+    /// Starts the page's script that reports the marked controls' boxes
+    /// ([`CONTROL_BOXES`]); each report rewrites the file. Call once, from a task.
+    pub fn watch_controls(&self) {
+        let hook = self.clone();
+        spawn(async move {
+            let mut eval = dioxus::document::eval(CONTROL_BOXES);
+            while let Ok(json) = eval.recv::<String>().await {
+                match serde_json::from_str::<BTreeMap<String, QaRect>>(&json) {
+                    Ok(rects) => {
+                        hook.inner.borrow_mut().rects = rects;
+                        hook.write();
+                    }
+                    Err(e) => tracing::warn!("the page sent unreadable control boxes: {e}"),
+                }
+            }
+        });
     }
 
     /// Records a finished reply's timing (written with the next status).
@@ -164,28 +212,10 @@ impl QaHook {
     }
 
     /// Records where a control is on screen and rewrites the file.
-    pub fn report_rect(&self, name: &str, rect: QaRect) {
+    #[cfg(test)]
+    fn report_rect(&self, name: &str, rect: QaRect) {
         self.inner.borrow_mut().rects.insert(name.to_string(), rect);
         self.write();
-    }
-
-    /// Measures every tracked control again (after layout changes such as the model
-    /// becoming ready or a reply ending).
-    pub fn remeasure(&self) {
-        let mounted: Vec<_> = self.inner.borrow().mounted.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        for (name, data) in mounted {
-            self.measure(name, data);
-        }
-    }
-
-    fn measure(&self, name: String, data: Rc<MountedData>) {
-        let hook = self.clone();
-        spawn(async move {
-            if let Ok(r) = data.get_client_rect().await {
-                let rect = QaRect { x: r.origin.x, y: r.origin.y, width: r.size.width, height: r.size.height };
-                hook.report_rect(&name, rect);
-            }
-        });
     }
 
     fn write(&self) {
@@ -250,21 +280,6 @@ async fn painted_at(ready: &str) -> Option<f64> {
     }
 }
 
-/// Tracks a control's on-screen box for the status file, when the QA hook is on.
-/// Call from `onmounted`.
-pub fn track(name: &'static str, data: Rc<MountedData>) {
-    track_named(name.to_string(), data);
-}
-
-/// [`track`] for a name made at run time (a chat's `chat:ID`).
-pub fn track_named(name: String, data: Rc<MountedData>) {
-    let Some(Some(hook)) = try_consume_context::<Option<QaHook>>() else {
-        return;
-    };
-    hook.inner.borrow_mut().mounted.insert(name.clone(), data.clone());
-    hook.measure(name, data);
-}
-
 /// Writes to a sibling temporary file and renames it, so readers never see half a file.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
@@ -305,6 +320,26 @@ pub struct QaStatus {
     /// The loaded model's name and file (the model screen switches them).
     pub model_name: Option<String>,
     pub model_path: Option<String>,
+}
+
+/// The model screen in the QA status file: each item's key, whether it is on the device,
+/// and each download's fraction or error.
+fn qa_models(view: &ModelsView) -> serde_json::Value {
+    let downloads: serde_json::Map<String, serde_json::Value> = view
+        .transfers
+        .iter()
+        .map(|(key, t)| {
+            let value = match t {
+                Transfer::Running(p) => {
+                    serde_json::json!({ "fraction": p.fraction(), "bytes": p.bytes, "verifying": p.verifying })
+                }
+                Transfer::Failed(e) => serde_json::json!({ "error": e }),
+            };
+            (key.clone(), value)
+        })
+        .collect();
+    let downloaded: Vec<&str> = view.items.iter().filter(|i| i.downloaded).map(|i| i.key.as_str()).collect();
+    serde_json::json!({ "downloaded": downloaded, "downloads": downloads, "notice": view.notice })
 }
 
 /// A chat in the QA status.
@@ -363,7 +398,7 @@ mod tests {
     fn writes_status_and_rects_as_json() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("qa.json");
-        let hook = QaHook::new(path.clone());
+        let hook = QaHook::open(path.clone()).unwrap();
         hook.report_status(ChatState::new().qa_status());
         hook.report_reply(ReplyTiming { tokens: 3, first_token_ms: 80.0, shown_tok_s: 110.0 });
         hook.report_rect("simulate_warning", QaRect { x: 10.0, y: 20.0, width: 100.0, height: 40.0 });

@@ -15,12 +15,8 @@ use super::copy;
 use super::engine_link::send_command;
 use super::fmt::{format_bytes, format_ms, format_rate, percent};
 use super::meter::LiveFigures;
-use super::qa;
 use super::state::{ChatState, LogKind, SamplingView};
 use crate::engine::sampler::SamplingOverrides;
-
-/// The reason the settings panel's button gives the engine.
-pub const SIMULATED_REASON: &str = "simulated from settings";
 
 #[component]
 pub fn SettingsPanel(state: ReadSignal<ChatState>, on_close: EventHandler<()>) -> Element {
@@ -29,11 +25,11 @@ pub fn SettingsPanel(state: ReadSignal<ChatState>, on_close: EventHandler<()>) -
     let last_error = use_memo(move || state.read().last_error.clone());
     rsx! {
         div { class: "sheet-backdrop", onclick: move |_| on_close.call(()) }
-        aside { class: "settings", aria_label: "Settings",
+        aside { class: "settings", aria_label: copy::SETTINGS,
             div { class: "sheet-handle", aria_hidden: "true" }
             header { class: "settings-head",
-                h2 { "Memory & model" }
-                button { class: "btn ghost close", r#type: "button", onclick: move |_| on_close.call(()), "Done" }
+                h2 { {copy::SETTINGS_HEADING} }
+                button { class: "btn ghost close", r#type: "button", onclick: move |_| on_close.call(()), {copy::DONE} }
             }
             div { class: "settings-scroll",
                 section { class: "panel-section actions-section",
@@ -42,18 +38,18 @@ pub fn SettingsPanel(state: ReadSignal<ChatState>, on_close: EventHandler<()>) -
                         class: "btn danger big",
                         r#type: "button",
                         disabled: !ready,
-                        onclick: move |_| send_command(Command::MemoryWarning { reason: SIMULATED_REASON.into() }),
-                        onmounted: move |e: MountedEvent| qa::track("simulate_warning", e.data()),
-                        "Simulate memory warning"
+                        onclick: move |_| send_command(Command::MemoryWarning { reason: copy::SIMULATED_REASON.into() }),
+                        "data-qa": "simulate_warning",
+                        {copy::SETTINGS_SIMULATE_WARNING}
                     }
-                    p { class: "hint", "Does what iOS's memory warning does: stops the reply, frees part of the context and says so." }
+                    p { class: "hint", {copy::SETTINGS_SIMULATE_WARNING_HINT} }
                     button {
                         id: "reset-context",
                         class: "btn secondary",
                         r#type: "button",
                         disabled: !ready,
                         onclick: move |_| send_command(Command::NewConversation),
-                        "Reset context"
+                        {copy::SETTINGS_RESET_CONTEXT}
                     }
                 }
                 ContextSection { state }
@@ -64,7 +60,7 @@ pub fn SettingsPanel(state: ReadSignal<ChatState>, on_close: EventHandler<()>) -
                 LogSection { state }
                 if let Some(error) = last_error() {
                     section { class: "panel-section",
-                        h3 { "Last error" }
+                        h3 { {copy::SETTINGS_LAST_ERROR} }
                         p { class: "last-error", "{error}" }
                     }
                 }
@@ -118,66 +114,66 @@ fn ContextSection(state: ReadSignal<ChatState>) -> Element {
     let live = try_consume_context::<Signal<Option<LiveFigures>>>().and_then(|l| l());
     let (stats, budget, ceiling) = figures();
     let Some(stats) = stats else {
-        let budget = if budget > 0 { budget.to_string() } else { "—".into() };
+        let budget = if budget > 0 { budget.to_string() } else { copy::NO_FIGURE.into() };
         return rsx! {
             section { class: "panel-section",
-                h3 { "Context" }
-                Figure { name: "budget", label: "Token budget", value: "{budget}" }
-                p { class: "hint", "Figures appear after the first reply." }
+                h3 { {copy::CONTEXT} }
+                Figure { name: "budget", label: copy::TOKEN_BUDGET, value: "{budget}" }
+                p { class: "hint", {copy::FIGURES_AFTER_FIRST_REPLY} }
             }
         };
     };
     let context_tokens = live.map_or(stats.context_tokens, |l| l.context_tokens);
     let (decode_label, decode_rate) = match live {
-        Some(l) => ("Shown now", l.reply_tok_s),
-        None => ("Decode", stats.decode_tok_s),
+        Some(l) => (copy::SPEED_SHOWN_NOW, l.reply_tok_s),
+        None => (copy::SPEED_DECODE, stats.decode_tok_s),
     };
     rsx! {
         section { class: "panel-section",
-            h3 { "Context" }
+            h3 { {copy::CONTEXT} }
             Meter {
                 name: "tokens",
-                label: "Tokens in context",
+                label: copy::TOKENS_IN_CONTEXT,
                 used: context_tokens as f64,
                 total: budget as f64,
                 text: "{context_tokens} / {budget}",
             }
             Meter {
                 name: "footprint",
-                label: "Predicted footprint (dirty)",
+                label: copy::PREDICTED_FOOTPRINT,
                 used: stats.predicted_footprint_bytes as f64,
                 total: ceiling as f64,
-                text: "{format_bytes(stats.predicted_footprint_bytes)} of {format_bytes(ceiling)}",
+                text: copy::used_of(&format_bytes(stats.predicted_footprint_bytes), &format_bytes(ceiling)),
             }
             if stats.tier_budget > 0 && stats.tier_budget != budget {
                 div { class: "budget-note", "data-figure": "budget-note",
-                    div { class: "figure-value", "{budget} of the tier's {stats.tier_budget} tokens" }
+                    div { class: "figure-value", {copy::budget_of_tier(budget, stats.tier_budget)} }
                     if let Some(note) = &stats.budget_note {
                         div { class: "hint", "{note}" }
                     }
                 }
             }
-            Figure { name: "kv-bytes", label: "KV cache", value: format_bytes(stats.kv_bytes) }
+            Figure { name: "kv-bytes", label: copy::KV_CACHE, value: format_bytes(stats.kv_bytes) }
             Figure {
                 name: "dirty",
-                label: "Dirty memory (counted by the OS)",
-                value: if stats.footprint_bytes > 0 { format_bytes(stats.footprint_bytes) } else { "—".to_string() },
+                label: copy::DIRTY_MEMORY,
+                value: if stats.footprint_bytes > 0 { format_bytes(stats.footprint_bytes) } else { copy::NO_FIGURE.to_string() },
             }
             Figure {
                 name: "mapped",
-                label: "Weights mapped from the file (clean)",
+                label: copy::MAPPED_WEIGHTS,
                 value: format_bytes(stats.mapped_weights_bytes),
             }
             Figure {
                 name: "rss",
-                label: "Resident memory",
-                value: if stats.rss_bytes > 0 { format_bytes(stats.rss_bytes) } else { "—".to_string() },
+                label: copy::RESIDENT_MEMORY,
+                value: if stats.rss_bytes > 0 { format_bytes(stats.rss_bytes) } else { copy::NO_FIGURE.to_string() },
             }
             Figure { name: "decode", label: decode_label.to_string(), value: format_rate(decode_rate) }
-            Figure { name: "ttft", label: "First token", value: format_ms(stats.ttft_ms) }
+            Figure { name: "ttft", label: copy::FIRST_TOKEN, value: format_ms(stats.ttft_ms) }
             Figure {
                 name: "prefill",
-                label: "Last prefill",
+                label: copy::LAST_PREFILL,
                 value: prefill_figure(&stats),
             }
         }
@@ -187,10 +183,10 @@ fn ContextSection(state: ReadSignal<ChatState>) -> Element {
 /// "12 tokens in 20 ms", and how many more were read ahead while the message was typed.
 fn prefill_figure(stats: &Stats) -> String {
     match (stats.prefill_tokens, stats.drafted_tokens) {
-        (0, 0) => "—".to_string(),
-        (fed, 0) => format!("{fed} tokens in {}", format_ms(stats.prefill_ms)),
-        (0, ahead) => format!("none: all {ahead} tokens were read as you typed"),
-        (fed, ahead) => format!("{fed} tokens in {} (+{ahead} read as you typed)", format_ms(stats.prefill_ms)),
+        (0, 0) => copy::NO_FIGURE.to_string(),
+        (fed, 0) => copy::prefill_fed(fed, &format_ms(stats.prefill_ms)),
+        (0, ahead) => copy::prefill_all_ahead(ahead),
+        (fed, ahead) => copy::prefill_fed_and_ahead(fed, &format_ms(stats.prefill_ms), ahead),
     }
 }
 
@@ -210,17 +206,17 @@ fn ChatSection(state: ReadSignal<ChatState>, ready: bool) -> Element {
     };
     rsx! {
         section { class: "panel-section", "data-section": "chat",
-            h3 { "This chat" }
+            h3 { {copy::THIS_CHAT} }
             SystemPromptField { key: "{id}", prompt, ready }
             if let Some((bytes, cap)) = caches {
                 Meter {
                     name: "chat-caches",
-                    label: "Saved chat caches",
+                    label: copy::SAVED_CHAT_CACHES,
                     used: bytes as f64,
                     total: cap as f64,
-                    text: "{format_bytes(bytes)} of {format_bytes(cap)}",
+                    text: copy::used_of(&format_bytes(bytes), &format_bytes(cap)),
                 }
-                p { class: "hint", "Past the cap, the caches of the chats used longest ago go first; their text stays and is re-read when you open them." }
+                p { class: "hint", {copy::CHAT_CACHES_HINT} }
             }
         }
     }
@@ -234,9 +230,9 @@ fn SystemPromptField(prompt: String, ready: bool) -> Element {
     let changed = draft.read().trim() != prompt.trim();
     rsx! {
         label { class: "field", "data-figure": "system-prompt",
-            span { class: "figure-label", "System prompt" }
+            span { class: "figure-label", {copy::SYSTEM_PROMPT} }
             textarea { class: "system-prompt", rows: "3", value: "{draft}",
-                placeholder: "The model's default",
+                placeholder: copy::SYSTEM_PROMPT_PLACEHOLDER,
                 disabled: !ready,
                 oninput: move |e: FormEvent| draft.set(e.value()),
             }
@@ -244,7 +240,7 @@ fn SystemPromptField(prompt: String, ready: bool) -> Element {
         button { class: "btn secondary", r#type: "button", id: "save-system-prompt",
             disabled: !ready || !changed,
             onclick: move |_| send_command(Command::SetSystemPrompt { text: draft.peek().clone() }),
-            "Save system prompt"
+            {copy::SAVE_SYSTEM_PROMPT}
         }
     }
 }
@@ -257,8 +253,8 @@ fn GenerationSection(state: ReadSignal<ChatState>, ready: bool) -> Element {
     let Some(SamplingView { params: p, defaults: d, overrides }) = sampling() else {
         return rsx! {
             section { class: "panel-section",
-                h3 { "Generation" }
-                p { class: "hint", "Shown once the model is loaded." }
+                h3 { {copy::GENERATION} }
+                p { class: "hint", {copy::GENERATION_BEFORE_LOAD} }
             }
         };
     };
@@ -275,44 +271,44 @@ fn GenerationSection(state: ReadSignal<ChatState>, ready: bool) -> Element {
     };
     rsx! {
         section { class: "panel-section", "data-section": "generation",
-            h3 { "Generation" }
+            h3 { {copy::GENERATION} }
             SamplingRow {
-                name: "temperature", label: "Temperature", value: p.temperature, default: d.temperature,
+                name: "temperature", label: copy::TEMPERATURE, value: p.temperature, default: d.temperature,
                 step: 0.05, max: 5.0, disabled: !ready,
                 on_set: move |t| set(|o, x| o.temperature = Some(x), t),
             }
             SamplingRow {
-                name: "top-k", label: "Top-k", value: p.top_k as f32, default: d.top_k as f32,
+                name: "top-k", label: copy::TOP_K, value: p.top_k as f32, default: d.top_k as f32,
                 step: 1.0, max: 1000.0, disabled: !ready,
                 on_set: move |t| set(|o, x| o.top_k = Some(x.max(0.0) as usize), t),
             }
             SamplingRow {
-                name: "top-p", label: "Top-p", value: p.top_p, default: d.top_p,
+                name: "top-p", label: copy::TOP_P, value: p.top_p, default: d.top_p,
                 step: 0.01, max: 1.0, disabled: !ready,
                 on_set: move |t| set(|o, x| o.top_p = Some(x), t),
             }
             SamplingRow {
-                name: "min-p", label: "Min-p", value: p.min_p, default: d.min_p,
+                name: "min-p", label: copy::MIN_P, value: p.min_p, default: d.min_p,
                 step: 0.01, max: 1.0, disabled: !ready,
                 on_set: move |t| set(|o, x| o.min_p = Some(x), t),
             }
             SamplingRow {
-                name: "repeat-penalty", label: "Repeat penalty", value: p.repeat_penalty, default: d.repeat_penalty,
+                name: "repeat-penalty", label: copy::REPEAT_PENALTY, value: p.repeat_penalty, default: d.repeat_penalty,
                 step: 0.05, max: 10.0, disabled: !ready,
                 on_set: move |t| set(|o, x| o.repeat_penalty = Some(x), t),
             }
             SamplingRow {
-                name: "dry-multiplier", label: "DRY multiplier (0 = off)", value: p.dry_multiplier, default: d.dry_multiplier,
+                name: "dry-multiplier", label: copy::DRY_MULTIPLIER, value: p.dry_multiplier, default: d.dry_multiplier,
                 step: 0.05, max: 10.0, disabled: !ready,
                 on_set: move |t| set(|o, x| o.dry_multiplier = Some(x), t),
             }
             SamplingRow {
-                name: "dry-base", label: "DRY base", value: p.dry_base, default: d.dry_base,
+                name: "dry-base", label: copy::DRY_BASE, value: p.dry_base, default: d.dry_base,
                 step: 0.05, max: 10.0, disabled: !ready,
                 on_set: move |t| set(|o, x| o.dry_base = Some(x), t),
             }
             SamplingRow {
-                name: "dry-allowed-length", label: "DRY allowed length", value: p.dry_allowed_length as f32,
+                name: "dry-allowed-length", label: copy::DRY_ALLOWED_LENGTH, value: p.dry_allowed_length as f32,
                 default: d.dry_allowed_length as f32, step: 1.0, max: 1000.0, disabled: !ready,
                 on_set: move |t| set(|o, x| o.dry_allowed_length = Some(x.max(0.0) as usize), t),
             }
@@ -322,10 +318,10 @@ fn GenerationSection(state: ReadSignal<ChatState>, ready: bool) -> Element {
                 r#type: "button",
                 disabled: !ready || overrides == SamplingOverrides::default(),
                 onclick: move |_| send_command(Command::SetSampling { overrides: SamplingOverrides::default() }),
-                "Reset to the model's defaults"
+                {copy::RESET_SAMPLING}
             }
             p { class: "hint",
-                if p.temperature <= 0.0 { "Temperature 0: greedy, the same reply every time." } else { "Seed {p.seed}: the same conversation gives the same reply." }
+                if p.temperature <= 0.0 { {copy::GREEDY_HINT} } else { {copy::seed_hint(p.seed)} }
             }
         }
     }
@@ -358,7 +354,7 @@ fn SamplingRow(
                     onchange: move |e: FormEvent| on_set.call(e.value()),
                 }
                 if value != default {
-                    span { class: "hint default-note", " model: {default}" }
+                    span { class: "hint default-note", {copy::model_default(default)} }
                 }
             }
         }
@@ -376,22 +372,22 @@ fn DeviceSection(state: ReadSignal<ChatState>) -> Element {
     let Some(report) = tier else {
         return rsx! {
             section { class: "panel-section",
-                h3 { "Device" }
-                p { class: "hint", "Detecting memory…" }
+                h3 { {copy::DEVICE} }
+                p { class: "hint", {copy::DETECTING_MEMORY} }
             }
         };
     };
     let selected = report.overridden.map(|t| t.id()).unwrap_or("auto");
     rsx! {
         section { class: "panel-section",
-            h3 { "Device" }
-            Figure { name: "ram", label: "Physical memory", value: format_bytes(report.physical_bytes) }
-            Figure { name: "detected-tier", label: "Detected tier", value: report.detected.label() }
+            h3 { {copy::DEVICE} }
+            Figure { name: "ram", label: copy::PHYSICAL_MEMORY, value: format_bytes(report.physical_bytes) }
+            Figure { name: "detected-tier", label: copy::DETECTED_TIER, value: report.detected.label() }
             if let Some(bf16) = report.bf16 {
-                Figure { name: "bf16", label: "BF16 (newer chip)", value: if bf16 { "yes" } else { "no" } }
+                Figure { name: "bf16", label: copy::BF16, value: if bf16 { copy::YES } else { copy::NO } }
             }
             label { class: "figure select-row", r#for: "tier-override",
-                span { class: "figure-label", "Tier" }
+                span { class: "figure-label", {copy::TIER} }
                 select {
                     id: "tier-override",
                     class: "tier-select",
@@ -400,21 +396,21 @@ fn DeviceSection(state: ReadSignal<ChatState>) -> Element {
                         let tier = RamTier::parse(&e.value());
                         send_command(Command::SetPolicy { tier });
                     },
-                    option { value: "auto", selected: selected == "auto", "Auto ({report.detected.label()})" }
+                    option { value: "auto", selected: selected == "auto", {copy::tier_auto(report.detected.label())} }
                     for tier in RamTier::ALL {
                         option { key: "{tier.id()}", value: tier.id(), selected: selected == tier.id(), "{tier.label()}" }
                     }
                 }
             }
             if report.overridden.is_some() {
-                p { class: "hint override-note", "Overridden for QA — detected {report.detected.label()}." }
+                p { class: "hint override-note", {copy::tier_overridden(report.detected.label())} }
             }
             if let Some((threads, cores)) = threads.filter(|(t, _)| *t > 0) {
                 ThreadsRow { threads, cores }
             }
             if let Some(p) = policy {
-                Figure { name: "policy", label: "Policy", value: format!("{} weights · {} tokens · {} ceiling", p.quant.label(), p.token_budget, format_bytes(p.ceiling_bytes)) }
-                Figure { name: "budget-why", label: "Budget set by", value: p.why().to_string() }
+                Figure { name: "policy", label: copy::POLICY, value: copy::policy(p.quant.label(), p.token_budget, &format_bytes(p.ceiling_bytes)) }
+                Figure { name: "budget-why", label: copy::BUDGET_SET_BY, value: p.why().to_string() }
             }
         }
     }
@@ -426,8 +422,8 @@ fn ModelSection(state: ReadSignal<ChatState>) -> Element {
     let Some(m) = model() else {
         return rsx! {
             section { class: "panel-section",
-                h3 { "Model" }
-                p { class: "hint", "No model loaded yet." }
+                h3 { {copy::MODEL} }
+                p { class: "hint", {copy::NO_MODEL_YET} }
             }
         };
     };
@@ -437,24 +433,24 @@ fn ModelSection(state: ReadSignal<ChatState>) -> Element {
         .unwrap_or_else(|| m.path.clone());
     rsx! {
         section { class: "panel-section",
-            h3 { "Model" }
-            Figure { name: "model-name", label: "Model", value: "{m.name}" }
+            h3 { {copy::MODEL} }
+            Figure { name: "model-name", label: copy::MODEL, value: "{m.name}" }
             div { class: "figure", "data-figure": "model-file", title: "{m.path}",
-                span { class: "figure-label", "File" }
+                span { class: "figure-label", {copy::FILE} }
                 span { class: "figure-value mono", "{file}" }
             }
-            Figure { name: "model-size", label: "File size", value: format_bytes(m.file_bytes) }
-            Figure { name: "weights", label: "Weights (loaded)", value: "{m.weights_quant}" }
-            Figure { name: "arch", label: "Architecture", value: format!("{} · {} layers", m.architecture, m.n_layers) }
-            Figure { name: "kv-dtype", label: "KV cache", value: format!("{} · {} per token", m.kv_dtype, format_bytes(m.kv_bytes_per_token)) }
+            Figure { name: "model-size", label: copy::FILE_SIZE, value: format_bytes(m.file_bytes) }
+            Figure { name: "weights", label: copy::WEIGHTS_LOADED, value: "{m.weights_quant}" }
+            Figure { name: "arch", label: copy::ARCHITECTURE, value: copy::architecture(&m.architecture, m.n_layers) }
+            Figure { name: "kv-dtype", label: copy::KV_CACHE, value: copy::kv_per_token(&m.kv_dtype, &format_bytes(m.kv_bytes_per_token)) }
             if m.recurrent_bytes > 0 {
                 Figure {
                     name: "recurrent-state",
                     label: copy::RECURRENT_STATE_LABEL,
-                    value: format!("{} · with {MAX_CHECKPOINTS} {}", format_bytes(m.recurrent_bytes), copy::RECURRENT_STATE_CHECKPOINTS),
+                    value: copy::recurrent_state(&format_bytes(m.recurrent_bytes), MAX_CHECKPOINTS),
                 }
             }
-            Figure { name: "device", label: "Runs on", value: "{m.device}" }
+            Figure { name: "device", label: copy::RUNS_ON, value: "{m.device}" }
         }
     }
 }
@@ -468,15 +464,15 @@ fn LogSection(state: ReadSignal<ChatState>) -> Element {
     let (log, last_save) = figures();
     rsx! {
         section { class: "panel-section",
-            h3 { "Trims and evictions" }
+            h3 { {copy::TRIMS_AND_EVICTIONS} }
             if let Some(save) = &last_save {
                 div { class: "figure", "data-figure": "last-save", title: "{save.path}",
-                    span { class: "figure-label", "Saved" }
-                    span { class: "figure-value", "{format_bytes(save.bytes)} in {format_ms(save.ms)} at {save.time}" }
+                    span { class: "figure-label", {copy::SAVED} }
+                    span { class: "figure-value", {copy::saved_at(&format_bytes(save.bytes), &format_ms(save.ms), &save.time)} }
                 }
             }
             if log.is_empty() {
-                p { class: "hint", "None yet." }
+                p { class: "hint", {copy::NONE_YET} }
             } else {
                 ol { class: "event-log",
                     for (i, entry) in log.iter().enumerate().rev() {
@@ -503,7 +499,7 @@ fn LogSection(state: ReadSignal<ChatState>) -> Element {
 fn ThreadsRow(threads: usize, cores: usize) -> Element {
     rsx! {
         label { class: "figure select-row", r#for: "threads-override", "data-figure": "threads",
-            span { class: "figure-label", "Compute threads" }
+            span { class: "figure-label", {copy::COMPUTE_THREADS} }
             select {
                 id: "threads-override",
                 class: "tier-select",
@@ -514,7 +510,7 @@ fn ThreadsRow(threads: usize, cores: usize) -> Element {
                     }
                 },
                 for n in 1..=cores.max(threads) {
-                    option { key: "{n}", value: "{n}", selected: n == threads, "{n} of {cores} cores" }
+                    option { key: "{n}", value: "{n}", selected: n == threads, {copy::threads_of_cores(n, cores)} }
                 }
             }
         }

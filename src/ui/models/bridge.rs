@@ -16,6 +16,7 @@ use super::list::{self, scan, ModelItem, ModelsView, Origin, Transfer, FILE_KEY_
 use crate::catalog::{self, DownloadError, DownloadOptions, DownloadRequest, Progress};
 use crate::engine::Command;
 use crate::memory::{RamTier, TierReport};
+use crate::ui::copy;
 use crate::ui::qa::QaHook;
 use crate::ui::state::ChatState;
 
@@ -106,7 +107,7 @@ pub async fn models_bridge(
                         let url = url.trim().to_string();
                         match catalog::file_name_of_url(&url) {
                             Ok(name) if dir.join(&name).exists() => {
-                                view.write().notice = Some(format!("{name} is already in the models folder."));
+                                view.write().notice = Some(copy::already_in_folder(&name));
                             }
                             Ok(name) => {
                                 let item = list::pending_item(&name, &url, &dir);
@@ -138,7 +139,7 @@ pub async fn models_bridge(
                     }
                     ModelAction::Use { key, allow_too_large } => {
                         let Some(item) = view.peek().item(&key).cloned() else { continue };
-                        view.write().notice = Some(format!("Loading {}…", item.name));
+                        view.write().notice = Some(copy::loading_named(&item.name));
                         engine.send(Command::SwitchModel {
                             path: item.path,
                             display_name: item.display_name,
@@ -165,11 +166,11 @@ pub async fn models_bridge(
                         match result {
                             Ok(_) => {
                                 v.transfers.remove(&key);
-                                v.notice = Some(format!("Downloaded and verified {name}."));
+                                v.notice = Some(copy::downloaded_and_verified(&name));
                             }
                             Err(DownloadError::Cancelled { .. }) => {
                                 v.transfers.remove(&key);
-                                v.notice = Some(format!("Cancelled {name}; Download resumes where it stopped."));
+                                v.notice = Some(copy::download_cancelled(&name));
                             }
                             Err(e) => {
                                 v.transfers.insert(key, Transfer::Failed(e.to_string()));
@@ -181,7 +182,7 @@ pub async fn models_bridge(
             }
         }
         if let Some(qa) = &qa {
-            qa.report_models(qa_models(&view.peek()));
+            qa.report_models(&view.peek());
         }
     }
 }
@@ -221,19 +222,19 @@ fn start(
         let _ = tx.unbounded_send((key, Report::Done(result)));
     });
     if let Err(e) = spawned {
-        view.write().notice = Some(format!("Could not start the download: {e}"));
+        view.write().notice = Some(copy::download_not_started(&e.to_string()));
     }
 }
 
 /// Deletes an item's file and any `.part`. `Ok` says it was deleted; `Err` why it was
 /// not (downloading, in use, a file that would not go), in words.
 fn delete(view: &ModelsView, state: &ChatState, key: &str) -> Result<String, String> {
-    let Some(item) = view.item(key) else { return Err("That model is no longer listed.".into()) };
+    let Some(item) = view.item(key) else { return Err(copy::MODEL_NO_LONGER_LISTED.into()) };
     if view.downloading(key) {
-        return Err(format!("{} is downloading: cancel it first.", item.name));
+        return Err(copy::model_downloading(&item.name));
     }
     if state.model.as_ref().is_some_and(|m| same_file(Path::new(&m.path), &item.path)) {
-        return Err(format!("{} is in use: switch to another model first.", item.name));
+        return Err(copy::model_in_use(&item.name));
     }
     let part = catalog::download::part_path(&item.path);
     let mut errors = Vec::new();
@@ -245,9 +246,9 @@ fn delete(view: &ModelsView, state: &ChatState, key: &str) -> Result<String, Str
         }
     }
     if errors.is_empty() {
-        Ok(format!("Deleted {}.", item.name))
+        Ok(copy::model_deleted(&item.name))
     } else {
-        Err(format!("Could not delete {}: {}", item.name, errors.join("; ")))
+        Err(copy::model_not_deleted(&item.name, &errors.join("; ")))
     }
 }
 
@@ -257,24 +258,4 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
         (Ok(a), Ok(b)) => a == b,
         _ => a == b,
     }
-}
-
-/// The model screen in the QA status file: each item's key, whether it is on the device,
-/// and each download's fraction or error.
-fn qa_models(view: &ModelsView) -> serde_json::Value {
-    let downloads: serde_json::Map<String, serde_json::Value> = view
-        .transfers
-        .iter()
-        .map(|(key, t)| {
-            let value = match t {
-                Transfer::Running(p) => {
-                    serde_json::json!({ "fraction": p.fraction(), "bytes": p.bytes, "verifying": p.verifying })
-                }
-                Transfer::Failed(e) => serde_json::json!({ "error": e }),
-            };
-            (key.clone(), value)
-        })
-        .collect();
-    let downloaded: Vec<&str> = view.items.iter().filter(|i| i.downloaded).map(|i| i.key.as_str()).collect();
-    serde_json::json!({ "downloaded": downloaded, "downloads": downloads, "notice": view.notice })
 }

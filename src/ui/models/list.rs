@@ -12,6 +12,7 @@ use crate::engine::model::file_facts;
 use crate::engine::sampler::SamplingOverrides;
 use crate::engine::Kernels;
 use crate::memory::{self, RamTier};
+use crate::ui::copy;
 use crate::ui::fmt::format_bytes;
 
 /// The prefix of the key of a file that is in the models folder but not in the catalog
@@ -102,13 +103,13 @@ pub fn scan(catalog: &Catalog, dir: &Path, tier: RamTier) -> Vec<ModelItem> {
         let path = entry.path_in(dir);
         let origin = match entry.source() {
             Ok(Source::Url(url)) => Origin::Url(url),
-            _ => Origin::Elsewhere(format!("Fetched with `pocketchat fetch {}` on a computer.", entry.id)),
+            _ => Origin::Elsewhere(copy::fetched_elsewhere(&entry.id)),
         };
         let size = if row.bytes_known { format_bytes(row.bytes) } else { format!("~{}", format_bytes(row.bytes)) };
         items.push(ModelItem {
             key: row.id.clone(),
             name: row.name.clone(),
-            detail: format!("{} params · {} · {size} · {}", format_params(row.params), row.quant, row.license),
+            detail: copy::catalog_detail(&format_params(row.params), &row.quant, &size, &row.license),
             partial: catalog::download::part_path(&path).is_file(),
             path,
             fit: row.fit,
@@ -133,7 +134,7 @@ fn local_item(path: &Path, tier: RamTier) -> ModelItem {
     let mut item = ModelItem {
         key: format!("{FILE_KEY_PREFIX}{file}"),
         name: file.trim_end_matches(".gguf").to_string(),
-        detail: format!("added file · {}", format_bytes(bytes)),
+        detail: copy::added_file(&format_bytes(bytes)),
         path: path.to_path_buf(),
         fit: "unknown",
         fits: false,
@@ -151,11 +152,11 @@ fn local_item(path: &Path, tier: RamTier) -> ModelItem {
     match file_facts(path, DType::F16, Kernels::default()) {
         Ok(f) => {
             let fit = memory::fit(&f.facts, tier);
-            item.detail = format!("added file · {:.1} bits per weight · {}", f.bits_per_weight, format_bytes(bytes));
+            item.detail = copy::added_file_bits(f.bits_per_weight, &format_bytes(bytes));
             item.fit = fit.class.label();
             item.fits = fit.fits();
             item.budget = fit.budget;
-            item.budget_why = if fit.fits() { fit.limit.explain() } else { "does not fit" };
+            item.budget_why = if fit.fits() { fit.limit.explain() } else { copy::DOES_NOT_FIT };
         }
         Err(e) => item.not_yet = Some(e.to_string()),
     }
@@ -168,7 +169,7 @@ pub fn pending_item(name: &str, url: &str, dir: &Path) -> ModelItem {
     ModelItem {
         key: format!("{FILE_KEY_PREFIX}{name}"),
         name: name.trim_end_matches(".gguf").to_string(),
-        detail: format!("from {url}"),
+        detail: copy::from_url(url),
         partial: catalog::download::part_path(&path).is_file(),
         path,
         fit: "unknown",
@@ -195,17 +196,17 @@ fn format_params(params: u64) -> String {
 /// "12.0 of 93.5 MiB · 2.1 MiB/s · 40 s left", or "Verifying…".
 pub fn progress_words(p: &Progress) -> String {
     if p.verifying {
-        return "Verifying…".to_string();
+        return copy::VERIFYING_NOW.to_string();
     }
     let mut words = match p.total {
-        Some(total) => format!("{} of {}", format_bytes(p.bytes), format_bytes(total)),
+        Some(total) => copy::used_of(&format_bytes(p.bytes), &format_bytes(total)),
         None => format_bytes(p.bytes),
     };
     if p.bytes_per_sec > 0.0 {
-        words.push_str(&format!(" · {}/s", format_bytes(p.bytes_per_sec as u64)));
+        words.push_str(&copy::per_second(&format_bytes(p.bytes_per_sec as u64)));
     }
     if let Some(eta) = p.eta {
-        words.push_str(&format!(" · {} s left", eta.as_secs().max(1)));
+        words.push_str(&copy::seconds_left(eta.as_secs().max(1)));
     }
     words
 }

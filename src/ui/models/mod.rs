@@ -15,7 +15,7 @@ use dioxus::prelude::*;
 pub use bridge::{models_bridge, send_model_action, ModelAction};
 pub use list::{ModelItem, ModelsView, Origin, Transfer};
 
-use super::qa;
+use super::copy;
 use super::state::ChatState;
 
 #[component]
@@ -32,18 +32,18 @@ pub fn ModelsPanel(
     let loaded = loaded_path();
     rsx! {
         div { class: "sheet-backdrop", onclick: move |_| on_close.call(()) }
-        aside { class: "settings models-panel", aria_label: "Models",
+        aside { class: "settings models-panel", aria_label: copy::MODELS,
             div { class: "sheet-handle", aria_hidden: "true" }
             header { class: "settings-head",
-                h2 { "Models" }
-                button { class: "btn ghost close", r#type: "button", onclick: move |_| on_close.call(()), "Done" }
+                h2 { {copy::MODELS} }
+                button { class: "btn ghost close", r#type: "button", onclick: move |_| on_close.call(()), {copy::DONE} }
             }
             div { class: "settings-scroll",
                 section { class: "panel-section",
-                    h3 { "Add by URL" }
+                    h3 { {copy::ADD_BY_URL} }
                     div { class: "add-url",
                         input { class: "url-field", id: "model-url", r#type: "url",
-                            placeholder: "https://huggingface.co/…/model.gguf",
+                            placeholder: copy::MODEL_URL_PLACEHOLDER,
                             // Not bound to `url`: writing the value back at each keystroke
                             // lost fast typing.
                             oninput: move |e: FormEvent| url.set(e.value()),
@@ -52,13 +52,13 @@ pub fn ModelsPanel(
                                     add_url(url);
                                 }
                             },
-                            onmounted: move |e: MountedEvent| qa::track("model_url", e.data()),
+                            "data-qa": "model_url",
                         }
                         button { class: "btn secondary", r#type: "button", id: "model-add",
                             disabled: url.read().trim().is_empty(),
                             onclick: move |_| add_url(url),
-                            onmounted: move |e: MountedEvent| qa::track("model_add", e.data()),
-                            "Download"
+                            "data-qa": "model_add",
+                            {copy::DOWNLOAD}
                         }
                     }
                     if let Some(notice) = &view.notice {
@@ -96,8 +96,7 @@ fn ModelRowView(item: ModelItem, in_use: bool, transfer: Option<Transfer>, busy:
     let mut confirm_delete = use_signal(|| false);
     let key = item.key.clone();
     let fit_class = item.fit.replace(' ', "-");
-    let budget =
-        if item.fits { format!("{} tokens · {}", item.budget, item.budget_why) } else { item.budget_why.to_string() };
+    let budget = if item.fits { copy::model_budget(item.budget, item.budget_why) } else { item.budget_why.to_string() };
     let runs = item.not_yet.is_none();
     let running = matches!(transfer, Some(Transfer::Running(_)));
     rsx! {
@@ -110,19 +109,19 @@ fn ModelRowView(item: ModelItem, in_use: bool, transfer: Option<Transfer>, busy:
             }
             p { class: "hint model-detail", "{item.detail}" }
             if item.tier_pick {
-                p { class: "hint tier-pick", "The file of this model for this device: the most bits that fit" }
+                p { class: "hint tier-pick", {copy::TIER_PICK} }
             }
             if runs && item.fit != "unknown" {
                 p { class: "hint", "{budget}" }
             }
             if let Some(why) = &item.not_yet {
-                p { class: "hint not-yet", "Not supported yet: {why}" }
+                p { class: "hint not-yet", {copy::not_supported_yet(why)} }
             }
             match &transfer {
                 Some(Transfer::Running(p)) => rsx! {
                     div { class: "meter download", "data-figure": "download",
                         div { class: "meter-top",
-                            span { class: "figure-label", if p.verifying { "Verifying" } else { "Downloading" } }
+                            span { class: "figure-label", if p.verifying { {copy::VERIFYING} } else { {copy::DOWNLOADING} } }
                             span { class: "figure-value", "{list::progress_words(p)}" }
                         }
                         div { class: "bar", role: "progressbar",
@@ -136,7 +135,7 @@ fn ModelRowView(item: ModelItem, in_use: bool, transfer: Option<Transfer>, busy:
             }
             div { class: "model-actions",
                 if in_use {
-                    span { class: "in-use-label", "In use" }
+                    span { class: "in-use-label", {copy::IN_USE} }
                 } else if item.downloaded && runs {
                     button { class: "btn primary small", r#type: "button",
                         disabled: busy,
@@ -145,11 +144,8 @@ fn ModelRowView(item: ModelItem, in_use: bool, transfer: Option<Transfer>, busy:
                             let force = !item.fits;
                             move |_| send_model_action(ModelAction::Use { key: key.clone(), allow_too_large: force })
                         },
-                        onmounted: {
-                            let name = format!("model_use:{key}");
-                            move |e: MountedEvent| qa::track_named(name.clone(), e.data())
-                        },
-                        if item.fits { "Use" } else { "Use anyway" }
+                        "data-qa": "model_use:{key}",
+                        if item.fits { {copy::USE} } else { {copy::USE_ANYWAY} }
                     }
                 }
                 if running {
@@ -158,7 +154,7 @@ fn ModelRowView(item: ModelItem, in_use: bool, transfer: Option<Transfer>, busy:
                             let key = key.clone();
                             move |_| send_model_action(ModelAction::Cancel { key: key.clone() })
                         },
-                        "Cancel"
+                        {copy::CANCEL}
                     }
                 } else if !item.downloaded && runs {
                     if let Origin::Url(_) = item.origin {
@@ -167,7 +163,7 @@ fn ModelRowView(item: ModelItem, in_use: bool, transfer: Option<Transfer>, busy:
                                 let key = key.clone();
                                 move |_| send_model_action(ModelAction::Download { key: key.clone() })
                             },
-                            if item.partial { "Resume" } else { "Download" }
+                            if item.partial { {copy::RESUME} } else { {copy::DOWNLOAD} }
                         }
                     }
                     if let Origin::Elsewhere(how) = &item.origin {
@@ -187,7 +183,7 @@ fn ModelRowView(item: ModelItem, in_use: bool, transfer: Option<Transfer>, busy:
                                 }
                             }
                         },
-                        if confirm_delete() { "Delete for good?" } else { "Delete" }
+                        if confirm_delete() { {copy::DELETE_FOR_GOOD_ASK} } else { {copy::DELETE} }
                     }
                 }
             }

@@ -454,24 +454,20 @@ impl ChatState {
             }
             EngineEvent::Trimmed { dropped_tokens, kept_tokens } => {
                 self.trims += 1;
-                self.log_at(
-                    LogKind::Trim,
-                    format!("Trimmed {dropped_tokens} tokens to fit the budget, kept {kept_tokens}"),
-                    now,
-                );
+                self.log_at(LogKind::Trim, copy::trimmed_log(dropped_tokens, kept_tokens), now);
                 let notice = self.new_notice(
                     NoticeKind::Trimmed { dropped_tokens, kept_tokens },
-                    format!("Earlier messages were trimmed to fit the budget ({dropped_tokens} tokens dropped)"),
-                    Some(format!("{kept_tokens} tokens kept")),
+                    copy::trimmed_text(dropped_tokens),
+                    Some(copy::trimmed_detail(kept_tokens)),
                     now,
                 );
                 self.insert_notice(notice);
             }
             EngineEvent::Evicted { reason, before_tokens, after_tokens, freed_bytes } => {
                 self.evictions += 1;
-                let figures = format!("{before_tokens} → {after_tokens} tokens, {} freed", format_bytes(freed_bytes));
-                self.log_at(LogKind::Eviction, format!("Memory warning ({reason}): {figures}"), now);
-                let detail = if reason.trim().is_empty() { figures } else { format!("{figures} · {reason}") };
+                let figures = copy::evicted_figures(before_tokens, after_tokens, &format_bytes(freed_bytes));
+                self.log_at(LogKind::Eviction, copy::evicted_log(&reason, &figures), now);
+                let detail = if reason.trim().is_empty() { figures } else { copy::evicted_detail(&figures, &reason) };
                 let headline = if after_tokens < before_tokens { EVICTED_TEXT } else { EVICTED_NOTHING_TEXT };
                 // Only the newest eviction can be restored (the engine keeps one copy).
                 self.clear_restorable();
@@ -503,13 +499,8 @@ impl ChatState {
             EngineEvent::Restored { messages, tokens } => {
                 self.restores += 1;
                 let count = self.show_transcript(messages, now);
-                let noun = if count == 1 { "message" } else { "messages" };
-                self.log_at(
-                    LogKind::Restore,
-                    format!("Restored {count} {noun} ({tokens} tokens) without re-prefill"),
-                    now,
-                );
-                self.push_resumed_notice("Conversation restored", count, tokens, now);
+                self.log_at(LogKind::Restore, copy::restored_log(count, tokens), now);
+                self.push_resumed_notice(copy::CONVERSATION_RESTORED, count, tokens, now);
             }
             EngineEvent::Saved { path, bytes, ms } => {
                 self.last_save = Some(SaveInfo { path, bytes, ms, time: now.to_string() });
@@ -526,16 +517,10 @@ impl ChatState {
                 self.branches.clear();
                 let count = self.show_transcript(messages, now);
                 if count > 0 {
-                    let how =
-                        if resumed { "resumed from its cache, no re-prefill" } else { "re-read at your next message" };
-                    self.log_at(
-                        LogKind::Restore,
-                        format!("Opened “{title}”: {count} messages, {tokens} tokens, {how}"),
-                        now,
-                    );
+                    self.log_at(LogKind::Restore, copy::opened_log(&title, count, tokens, resumed), now);
                     if resumed {
                         self.restores += 1;
-                        self.push_resumed_notice("Chat resumed from its cache", count, tokens, now);
+                        self.push_resumed_notice(copy::CHAT_RESUMED, count, tokens, now);
                     }
                 }
             }
@@ -547,7 +532,7 @@ impl ChatState {
             EngineEvent::BranchSwitched { messages, kept_tokens, fed_tokens, cached } => {
                 self.show_transcript(messages, now);
                 let line = if cached {
-                    format!("{}: {kept_tokens} cached tokens kept, {fed_tokens} fed", copy::VERSION_SHOWN_LOG)
+                    copy::version_shown_log(kept_tokens, fed_tokens)
                 } else {
                     copy::VERSION_SHOWN_REREAD_LOG.to_string()
                 };
@@ -566,8 +551,7 @@ impl ChatState {
 
     /// The notice under a conversation brought back from its cache.
     fn push_resumed_notice(&mut self, headline: &str, count: usize, tokens: usize, now: &str) {
-        let noun = if count == 1 { "message" } else { "messages" };
-        let detail = format!("{count} {noun}, {tokens} tokens, no re-prefill");
+        let detail = copy::resumed_detail(count, tokens);
         let notice = self.new_notice(NoticeKind::Info, headline.to_string(), Some(detail), now);
         self.entries.push(Entry::Notice(notice));
     }
@@ -696,7 +680,7 @@ impl ChatState {
                 self.last_reply = Some(i);
             }
         }
-        let notice = self.new_notice(NoticeKind::Error, format!("This reply failed: {message}"), None, now);
+        let notice = self.new_notice(NoticeKind::Error, copy::reply_failed(&message), None, now);
         self.entries.push(Entry::Notice(notice));
     }
 

@@ -168,14 +168,17 @@ fn eviction_mid_reply_interrupts_and_the_next_turn_works() {
     s.apply(EngineEvent::ReplyStarted { prompt: "and then?".into() });
     s.apply(tok("The end."));
     s.apply(EngineEvent::Done { reason: DoneReason::EndOfTurn });
-    let qa = s.qa_status();
-    assert_eq!(qa.replies_done, 2);
-    assert_eq!(qa.evictions, 1);
-    assert_eq!(qa.done_reasons, ["MemoryWarning", "EndOfTurn"]);
-    assert_eq!(qa.notices, [EVICTED_TEXT]);
-    assert_eq!(qa.prompts, ["tell me a story", "and then?"]);
-    assert!(!qa.generating);
-    assert_eq!(qa.last_reply.as_deref(), Some("The end."));
+    #[cfg(feature = "qa")]
+    {
+        let qa = s.qa_status();
+        assert_eq!(qa.replies_done, 2);
+        assert_eq!(qa.evictions, 1);
+        assert_eq!(qa.done_reasons, ["MemoryWarning", "EndOfTurn"]);
+        assert_eq!(qa.notices, [EVICTED_TEXT]);
+        assert_eq!(qa.prompts, ["tell me a story", "and then?"]);
+        assert!(!qa.generating);
+        assert_eq!(qa.last_reply.as_deref(), Some("The end."));
+    }
 }
 
 #[test]
@@ -215,6 +218,7 @@ fn model_missing_tells_the_fetch_command() {
         p => panic!("{p:?}"),
     }
     assert!(!s.can_send());
+    #[cfg(feature = "qa")]
     assert!(s.qa_status().last_error.unwrap().contains("pocketchat fetch"));
 }
 
@@ -367,6 +371,7 @@ fn reloading_shows_progress_again() {
     assert!(s.can_send());
 }
 
+#[cfg(feature = "qa")]
 #[test]
 fn qa_status_serializes() {
     let s = ready();
