@@ -24,7 +24,6 @@ use dioxus::prelude::spawn;
 use serde::Serialize;
 
 use super::meter::ReplyTiming;
-use super::models::{ModelsView, Transfer};
 use super::state::{ChatState, Phase, Role};
 
 /// The environment variable naming the status file.
@@ -154,9 +153,9 @@ impl QaHook {
         self.write();
     }
 
-    /// Records the model screen's state and rewrites the file.
-    pub fn report_models(&self, view: &ModelsView) {
-        self.inner.borrow_mut().models = qa_models(view);
+    /// Records the model screen's state (see `models::bridge`) and rewrites the file.
+    pub fn report_models(&self, models: serde_json::Value) {
+        self.inner.borrow_mut().models = models;
         self.write();
     }
 
@@ -320,26 +319,6 @@ pub struct QaStatus {
     /// The loaded model's name and file (the model screen switches them).
     pub model_name: Option<String>,
     pub model_path: Option<String>,
-}
-
-/// The model screen in the QA status file: each item's key, whether it is on the device,
-/// and each download's fraction or error.
-fn qa_models(view: &ModelsView) -> serde_json::Value {
-    let downloads: serde_json::Map<String, serde_json::Value> = view
-        .transfers
-        .iter()
-        .map(|(key, t)| {
-            let value = match t {
-                Transfer::Running(p) => {
-                    serde_json::json!({ "fraction": p.fraction(), "bytes": p.bytes, "verifying": p.verifying })
-                }
-                Transfer::Failed(e) => serde_json::json!({ "error": e }),
-            };
-            (key.clone(), value)
-        })
-        .collect();
-    let downloaded: Vec<&str> = view.items.iter().filter(|i| i.downloaded).map(|i| i.key.as_str()).collect();
-    serde_json::json!({ "downloaded": downloaded, "downloads": downloads, "notice": view.notice })
 }
 
 /// A chat in the QA status.

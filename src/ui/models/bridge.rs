@@ -182,7 +182,7 @@ pub async fn models_bridge(
             }
         }
         if let Some(qa) = &qa {
-            qa.report_models(&view.peek());
+            qa.report_models(qa_models(&view.peek()));
         }
     }
 }
@@ -258,4 +258,24 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
         (Ok(a), Ok(b)) => a == b,
         _ => a == b,
     }
+}
+
+/// The model screen in the QA status file: each item's key, whether it is on the device,
+/// and each download's fraction or error.
+fn qa_models(view: &ModelsView) -> serde_json::Value {
+    let downloads: serde_json::Map<String, serde_json::Value> = view
+        .transfers
+        .iter()
+        .map(|(key, t)| {
+            let value = match t {
+                Transfer::Running(p) => {
+                    serde_json::json!({ "fraction": p.fraction(), "bytes": p.bytes, "verifying": p.verifying })
+                }
+                Transfer::Failed(e) => serde_json::json!({ "error": e }),
+            };
+            (key.clone(), value)
+        })
+        .collect();
+    let downloaded: Vec<&str> = view.items.iter().filter(|i| i.downloaded).map(|i| i.key.as_str()).collect();
+    serde_json::json!({ "downloaded": downloaded, "downloads": downloads, "notice": view.notice })
 }
