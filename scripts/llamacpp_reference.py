@@ -61,10 +61,15 @@ def sha256(path):
     return h.hexdigest()
 
 
+# llama.cpp's threads (--threads): its results do not depend on them; on a machine shared
+# with other work, 1 is much faster than 2, whose threads wait for each other at every op.
+THREADS = 2
+
+
 def load(path, ctx):
     from llama_cpp import Llama
     return Llama(model_path=path, n_ctx=ctx, n_batch=ctx, n_ubatch=ctx, logits_all=True,
-                 verbose=False, n_threads=2)
+                 verbose=False, n_threads=THREADS)
 
 
 def token_ids(llm, texts):
@@ -246,12 +251,13 @@ def quant_types(args):
 
 
 def main():
+    global THREADS
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     w = sub.add_parser("write", help="write tests/fixtures/llamacpp_reference.json")
     w.add_argument("models", nargs="*", help="GGUF files (default: the default model and Gemma 3 270M)")
     sub.add_parser("tiny", help="refresh only the tiny random-weight files' logits in the fixture")
-    sub.add_parser("perplexity", help="refresh only llama.cpp's perplexities in the fixture")
+    per = sub.add_parser("perplexity", help="refresh only llama.cpp's perplexities in the fixture")
     q = sub.add_parser("quant-types", help="perplexity of every quant type, llama.cpp vs ours")
     q.add_argument("--dir", default="/tmp/pocketchat-quants")
     q.add_argument("--ctx", type=int, default=PPL_CTX)
@@ -262,7 +268,10 @@ def main():
                    help="pocketchat to run (target/debug's computes the same: our crate and candle are built at "
                         "opt-level 3 in the dev profile)")
     q.add_argument("types", nargs="*", help=f"of {', '.join(QUANT_TYPES)} (default: all)")
+    for sp in (w, q, per):
+        sp.add_argument("--threads", type=int, default=2, help="llama.cpp's threads")
     args = p.parse_args()
+    THREADS = getattr(args, "threads", THREADS)
     {"write": write, "tiny": tiny, "perplexity": refresh_perplexities, "quant-types": quant_types}[args.command](args)
 
 
