@@ -11,8 +11,9 @@ it again:
 For every model file given (default: SmolLM2-135M-Instruct Q4_1 and Gemma 3 270M
 Q4_K_M from models/, both fetched by scripts/fetch-model.sh) it records the file's
 sha256, the token ids of each text of tests/fixtures/tokenizer_texts.json (special
-tokens read as text, and parsed), and the perplexity of tests/fixtures/perplexity.txt
-computed as llama-perplexity does (see `perplexity` below). For the BPE splits of Llama 3
+tokens read as text, and parsed), and the perplexity computed as llama-perplexity does
+(see `perplexity` below) at ctx 512 of tests/fixtures/pep-0001.txt (PEP 1 of python/peps, ba4deeb: 41 KB of English with
+indented and numbered lines, placed in the public domain). For the BPE splits of Llama 3
 (`llama-bpe`) and Qwen 2/3 (`qwen2`), whose files no hub here serves, it records the ids of
 the same texts with the default model's vocabulary and that split
 (`tokenizer.ggml.pre` overridden). And for one tiny random-weight f32 file per family
@@ -22,17 +23,21 @@ being rewritten), the logits at every position of a 12-token prompt.
 
   python3 scripts/llamacpp_reference.py tiny             # only the tiny files' logits
 
+  python3 scripts/llamacpp_reference.py perplexity       # only the perplexities
+
   python3 scripts/llamacpp_reference.py quant-types      # needs target/release/pocketchat
 
 makes every quant type llama.cpp's quantizer writes from the default model (in
-/tmp/pocketchat-quants, or --dir), and prints the perplexity of each by llama.cpp and by
-`pocketchat perplexity`, and the difference.
+/tmp/pocketchat-quants, or --dir), and prints the perplexity of each, and of Gemma 3 270M's
+file, by llama.cpp and by `pocketchat perplexity`, and the difference (default: ctx 512 on
+pep-0001.txt; --ctx, --text, --kernel; --json FILE also writes the rows).
 """
 import argparse, hashlib, json, math, os, shutil, subprocess, sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
-PPL_CTX = 128
+# The perplexity text (in tests/fixtures) and chunk size.
+PPL_TEXT, PPL_CTX = "pep-0001.txt", 512
 PRE_TOKENIZERS = ["llama-bpe", "qwen2"]
 TINY_TOKENS = [5, 17, 200, 3, 99, 42, 7, 255, 256, 1, 64, 128]
 TINY_DIR = "/tmp/pocketchat-tiny"
@@ -56,10 +61,15 @@ def sha256(path):
     return h.hexdigest()
 
 
+# llama.cpp's threads (--threads): its results do not depend on them; on a machine shared
+# with other work, 1 is much faster than 2, whose threads wait for each other at every op.
+THREADS = 2
+
+
 def load(path, ctx):
     from llama_cpp import Llama
     return Llama(model_path=path, n_ctx=ctx, n_batch=ctx, n_ubatch=ctx, logits_all=True,
-                 verbose=False, n_threads=2)
+                 verbose=False, n_threads=THREADS)
 
 
 def token_ids(llm, texts):
@@ -105,18 +115,15 @@ def write(args):
     import llama_cpp
     with open(os.path.join(FIXTURES, "tokenizer_texts.json")) as f:
         texts = json.load(f)["texts"]
-    with open(os.path.join(FIXTURES, "perplexity.txt")) as f:
-        ppl_text = f.read()
     models = args.models or [catalog_file(None), catalog_file("gemma-3-270m-q4_k_m")]
-    out = {"llama_cpp_python": llama_cpp.__version__, "ppl_text": "perplexity.txt", "models": {}}
+    out = {"llama_cpp_python": llama_cpp.__version__, "models": {}}
     for path in models:
         llm = load(path, PPL_CTX)
         out["models"][os.path.basename(path)] = {
             "sha256": sha256(path),
             "tokens": token_ids(llm, texts),
-            "perplexity": perplexity(llm, ppl_text, PPL_CTX),
+            "perplexity": perplexities(path),
         }
-        print(f"{os.path.basename(path)}: ppl {out['models'][os.path.basename(path)]['perplexity']['ppl']:.4f}")
     from llama_cpp import Llama
     default = catalog_file(None)
     out["pre_tokenizers"] = {"vocabulary": os.path.basename(default), "splits": {}}
@@ -126,6 +133,33 @@ def write(args):
         out["pre_tokenizers"]["splits"][pre] = token_ids(llm, texts)
     out["tiny"] = tiny_logits()
     target = os.path.join(FIXTURES, "llamacpp_reference.json")
+    with open(target, "w") as f:
+        json.dump(out, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    print(f"wrote {target}")
+
+
+def perplexities(path):
+    """llama.cpp's perplexity of PPL_TEXT with the model at `path`."""
+    with open(os.path.join(FIXTURES, PPL_TEXT)) as f:
+        r = perplexity(load(path, PPL_CTX), f.read(), PPL_CTX)
+    print(f"{os.path.basename(path)}: {PPL_TEXT} at ctx {PPL_CTX}: ppl {r['ppl']:.4f} ({r['chunks']} chunks)")
+    return dict(text=PPL_TEXT, **r)
+
+
+def refresh_perplexities(args):
+    """Refreshes only the perplexities in the fixture (a new text, a new ctx)."""
+    need_llama_cpp()
+    target = os.path.join(FIXTURES, "llamacpp_reference.json")
+    with open(target) as f:
+        out = json.load(f)
+    models_dir = os.path.dirname(catalog_file(None))
+    for name, model in out["models"].items():
+        path = os.path.join(models_dir, name)
+        if sha256(path) != model["sha256"]:
+            sys.exit(f"{path} is not the file the fixture was made from")
+        model["perplexity"] = perplexities(path)
+    out.pop("ppl_text", None)  # written by older versions: the text is now in each entry
     with open(target, "w") as f:
         json.dump(out, f, indent=1, ensure_ascii=False)
         f.write("\n")
@@ -171,10 +205,11 @@ def quant_types(args):
     import llama_cpp
     source = catalog_file(None)
     os.makedirs(args.dir, exist_ok=True)
-    with open(os.path.join(FIXTURES, "perplexity.txt")) as f:
+    text = os.path.join(FIXTURES, args.text) if not os.path.isabs(args.text) else args.text
+    with open(text) as f:
         ppl_text = f.read()
-    binary = os.path.join(REPO, "target", "release", "pocketchat")
-    print(f"{'type':8} {'llama.cpp':>10} {'pocketchat':>11} {'diff':>8}")
+    binary = args.binary
+    files = []
     for name in args.types or QUANT_TYPES:
         path = os.path.join(args.dir, f"SmolLM2-135M-Instruct.{name}-from-Q4_1.gguf")
         if not os.path.exists(path):
@@ -184,28 +219,60 @@ def quant_types(args):
             if llama_cpp.llama_model_quantize(source.encode(), path.encode(), params) != 0:
                 print(f"{name:8} llama.cpp could not quantize")
                 continue
-        ref = perplexity(load(path, PPL_CTX), ppl_text, PPL_CTX)["ppl"]
-        run = subprocess.run([binary, "perplexity", "--model", path, "--file",
-                              os.path.join(FIXTURES, "perplexity.txt"), "--ctx", str(PPL_CTX),
-                              "--json"], capture_output=True, text=True)
+        files.append((f"SmolLM2 {name}", path))
+    if not args.types:
+        files.append(("Gemma 3 270M Q4_K_M", catalog_file("gemma-3-270m-q4_k_m")))
+    print(f"{os.path.basename(text)}, ctx {args.ctx}")
+    print(f"{'file':22} {'llama.cpp':>10} {'pocketchat':>11} {'diff':>8}")
+    rows = []
+    for label, path in files:
+        ref = perplexity(load(path, args.ctx), ppl_text, args.ctx)
+        cmd = [binary, "perplexity", "--model", path, "--file", text, "--ctx", str(args.ctx), "--json"]
+        if args.kernel:
+            cmd += ["--kernel", args.kernel]
+        run = subprocess.run(cmd, capture_output=True, text=True)
         if run.returncode != 0:
-            print(f"{name:8} {ref:10.4f} {'failed':>11}  {run.stderr.strip().splitlines()[-1:]}")
+            print(f"{label:22} {ref['ppl']:10.4f} {'failed':>11}  {run.stderr.strip().splitlines()[-1:]}")
+            rows.append(dict(file=label, llama_cpp=ref["ppl"], pocketchat=None))
             continue
-        ours = json.loads(run.stdout.strip().splitlines()[-1])["ppl"]
-        print(f"{name:8} {ref:10.4f} {ours:11.4f} {100 * (ours / ref - 1):+7.2f}%", flush=True)
+        ours = json.loads(run.stdout.strip().splitlines()[-1])
+        assert ours["tokens_scored"] == ref["tokens_scored"], (ours, ref)
+        diff = 100 * (ours["ppl"] / ref["ppl"] - 1)
+        print(f"{label:22} {ref['ppl']:10.4f} {ours['ppl']:11.4f} {diff:+7.2f}%", flush=True)
+        rows.append(dict(file=label, gguf=os.path.basename(path), llama_cpp=round(ref["ppl"], 4),
+                         pocketchat=round(ours["ppl"], 4), difference_percent=round(diff, 2),
+                         tokens_scored=ref["tokens_scored"], chunks=ref["chunks"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(command="python3 " + " ".join(sys.argv), text=os.path.basename(text), ctx=args.ctx,
+                           kernel=args.kernel or "default", llama_cpp_python=llama_cpp.__version__,
+                           source=os.path.basename(source), rows=rows), f, indent=1)
+            f.write("\n")
 
 
 def main():
+    global THREADS
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     w = sub.add_parser("write", help="write tests/fixtures/llamacpp_reference.json")
     w.add_argument("models", nargs="*", help="GGUF files (default: the default model and Gemma 3 270M)")
     sub.add_parser("tiny", help="refresh only the tiny random-weight files' logits in the fixture")
+    per = sub.add_parser("perplexity", help="refresh only llama.cpp's perplexities in the fixture")
     q = sub.add_parser("quant-types", help="perplexity of every quant type, llama.cpp vs ours")
     q.add_argument("--dir", default="/tmp/pocketchat-quants")
+    q.add_argument("--ctx", type=int, default=PPL_CTX)
+    q.add_argument("--text", default=PPL_TEXT, help="a file in tests/fixtures, or a path")
+    q.add_argument("--kernel", help="pocketchat's --kernel (default: the fastest for this CPU)")
+    q.add_argument("--json", help="also write the rows to this file")
+    q.add_argument("--binary", default=os.path.join(REPO, "target", "release", "pocketchat"),
+                   help="pocketchat to run (target/debug's computes the same: our crate and candle are built at "
+                        "opt-level 3 in the dev profile)")
     q.add_argument("types", nargs="*", help=f"of {', '.join(QUANT_TYPES)} (default: all)")
+    for sp in (w, q, per):
+        sp.add_argument("--threads", type=int, default=2, help="llama.cpp's threads")
     args = p.parse_args()
-    {"write": write, "tiny": tiny, "quant-types": quant_types}[args.command](args)
+    THREADS = getattr(args, "threads", THREADS)
+    {"write": write, "tiny": tiny, "perplexity": refresh_perplexities, "quant-types": quant_types}[args.command](args)
 
 
 if __name__ == "__main__":

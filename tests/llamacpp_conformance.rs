@@ -7,8 +7,9 @@
 //! - token ids of every text of `tokenizer_texts.json`, special tokens read as text and
 //!   parsed: ours must be equal; also with the default model's vocabulary under Llama 3's
 //!   and Qwen's BPE splits;
-//! - the perplexity of `perplexity.txt` in chunks of 128, as llama-perplexity computes
-//!   it: ours must be within 1%.
+//! - the perplexity of `pep-0001.txt` (PEP 1: English with indented and numbered lines,
+//!   public domain) in chunks of 512, as llama-perplexity computes it: ours must be
+//!   within 0.5 %.
 
 use std::path::PathBuf;
 
@@ -106,8 +107,7 @@ fn gemma_reads_its_user_defined_strikethrough_tag_as_one_piece() {
 }
 
 #[test]
-fn perplexity_is_within_one_percent_of_llama_cpp() {
-    let text = std::fs::read_to_string(fixture("perplexity.txt")).unwrap();
+fn perplexity_is_within_half_a_percent_of_llama_cpp() {
     let reference = reference();
     for (name, model) in reference["models"].as_object().unwrap() {
         let path = model_file(name, model["sha256"].as_str().unwrap());
@@ -115,6 +115,7 @@ fn perplexity_is_within_one_percent_of_llama_cpp() {
         let tok = TextTokenizer::from_gguf(&content).unwrap();
         drop(content);
         let expected = &model["perplexity"];
+        let text = std::fs::read_to_string(fixture(expected["text"].as_str().unwrap())).unwrap();
         let ctx = expected["ctx"].as_u64().unwrap() as usize;
         let bos = tok.added_bos();
         let tokens: Vec<u32> = bos.into_iter().chain(tok.encode_text(&text).unwrap()).collect();
@@ -128,7 +129,7 @@ fn perplexity_is_within_one_percent_of_llama_cpp() {
         );
         assert_eq!(ours.chunks as u64, expected["chunks"].as_u64().unwrap(), "{name}: chunks");
         assert_eq!(ours.tokens_scored as u64, expected["tokens_scored"].as_u64().unwrap(), "{name}: tokens scored");
-        assert!((ours.ppl / theirs - 1.0).abs() < 0.01, "{name}: perplexity {} vs llama.cpp {theirs}", ours.ppl);
+        assert!((ours.ppl / theirs - 1.0).abs() < 0.005, "{name}: perplexity {} vs llama.cpp {theirs}", ours.ppl);
     }
 }
 
