@@ -17,32 +17,11 @@ fn tiny(dir: &std::path::Path) -> std::path::PathBuf {
     common::gemma4::write_tiny_gemma4(dir, 41)
 }
 
-/// Largest difference between two logits rows, relative to the largest logit.
-fn relative_diff(a: &Tensor, b: &Tensor) -> f32 {
-    let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
-    common::max_abs_diff(a, b) / scale
-}
-
 #[test]
 fn gemma4_decodes_step_by_step_as_one_full_forward() {
     let dir = tempfile::tempdir().unwrap();
-    let path = tiny(dir.path());
-    for kernels in [Kernels::Candle, Kernels::Fast] {
-        let model = Model::load(&path, &Device::Cpu, kernels, |_| {}).unwrap();
-        let full = model.forward_all(&TOKENS, &mut model.make_state(64, DType::F32)).unwrap();
-        // A prefill of 3 (inside the window of 5), then one token at a time past it.
-        let mut state = model.make_state(64, DType::F32);
-        let mut rows = vec![model.forward(&TOKENS[..3], &mut state).unwrap()];
-        for &t in &TOKENS[3..] {
-            rows.push(model.forward(&[t], &mut state).unwrap());
-        }
-        assert_eq!(state.len(), TOKENS.len());
-        for (i, row) in rows.iter().enumerate() {
-            let expected = full.get(2 + i).unwrap();
-            let diff = relative_diff(row, &expected);
-            assert!(diff < 1e-4, "{kernels:?}: position {} differs by {diff} of the largest logit", 2 + i);
-        }
-    }
+    // A prefill of 3 (inside the window of 5), then one token at a time past it.
+    common::assert_decodes_as_one_forward(&tiny(dir.path()), &TOKENS, 3);
 }
 
 #[test]
@@ -54,7 +33,7 @@ fn candle_and_fast_kernels_agree_on_gemma4() {
         model.forward_all(&TOKENS, &mut model.make_state(64, DType::F32)).unwrap()
     };
     let (candle, fast) = (run(Kernels::Candle), run(Kernels::Fast));
-    let diff = relative_diff(&fast, &candle);
+    let diff = common::relative_diff(&fast, &candle);
     assert!(diff < 1e-4, "the kernel sets differ by {diff} of the largest logit");
 }
 
@@ -71,7 +50,7 @@ fn a_truncated_gemma4_state_refed_equals_a_fresh_prefill() {
         let ours = model.forward(&[42, 7, 9], &mut state).unwrap();
         let prompt: Vec<u32> = TOKENS[..7].iter().copied().chain([42, 7, 9]).collect();
         let expected = model.forward(&prompt, &mut model.make_state(64, dtype)).unwrap();
-        let diff = relative_diff(&ours, &expected);
+        let diff = common::relative_diff(&ours, &expected);
         assert!(diff < 1e-3, "{dtype:?}: after the truncation the logits differ by {diff} of the largest");
     }
 }
@@ -227,7 +206,7 @@ fn a_gemma4_chat_with_its_real_vocabulary_matches_a_fresh_prefill_each_turn() {
         let last_reply = if i == 0 { 0 } else { tok.encode_text(&reply_of(i - 1)).unwrap().len() };
         assert!(refed <= last_reply + 8, "turn {i}: {refed} tokens fed again, the last reply is {last_reply}");
         let fresh = model.forward(s.state.tokens(), &mut model.make_state(2048, DType::F16)).unwrap();
-        let diff = relative_diff(&p.logits, &fresh);
+        let diff = common::relative_diff(&p.logits, &fresh);
         assert!(diff < 1e-3, "turn {i}: the logits differ from a fresh prefill's by {diff} of the largest");
         let reply = reply_of(i);
         model.forward(&tok.encode_text(&reply).unwrap(), &mut s.state).unwrap();

@@ -6,7 +6,7 @@
 
 mod common;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 use pocketchat::engine::model::file_facts;
 use pocketchat::engine::state::LayerMemory;
 use pocketchat::engine::{Kernels, Model};
@@ -17,32 +17,11 @@ fn tiny(dir: &std::path::Path) -> std::path::PathBuf {
     common::qwen35::write_tiny_qwen35(dir, 4, 39)
 }
 
-/// Largest difference between two logits rows, relative to the largest logit.
-fn relative_diff(a: &Tensor, b: &Tensor) -> f32 {
-    let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
-    common::max_abs_diff(a, b) / scale
-}
-
 #[test]
 fn qwen35_decodes_step_by_step_as_one_full_forward() {
     let dir = tempfile::tempdir().unwrap();
-    let path = tiny(dir.path());
-    for kernels in [Kernels::Candle, Kernels::Fast] {
-        let model = Model::load(&path, &Device::Cpu, kernels, |_| {}).unwrap();
-        let full = model.forward_all(&TOKENS, &mut model.make_state(64, DType::F32)).unwrap();
-        // A prefill of 5, then one token at a time.
-        let mut state = model.make_state(64, DType::F32);
-        let mut rows = vec![model.forward(&TOKENS[..5], &mut state).unwrap()];
-        for &t in &TOKENS[5..] {
-            rows.push(model.forward(&[t], &mut state).unwrap());
-        }
-        assert_eq!(state.len(), TOKENS.len());
-        for (i, row) in rows.iter().enumerate() {
-            let expected = full.get(4 + i).unwrap();
-            let diff = relative_diff(row, &expected);
-            assert!(diff < 1e-4, "{kernels:?}: position {} differs by {diff} of the largest logit", 4 + i);
-        }
-    }
+    // A prefill of 5, then one token at a time.
+    common::assert_decodes_as_one_forward(&tiny(dir.path()), &TOKENS, 5);
 }
 
 #[test]
@@ -68,7 +47,7 @@ fn truncating_to_a_checkpoint_and_refeeding_equals_a_fresh_prefill() {
     let mut fresh = model.make_state(64, DType::F32);
     let prompt: Vec<u32> = TOKENS[..7].iter().copied().chain([42, 7]).collect();
     let expected = model.forward(&prompt, &mut fresh).unwrap();
-    let diff = relative_diff(&ours, &expected);
+    let diff = common::relative_diff(&ours, &expected);
     assert!(diff < 1e-4, "after the rollback the logits differ by {diff} of the largest");
 
     // Back to the later checkpoint: nothing to re-feed.
@@ -79,13 +58,13 @@ fn truncating_to_a_checkpoint_and_refeeding_equals_a_fresh_prefill() {
     assert_eq!(state.truncate(9), 9);
     let ours = model.forward(&TOKENS[9..], &mut state).unwrap();
     let expected = model.forward(&TOKENS, &mut model.make_state(64, DType::F32)).unwrap();
-    assert!(relative_diff(&ours, &expected) < 1e-4);
+    assert!(common::relative_diff(&ours, &expected) < 1e-4);
 
     // Before any checkpoint: back to nothing.
     assert_eq!(state.truncate(2), 0);
     let ours = model.forward(&TOKENS[..3], &mut state).unwrap();
     let expected = model.forward(&TOKENS[..3], &mut model.make_state(64, DType::F32)).unwrap();
-    assert!(relative_diff(&ours, &expected) < 1e-4);
+    assert!(common::relative_diff(&ours, &expected) < 1e-4);
 }
 
 #[test]

@@ -225,6 +225,34 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
 }
 
+/// Largest difference between two logits rows, relative to the largest logit of `b`.
+pub fn relative_diff(a: &Tensor, b: &Tensor) -> f32 {
+    let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+    max_abs_diff(a, b) / scale
+}
+
+/// The model at `path`, with each kernel set, decodes `tokens` one at a time after a
+/// prefill of the first `prefill` and gets the logits of one forward over all of them
+/// (within 1e-4 of the largest logit).
+pub fn assert_decodes_as_one_forward(path: &Path, tokens: &[u32], prefill: usize) {
+    use pocketchat::engine::{Kernels, Model};
+    for kernels in [Kernels::Candle, Kernels::Fast] {
+        let model = Model::load(path, &Device::Cpu, kernels, |_| {}).unwrap();
+        let full = model.forward_all(tokens, &mut model.make_state(64, candle_core::DType::F32)).unwrap();
+        let mut state = model.make_state(64, candle_core::DType::F32);
+        let mut rows = vec![model.forward(&tokens[..prefill], &mut state).unwrap()];
+        for &t in &tokens[prefill..] {
+            rows.push(model.forward(&[t], &mut state).unwrap());
+        }
+        assert_eq!(state.len(), tokens.len());
+        for (i, row) in rows.iter().enumerate() {
+            let at = prefill - 1 + i;
+            let diff = relative_diff(row, &full.get(at).unwrap());
+            assert!(diff < 1e-4, "{kernels:?}: position {at} differs by {diff} of the largest logit");
+        }
+    }
+}
+
 /// The tiny files' random weights: xorshift64 values spread over (-scale, scale), one fixed
 /// sequence per seed (the files' sha256 are in the llama.cpp fixture).
 pub struct Xorshift(pub u64);
