@@ -76,7 +76,8 @@ fn gemma4_layers_sharing_kv_keep_none_and_the_header_facts_are_the_models() {
         LayerMemory::SharedKeysValues(4),
     ];
     assert_eq!(state.memory(), expected);
-    assert!(!state.uniform(), "two head sizes, shared layers");
+    let (s, g) = (HEAD_DIM_SLIDING, HEAD_DIM_GLOBAL);
+    assert_eq!(state.stored_head_dims(), [s, s, g, s, g, 0, 0], "two head sizes; shared layers keep none");
 
     // K and V per token of the five layers with their own: three sliding, two global.
     let f16 = 2;
@@ -138,26 +139,52 @@ fn gemma4_files_with_a_vision_tower_or_experts_are_refused() {
     assert!(err.to_string().contains("mixture-of-experts"), "{err}");
 }
 
-/// The state file format holds one K/V size for every layer: a Gemma 4 conversation is
-/// not saved (saying why) rather than saved wrong, and the session goes on.
+/// A Gemma 4 conversation saved to a state file (format 4: each layer's head size, none
+/// for the layers reading another's K/V) and restored gives the logits of a fresh prefill
+/// and the same next step as the live one; a file with other head sizes is refused.
 #[test]
-fn a_gemma4_conversation_is_not_saved_to_a_state_file_yet() {
+fn a_gemma4_conversation_is_saved_and_restored_with_each_layers_head_size() {
+    use common::gemma4::HEAD_DIM_GLOBAL;
     use pocketchat::engine::persist::{self, ModelIdentity, StateFileError};
     use pocketchat::engine::template::ChatTemplate;
     use pocketchat::engine::Session;
     let dir = tempfile::tempdir().unwrap();
     let path = tiny(dir.path());
     let model = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
-    let mut session =
-        Session::new(model.make_state(64, DType::F32), ChatTemplate::new(None, "<bos>", "<eos>")).unwrap();
-    model.forward(&TOKENS, &mut session.state).unwrap();
+    let session = || Session::new(model.make_state(64, DType::F16), ChatTemplate::new(None, "<bos>", "<eos>")).unwrap();
+    let mut live = session();
+    model.forward(&TOKENS, &mut live.state).unwrap();
     let id = ModelIdentity { sha256: "ab".repeat(32), bytes: 1234 };
     let file = dir.path().join("chat.pcstate");
-    let err = persist::save(&session, &id, &file).unwrap_err();
-    assert!(matches!(err, StateFileError::Encode(_)), "{err:?}");
-    assert!(err.to_string().contains("Gemma 4"), "{err}");
-    assert!(!file.exists());
-    assert_eq!(session.state.len(), TOKENS.len());
+    persist::save(&live, &id, &file).unwrap();
+
+    let mut restored = session();
+    persist::restore(&mut restored, &id, &file).unwrap();
+    assert_eq!(restored.state.tokens(), live.state.tokens());
+    let next = [9u32, 33];
+    let a = model.forward(&next, &mut live.state).unwrap();
+    let b = model.forward(&next, &mut restored.state).unwrap();
+    let mut fresh = model.make_state(64, DType::F16);
+    let expected = model.forward(&[&TOKENS[..], &next[..]].concat(), &mut fresh).unwrap();
+    assert!(common::relative_diff(&b, &a) < 1e-4, "restored and live differ");
+    assert!(common::relative_diff(&b, &expected) < 1e-3, "restored and a fresh prefill differ");
+
+    // A file whose layers have other head sizes is another model's.
+    let bytes = std::fs::read(&file).unwrap();
+    let len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[16..16 + len]).unwrap();
+    header["kv_head_dims"][0] = serde_json::json!(HEAD_DIM_GLOBAL);
+    let json = serde_json::to_vec(&header).unwrap();
+    let mut other = bytes[..12].to_vec();
+    other.extend((json.len() as u32).to_le_bytes());
+    other.extend(json);
+    other.extend(&bytes[16 + len..]);
+    let other_file = dir.path().join("other.pcstate");
+    std::fs::write(&other_file, other).unwrap();
+    let mut refused = session();
+    let err = persist::restore(&mut refused, &id, &other_file).unwrap_err();
+    assert_eq!(err, StateFileError::OtherModel("different layer shapes".into()));
+    assert!(refused.is_empty());
 }
 
 /// A chat through a `Session` on a small Gemma 4 file with the real vocabulary

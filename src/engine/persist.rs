@@ -2,13 +2,15 @@
 //! so it survives the app being killed, and restoring it without re-prefill.
 //!
 //! ```text
-//!   "PCSTATE\0" | u32 version | u32 header length | JSON header | per attention layer: K f16, V f16
-//!   | per saved recurrent state (now, then each checkpoint): every recurrent tensor, f32 (format 3)
+//!   "PCSTATE\0" | u32 version | u32 header length | JSON header | per layer with K/V of its own: K f16, V f16
+//!   | per saved recurrent state (now, then each checkpoint): every recurrent tensor, f32 (format 3 on)
 //!   | u32 CRC-32 of everything before it (format 2)
 //! ```
 //!
 //! A hybrid model's recurrent layers (short convolutions, gated delta-net) are saved with
 //! their turn checkpoints, so a restored chat regenerates and edits as the live one did.
+//! Format 4 lists each layer's head size (Gemma 4's layers differ, and some keep no K/V of
+//! their own); older files hold every attention layer at one `head_dim`.
 //! Files of format 1 and 2 have no recurrent tensors: they are read for a plain
 //! transformer and refused ("different layer shapes") for a hybrid model.
 //!
@@ -39,7 +41,7 @@ use super::Cause;
 use crate::files::TempFile;
 
 const MAGIC: &[u8; 8] = b"PCSTATE\0";
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// Magic, version and header length.
 const PREFIX_BYTES: u64 = 16;
 /// Headers longer than this are refused unread (a 100k-token conversation's is ~2 MB).
@@ -85,10 +87,6 @@ pub struct ModelIdentity {
     pub bytes: u64,
 }
 
-/// Why a Gemma 4 conversation is not saved: the format holds one K/V size for every layer.
-const NOT_UNIFORM: &str =
-    "state files do not hold layers of different head sizes or shared keys and values (Gemma 4) yet";
-
 #[derive(Serialize, Deserialize)]
 struct Header {
     model: ModelIdentity,
@@ -103,6 +101,10 @@ struct Header {
     /// a plain transformer or an empty conversation).
     #[serde(default)]
     recurrent_lengths: Vec<usize>,
+    /// Per layer, the head size of the K/V saved for it (0: none saved); absent before
+    /// format 4, whose files save each layer without recurrent tensors at `head_dim`.
+    #[serde(default)]
+    kv_head_dims: Vec<usize>,
     session: SessionSnapshot,
 }
 
@@ -126,9 +128,6 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
         return Err(StateFileError::WontOverwrite { path: path.to_path_buf(), why: e.to_string() });
     }
     let io = |e: std::io::Error| StateFileError::Io(Cause::new(e));
-    if !session.state.uniform() {
-        return Err(StateFileError::Encode(Cause::msg(NOT_UNIFORM)));
-    }
     let (n_kv_heads, head_dim) = session.state.shape();
     let snapshots = session.state.recurrent_snapshots();
     let header = Header {
@@ -138,6 +137,7 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
         head_dim,
         recurrent: recurrent_shapes(&session.state),
         recurrent_lengths: snapshots.iter().map(|(len, _)| *len).collect(),
+        kv_head_dims: session.state.stored_head_dims(),
         session: session.snapshot(),
     };
     let json = serde_json::to_vec(&header).map_err(|e| StateFileError::Encode(Cause::new(e)))?;
@@ -360,19 +360,24 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
     let mut f = open_state_file(path)?;
     let Prefix { version, header, header_len, file_len } = read_header(&mut f, path)?;
     check_model(&header, model)?;
-    if !session.state.uniform() {
-        return Err(StateFileError::Unreadable(Cause::msg(NOT_UNIFORM)));
-    }
     let (n_kv, hd) = session.state.shape();
     let shapes = recurrent_shapes(&session.state);
     let saved_shapes = if header.recurrent.is_empty() { vec![Vec::new(); header.n_layers] } else { header.recurrent };
+    let dims = session.state.stored_head_dims();
+    let saved_dims = if header.kv_head_dims.is_empty() {
+        saved_shapes.iter().map(|s| if s.is_empty() { header.head_dim } else { 0 }).collect()
+    } else {
+        header.kv_head_dims
+    };
     if (header.n_layers, header.n_kv_heads, header.head_dim) != (session.state.n_layers(), n_kv, hd)
         || saved_shapes != shapes
+        || saved_dims != dims
     {
         return Err(StateFileError::OtherModel("different layer shapes".into()));
     }
-    // The attention layers (those with K/V in the body) and each recurrent tensor's shape.
-    let kv_layers: Vec<usize> = shapes.iter().enumerate().filter(|(_, s)| s.is_empty()).map(|(i, _)| i).collect();
+    // The layers with K/V in the body (and their head sizes), and each recurrent tensor's
+    // shape.
+    let kv_layers: Vec<(usize, usize)> = dims.iter().copied().enumerate().filter(|&(_, d)| d > 0).collect();
     let recurrent_tensors: Vec<&Vec<usize>> = shapes.iter().flatten().collect();
     let len = header.session.tokens.len();
     let lengths = &header.recurrent_lengths;
@@ -398,9 +403,10 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
         )));
     }
     // Every size is checked against the file's length before the body is read.
-    let per_tensor = n_kv * len * hd * 2;
+    let tensor_bytes = |dim: usize| n_kv * len * dim * 2;
+    let kv_bytes: u64 = kv_layers.iter().map(|&(_, d)| 2 * tensor_bytes(d) as u64).sum();
     let recurrent_bytes: u64 = recurrent_tensors.iter().map(|s| s.iter().product::<usize>() as u64 * 4).sum();
-    let body = 2 * kv_layers.len() as u64 * per_tensor as u64 + lengths.len() as u64 * recurrent_bytes;
+    let body = kv_bytes + lengths.len() as u64 * recurrent_bytes;
     let trailer = if version >= 2 { 4 } else { 0 };
     let expected_len = PREFIX_BYTES + header_len + body + trailer;
     if file_len != expected_len {
@@ -412,17 +418,19 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
     // cache: the first checks the checksum and the values without keeping them, the
     // second writes each layer into the cache (and checks the checksum again, in case the
     // file changed in between).
-    let kv_tensors = if len > 0 { 2 * kv_layers.len() } else { 0 };
-    let tensors = kv_tensors + lengths.len() * recurrent_tensors.len();
-    let mut chunk = vec![0u8; per_tensor];
+    let kv_saved = if len > 0 { kv_layers.as_slice() } else { &[] };
+    let tensors = 2 * kv_saved.len() + lengths.len() * recurrent_tensors.len();
     let unreadable = |e: std::io::Error| StateFileError::Unreadable(Cause::new(e));
     let mut body = Body::open(f, version, header_len, tensors).map_err(unreadable)?;
     // The checksum speaks first: an altered file is "altered", whatever its values.
     let mut values = Ok(());
-    for _ in 0..kv_tensors {
-        body.next(&mut chunk).map_err(unreadable)?;
-        if values.is_ok() {
-            values = check_values(&chunk);
+    for &(_, dim) in kv_saved {
+        let mut chunk = vec![0u8; tensor_bytes(dim)];
+        for _ in 0..2 {
+            body.next(&mut chunk).map_err(unreadable)?;
+            if values.is_ok() {
+                values = check_values(&chunk);
+            }
         }
     }
     for _ in 0..lengths.len() {
@@ -437,20 +445,20 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
     body.check_sum()?;
     values?;
     let device = session.state.device().clone();
-    let tensor = |chunk: &[u8]| -> Result<Tensor, StateFileError> {
+    let tensor = |chunk: &[u8], dim: usize| -> Result<Tensor, StateFileError> {
         let data: Vec<half::f16> = chunk.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]])).collect();
-        Tensor::from_vec(data, (n_kv, len, hd), &Device::Cpu)
+        Tensor::from_vec(data, (n_kv, len, dim), &Device::Cpu)
             .and_then(|t| t.to_device(&device))
             .map_err(|e| StateFileError::Damaged(e.to_string()))
     };
     session.restore(header.session, |state| {
         let mut body = body.reopen().map_err(unreadable)?;
-        let mut v_chunk = vec![0u8; per_tensor];
-        for &layer in kv_layers.iter().take(kv_tensors / 2) {
+        for &(layer, dim) in kv_saved {
             // `next` is true for each of the tensors the first pass counted.
-            body.next(&mut chunk).map_err(unreadable)?;
+            let (mut k_chunk, mut v_chunk) = (vec![0u8; tensor_bytes(dim)], vec![0u8; tensor_bytes(dim)]);
+            body.next(&mut k_chunk).map_err(unreadable)?;
             body.next(&mut v_chunk).map_err(unreadable)?;
-            let (k, v) = (tensor(&chunk)?, tensor(&v_chunk)?);
+            let (k, v) = (tensor(&k_chunk, dim)?, tensor(&v_chunk, dim)?);
             state.import_layer(layer, &k, &v)?;
         }
         let mut snapshots = Vec::with_capacity(lengths.len());

@@ -135,13 +135,15 @@ impl State {
         (self.n_kv_heads, self.head_dims.iter().copied().max().unwrap_or(0))
     }
 
-    /// Whether every layer keeps keys and values of its own of one head size, or a
-    /// recurrent state (not so for Gemma 4: layers of two head sizes, and layers that read
-    /// an earlier layer's).
-    pub fn uniform(&self) -> bool {
-        let kv = self.memory.iter().zip(&self.head_dims).filter(|(m, _)| **m == LayerMemory::KeysValues);
-        let shared = self.memory.iter().any(|m| matches!(m, LayerMemory::SharedKeysValues(_)));
-        !shared && kv.map(|(_, d)| d).collect::<std::collections::BTreeSet<_>>().len() <= 1
+    /// Per layer, the head size of the keys and values it keeps, 0 for a layer that keeps
+    /// none (a recurrent layer, or a Gemma 4 layer reading an earlier layer's): what
+    /// [`State::export`] gives, in order.
+    pub fn stored_head_dims(&self) -> Vec<usize> {
+        self.memory
+            .iter()
+            .zip(&self.head_dims)
+            .map(|(m, &d)| if *m == LayerMemory::KeysValues { d } else { 0 })
+            .collect()
     }
 
     pub fn n_layers(&self) -> usize {
