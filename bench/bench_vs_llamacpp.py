@@ -267,7 +267,7 @@ def main():
 
     metrics = [("prefill tok/s", "prefill_tok_s", ""), ("decode tok/s", "decode_tok_s", ""),
                ("peak RSS MB", "_rss", "MB"), ("peak RssAnon MB", "_rss_anon", "MB"),
-               ("peak RssFile MB", "_rss_file", "MB"), ("wall s", "_wall_s", "")]
+               ("peak RssFile MB", "_rss_file", "MB"), ("load s", "load_s", ""), ("wall s", "_wall_s", "")]
     print(f"\nmodel {os.path.basename(model)}, prompt {a.prompt_tokens}, gen {a.gen}, "
           f"threads {a.threads}, kernel {a.kernel or 'default'}, {a.pairs} pairs "
           f"(A B{' C' if their_turns else ''} alternating), medians; load average {load_before} "
@@ -321,7 +321,8 @@ def main():
             "threads": a.threads, "prompt_tokens": a.prompt_tokens, "gen_tokens": a.gen,
             "pairs": a.pairs, "loadavg_before": load_before, "loadavg_after": load_after,
             **{f"{side}_{key}": val for side, runs_ in (("ours", ours_k), ("llamacpp", theirs))
-               for key, val in (("prefill_tok_s", col(runs_, "prefill_tok_s")),
+               for key, val in (("load_s", col(runs_, "load_s")),
+                                ("prefill_tok_s", col(runs_, "prefill_tok_s")),
                                 ("decode_tok_s", col(runs_, "decode_tok_s")),
                                 ("peak_rss_mb", mb(col(runs_, "_rss"))),
                                 ("peak_rss_anon_mb", mb(col(runs_, "_rss_anon"))),
