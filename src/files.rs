@@ -196,3 +196,9 @@ pub fn sha256_file(path: impl AsRef<Path>) -> io::Result<String> {
     }
     Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
+
+/// The user's home folder (`HOME`, or `USERPROFILE` on Windows); `None` when neither is
+/// set to something.
+pub fn home_dir() -> Option<PathBuf> {
+    ["HOME", "USERPROFILE"].iter().find_map(|v| std::env::var_os(v).filter(|h| !h.is_empty())).map(PathBuf::from)
+}

@@ -16,9 +16,7 @@ pub struct ChatFolder(pub Option<ChatStore>);
 /// Where the app saves exports: Documents on iOS (the Files app shows it), else the
 /// Downloads folder when there is one, else `chat-exports/` beside the chats folder.
 pub fn export_dir(chats_dir: &Path) -> PathBuf {
-    let home =
-        ["HOME", "USERPROFILE"].iter().find_map(|v| std::env::var_os(v).filter(|h| !h.is_empty())).map(PathBuf::from);
-    match home {
+    match crate::files::home_dir() {
         Some(home) if cfg!(target_os = "ios") => home.join("Documents"),
         Some(home) if home.join("Downloads").is_dir() => home.join("Downloads"),
         _ => chats_dir.with_file_name("chat-exports"),
