@@ -130,7 +130,7 @@ impl State {
     }
 
     /// `(n_kv_heads, head_dim)` of every layer's buffers: the largest head size where
-    /// layers differ (see [`State::uniform`]).
+    /// layers differ (see [`State::stored_head_dims`]).
     pub fn shape(&self) -> (usize, usize) {
         (self.n_kv_heads, self.head_dims.iter().copied().max().unwrap_or(0))
     }
@@ -171,13 +171,7 @@ impl State {
 
     /// Bytes of the K/V buffers.
     pub fn kv_bytes(&self) -> u64 {
-        let head_dims: usize = self
-            .memory
-            .iter()
-            .zip(&self.head_dims)
-            .filter(|(m, _)| **m == LayerMemory::KeysValues)
-            .map(|(_, d)| d)
-            .sum();
+        let head_dims: usize = self.stored_head_dims().iter().sum();
         (2 * self.n_kv_heads * self.capacity * head_dims * self.dtype.size_in_bytes()) as u64
     }
 

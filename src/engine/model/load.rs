@@ -78,13 +78,13 @@ pub fn header_facts(path: &Path, content: &gguf_file::Content, kv: DType, kernel
             }
             continue;
         };
-        let copied = crate::engine::cpu::qlinear::heap_bytes(t.ggml_dtype, elements, columns, kernels, true);
-        // The table is looked up in place unless the tied output layer copies it. gemma4's
-        // per-layer table is only ever looked up: mapped, a row per token touched, not
-        // counted as resident (`ModelConfig::lookup_table_bytes`).
+        // gemma4's per-layer table is only ever looked up: mapped, a row per token touched,
+        // not counted as resident (`ModelConfig::lookup_table_bytes`).
         if name == "per_layer_token_embd.weight" {
             continue;
         }
+        let copied = crate::engine::cpu::qlinear::heap_bytes(t.ggml_dtype, elements, columns, kernels, true);
+        // The table is looked up in place unless the tied output layer copies it.
         let in_place = copied == 0 || (name == "token_embd.weight" && !tied);
         if in_place {
             mapped += file;
@@ -92,7 +92,7 @@ pub fn header_facts(path: &Path, content: &gguf_file::Content, kv: DType, kernel
             heap += copied;
         }
     }
-    let window = match ArchTraits::of(&ld.arch).and_then(|t| t.sliding_windows) {
+    let window = match traits.sliding_windows {
         Some(_) => Some(ld.meta_u32("attention.sliding_window")?.max(1)),
         None => None,
     };
