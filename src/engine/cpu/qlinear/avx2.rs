@@ -72,6 +72,17 @@ unsafe fn load_ds(p: *const [f32; 2]) -> __m128 {
 /// fault, so reaching past a matrix's end is harmless.
 pub(super) const PREFETCH_BYTES: usize = 4096;
 
+/// How far ahead of each of a tile's rows to prefetch: [`PREFETCH_BYTES`], or the same
+/// place in the next tile's rows where the tile spans more than that.
+#[inline(always)]
+pub(super) fn prefetch_lead<B, const R: usize>(w: &[*const B; R]) -> usize {
+    if R < 2 {
+        return PREFETCH_BYTES;
+    }
+    let stride = (w[1] as usize).wrapping_sub(w[0] as usize);
+    (R * stride).clamp(PREFETCH_BYTES, 1 << 16)
+}
+
 pub(super) struct Q4_1<D>(PhantomData<D>);
 
 impl<D: DotU8I8> TileKernel for Q4_1<D> {
@@ -90,12 +101,13 @@ impl<D: DotU8I8> TileKernel for Q4_1<D> {
         let shift = _mm256_setr_epi64x(0, 0, 4, 4);
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         let mut ms = [[_mm_setzero_ps(); C]; R];
+        let lead = prefetch_lead(&w);
         for b in 0..nb {
             let mut qx = [_mm256_setzero_si256(); R];
             let mut dm = [_mm_setzero_ps(); R];
             for r in 0..R {
                 let blk = w[r].add(b);
-                _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(PREFETCH_BYTES));
+                _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(lead));
                 let raw = _mm256_broadcastsi128_si256(_mm_loadu_si128((*blk).qs.as_ptr() as *const __m128i));
                 qx[r] = _mm256_and_si256(_mm256_srlv_epi64(raw, shift), mask);
                 dm[r] = load_f16_pair(blk as *const u8);
@@ -185,13 +197,14 @@ impl<W: SignedBlock, D: DotU8I8> TileKernel for Signed<W, D> {
         nb: usize,
     ) -> [[f32; C]; R] {
         let mut acc = [[_mm256_setzero_ps(); C]; R];
+        let lead = prefetch_lead(&w);
         for b in 0..nb {
             let mut qx = [_mm256_setzero_si256(); R];
             let mut ax = [_mm256_setzero_si256(); R];
             let mut dw = [_mm_setzero_ps(); R];
             for r in 0..R {
                 let blk = w[r].add(b);
-                _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(PREFETCH_BYTES));
+                _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(lead));
                 qx[r] = W::quants(blk);
                 ax[r] = _mm256_sign_epi8(qx[r], qx[r]);
                 // every block starts with d; lane 1 (the next two bytes read as f16) is
@@ -248,6 +261,7 @@ impl TileKernel for Q6K {
         // bytes 0-7 take scale 0, bytes 8-15 scale 1
         let spread = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
         let mut acc = [[_mm256_setzero_ps(); C]; R];
+        let lead = prefetch_lead(&w);
         for b in 0..nb {
             let (sb, j) = (b / 8, b % 8);
             let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
@@ -258,7 +272,7 @@ impl TileKernel for Q6K {
             for r in 0..R {
                 let blk = w[r].add(sb);
                 // 8 blocks' prefetches 27 bytes apart touch every line of the 210 bytes
-                _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(PREFETCH_BYTES + 27 * j));
+                _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(lead + 27 * j));
                 let ql = (*blk).ql.as_ptr().add(ql_at);
                 let lo = _mm256_and_si256(_mm256_srl_epi16(_mm256_loadu_si256(ql as *const __m256i), ql_shift), low4);
                 let qh = _mm256_loadu_si256((*blk).qh.as_ptr().add(qh_at) as *const __m256i);
@@ -347,6 +361,7 @@ impl<D: DotU8I8> TileKernel for Q4K<D> {
         let nb = nb / Self::BLOCKS_PER;
         let mask = _mm256_set1_epi8(0x0F);
         let mut acc = [[_mm256_setzero_ps(); C]; R];
+        let lead = prefetch_lead(&w);
         for b in 0..nb {
             // d_w * sc_j * d_a per weight row, activation row and sub-block (lane order
             // `Q4K_LANE`), read back one at a time as broadcasts
@@ -354,7 +369,7 @@ impl<D: DotU8I8> TileKernel for Q4K<D> {
             let mut wsc = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
             for r in 0..R {
                 let blk = w[r].add(b);
-                let p = (blk as *const i8).wrapping_add(PREFETCH_BYTES);
+                let p = (blk as *const i8).wrapping_add(lead);
                 _mm_prefetch::<_MM_HINT_T0>(p);
                 _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
                 _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128));

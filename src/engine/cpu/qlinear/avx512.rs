@@ -26,7 +26,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::avx2::{q4k_scales_mins, PREFETCH_BYTES};
+use super::avx2::{prefetch_lead, q4k_scales_mins};
 use super::blocks::{drive, Acts, BlockQ4K, BlockQ4_1, TileKernel, QK, QK_K};
 use std::arch::x86_64::*;
 
@@ -75,6 +75,7 @@ impl TileKernel for Q4_1 {
         // lanes 0-7 take element 0 (block b's scale), lanes 8-15 element 2 (block b+1's)
         let spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
         let mut acc = [[_mm512_setzero_ps(); C]; R];
+        let lead = prefetch_lead(&w);
         let mut b = 0;
         while b < nb {
             let pair = b + 1 < nb;
@@ -83,7 +84,7 @@ impl TileKernel for Q4_1 {
             let mut dw = [_mm512_setzero_ps(); R];
             for r in 0..R {
                 let blk = w[r].add(b);
-                _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(PREFETCH_BYTES));
+                _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(lead));
                 qx[r] = weight_quants(blk, pair);
                 dm[r] = _mm512_zextps128_ps512(weight_scales(blk, pair));
                 dw[r] = _mm512_permutexvar_ps(spread, dm[r]);
@@ -172,12 +173,13 @@ impl TileKernel for Q4K {
             _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
         });
         let mut acc = [[_mm512_setzero_ps(); C]; R];
+        let lead = prefetch_lead(&w);
         for b in 0..nb {
             let mut f = [[_mm512_setzero_ps(); C]; R];
             let mut wsc = [_mm512_setzero_ps(); R];
             for r in 0..R {
                 let blk = w[r].add(b);
-                let p = (blk as *const i8).wrapping_add(PREFETCH_BYTES);
+                let p = (blk as *const i8).wrapping_add(lead);
                 _mm_prefetch::<_MM_HINT_T0>(p);
                 _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
                 _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128));

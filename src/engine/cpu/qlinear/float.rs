@@ -153,6 +153,8 @@ const ACTS: usize = 3;
 unsafe fn f16_decode_rows_avx2(w: &[u8], k: usize, rows: std::ops::Range<usize>, x: &[f32], dst: &mut [f32]) {
     use std::arch::x86_64::*;
     let full = k / 16 * 16;
+    // the same place in the next four rows, or 4 KiB where four rows are shorter
+    let lead = (ROWS * k * 2).clamp(4096, 1 << 16);
     let mut r = rows.start;
     while r < rows.end {
         let count = ROWS.min(rows.end - r);
@@ -164,7 +166,7 @@ unsafe fn f16_decode_rows_avx2(w: &[u8], k: usize, rows: std::ops::Range<usize>,
             let (x0, x1) = (_mm256_loadu_ps(x.as_ptr().add(c)), _mm256_loadu_ps(x.as_ptr().add(c + 8)));
             for (p, acc) in base.iter().zip(acc.iter_mut()) {
                 let p = p.add(2 * c);
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(4096) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(lead) as *const i8);
                 let w0 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
                 let w1 = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
                 acc[0] = _mm256_fmadd_ps(w0, x0, acc[0]);
