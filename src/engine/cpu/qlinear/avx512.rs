@@ -26,7 +26,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::avx2::{prefetch_lead, q4k_scales_mins};
+use super::avx2::{prefetch_lead, q4k_scales_mins, SignedBlock};
 use super::blocks::{drive, Acts, BlockQ4K, BlockQ4_1, TileKernel, QK, QK_K};
 use std::arch::x86_64::*;
 
@@ -224,4 +224,96 @@ pub(super) unsafe fn q4k_rows(
     ldd: usize,
 ) {
     drive::<Q4K>(w, nb, rows, acts, dst, ldd)
+}
+
+/// Signed-weight tiles (Q8_0, Q4_0, Q5_0) against Q8_0 activations, two blocks per
+/// register. `vpdpbusd` multiplies unsigned by signed bytes, so per weight row the quants
+/// become their magnitudes and a sign mask, and each activation register takes the
+/// weights' signs (one masked subtraction) before the product:
+///
+/// ```text
+///   dot   = vpdpbusd(|q_w|, q_a · sign(q_w))       16 × i32, lanes 0-7 block b, 8-15 block b+1
+///   acc  += f32(dot) · (d_w · d_a spread over those lanes)
+/// ```
+struct Signed<W>(std::marker::PhantomData<W>);
+
+/// `d` of block `b` in lanes 0-7 and of block `b + 1` in lanes 8-15 (0 when `pair` is
+/// false): every signed block starts with its f16 scale.
+#[inline(always)]
+unsafe fn signed_scales<B>(blk: *const B, pair: bool) -> __m512 {
+    let first = std::ptr::read_unaligned(blk as *const u16) as i32;
+    let second = if pair { std::ptr::read_unaligned(blk.add(1) as *const u16) as i32 } else { 0 };
+    // [d_b, 0, d_b1, 0]
+    let ds = _mm512_zextps128_ps512(_mm_cvtph_ps(_mm_setr_epi32(first, second, 0, 0)));
+    _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), ds)
+}
+
+impl<W: SignedBlock> TileKernel for Signed<W> {
+    type Block = W::Block;
+    const PREFILL_COLS: usize = 8;
+
+    #[inline(always)]
+    unsafe fn tile<const R: usize, const C: usize>(
+        w: [*const W::Block; R],
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        nb: usize,
+    ) -> [[f32; C]; R] {
+        // lanes 0-7 take element 0 (block b's d_a), lanes 8-15 element 2 (block b+1's)
+        let spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        let lead = prefetch_lead(&w);
+        let mut b = 0;
+        while b < nb {
+            let pair = b + 1 < nb;
+            let mut mag = [_mm512_setzero_si512(); R];
+            let mut neg = [0 as __mmask64; R];
+            let mut dw = [_mm512_setzero_ps(); R];
+            for r in 0..R {
+                let blk = w[r].add(b);
+                // a pair of blocks may span more than a cache line: ask for each block's
+                _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(lead));
+                _mm_prefetch::<_MM_HINT_T0>((blk.add(1) as *const i8).wrapping_add(lead));
+                let low = _mm512_castsi256_si512(W::quants(blk));
+                let q = if pair { _mm512_inserti64x4::<1>(low, W::quants(blk.add(1))) } else { low };
+                mag[r] = _mm512_abs_epi8(q);
+                neg[r] = _mm512_movepi8_mask(q);
+                dw[r] = signed_scales(blk, pair);
+            }
+            for c in 0..C {
+                let (qy, dsa) = if pair {
+                    (_mm512_loadu_si512(qs[c].add(b * QK) as *const __m512i), _mm_loadu_ps(ds[c].add(b) as *const f32))
+                } else {
+                    let qy = _mm256_loadu_si256(qs[c].add(b * QK) as *const __m256i);
+                    (_mm512_zextsi256_si512(qy), _mm_castpd_ps(_mm_load_sd(ds[c].add(b) as *const f64)))
+                };
+                let da = _mm512_permutexvar_ps(spread, _mm512_zextps128_ps512(dsa));
+                for r in 0..R {
+                    let signed = _mm512_mask_sub_epi8(qy, neg[r], _mm512_setzero_si512(), qy);
+                    let dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), mag[r], signed));
+                    acc[r][c] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dw[r], da), acc[r][c]);
+                }
+            }
+            b += 2;
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                out[r][c] = _mm512_reduce_add_ps(acc[r][c]);
+            }
+        }
+        out
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn signed_rows<B: SignedBlock>(
+    w: *const B::Block,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Signed<B>>(w, nb, rows, acts, dst, ldd)
 }

@@ -100,8 +100,6 @@ impl Isa {
         use blocks::drive;
         let (w41, w80, w4k) = (w as *const BlockQ4_1, w as *const BlockQ8_0, w as *const BlockQ4K);
         let (w40, w50, w6k) = (w as *const BlockQ4_0, w as *const BlockQ5_0, w as *const BlockQ6K);
-        #[cfg(target_arch = "x86_64")]
-        let vnni = self == Isa::AvxVnni || (self == Isa::Avx512Vnni && is_x86_feature_detected!("avxvnni"));
         match (self, kind) {
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx2, Kind::Q4_1) => avx2::q4_1_rows(w41, nb, rows, acts, dst, ldd),
@@ -109,7 +107,6 @@ impl Isa {
             (Isa::AvxVnni, Kind::Q4_1) => avx2::q4_1_rows_vnni(w41, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q4_1) => avx512::q4_1_rows(w41, nb, rows, acts, dst, ldd),
-            // the signed-weight kernels: AVX-VNNI where present (also on AVX-512 CPUs)
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx2, Kind::Q4K) => avx2::q4k_rows(w4k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
@@ -117,23 +114,23 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q4K) => avx512::q4k_rows(w4k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
-            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q8_0) if vnni => {
-                avx2::q8_0_rows_vnni(w80, nb, rows, acts, dst, ldd)
-            }
+            (Isa::Avx512Vnni, Kind::Q8_0) => avx512::signed_rows::<BlockQ8_0>(w80, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
-            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q8_0) => avx2::q8_0_rows(w80, nb, rows, acts, dst, ldd),
+            (Isa::Avx512Vnni, Kind::Q4_0) => avx512::signed_rows::<BlockQ4_0>(w40, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
-            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q4_0) if vnni => {
-                avx2::q4_0_rows_vnni(w40, nb, rows, acts, dst, ldd)
-            }
+            (Isa::Avx512Vnni, Kind::Q5_0) => avx512::signed_rows::<BlockQ5_0>(w50, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
-            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q4_0) => avx2::q4_0_rows(w40, nb, rows, acts, dst, ldd),
+            (Isa::AvxVnni, Kind::Q8_0) => avx2::q8_0_rows_vnni(w80, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
-            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q5_0) if vnni => {
-                avx2::q5_0_rows_vnni(w50, nb, rows, acts, dst, ldd)
-            }
+            (Isa::Avx2, Kind::Q8_0) => avx2::q8_0_rows(w80, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
-            (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q5_0) => avx2::q5_0_rows(w50, nb, rows, acts, dst, ldd),
+            (Isa::AvxVnni, Kind::Q4_0) => avx2::q4_0_rows_vnni(w40, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2, Kind::Q4_0) => avx2::q4_0_rows(w40, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::AvxVnni, Kind::Q5_0) => avx2::q5_0_rows_vnni(w50, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2, Kind::Q5_0) => avx2::q5_0_rows(w50, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni, Kind::Q6K) => avx2::q6_k_rows(w6k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "aarch64")]
