@@ -27,7 +27,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use super::avx2::{prefetch_lead, q4k_scales_mins, SignedBlock};
-use super::blocks::{drive, Acts, BlockQ4K, BlockQ4_1, TileKernel, QK, QK_K};
+use super::blocks::{drive, Acts, BlockQ4K, BlockQ4_1, BlockQ6K, TileKernel, QK, QK_K};
 use std::arch::x86_64::*;
 
 struct Q4_1;
@@ -316,4 +316,108 @@ pub(super) unsafe fn signed_rows<B: SignedBlock>(
     ldd: usize,
 ) {
     drive::<Signed<B>>(w, nb, rows, acts, dst, ldd)
+}
+
+/// Q6_K tiles against Q8_0 activations, two 32-value blocks (`2p`, `2p + 1` of a
+/// super-block) per register: their low bits are 64 consecutive `ql` bytes under one
+/// nibble shift, their high bits the same 32 `qh` bytes under shifts 2 apart, and their
+/// four 16-value scales four consecutive bytes of `scales`. With `q` in 0..=63:
+///
+/// ```text
+///   dot   = vpdpbusd(-vpdpbusd(32, a), q, a)           16 × i32 of Σ (q - 32) · a, 4 values a lane
+///   acc  += f32(dot) · (d · sc spread over the lanes of its 16 values) · (d_a of the block)
+/// ```
+struct Q6K;
+
+impl TileKernel for Q6K {
+    type Block = BlockQ6K;
+    const BLOCKS_PER: usize = 8;
+    const PREFILL_COLS: usize = 8;
+
+    #[inline(always)]
+    unsafe fn tile<const R: usize, const C: usize>(
+        w: [*const BlockQ6K; R],
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        nb: usize,
+    ) -> [[f32; C]; R] {
+        let low4 = _mm512_set1_epi8(0x0F);
+        let low2 = _mm512_set1_epi8(0x03);
+        let offset = _mm512_set1_epi8(32);
+        // lanes 0-7 take element 0 (block 2p's d_a), lanes 8-15 element 2 (block 2p+1's)
+        let act_spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+        // four lanes (16 values) per scale
+        let scale_spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        let lead = prefetch_lead(&w);
+        for b in (0..nb).step_by(2) {
+            let (sb, j) = (b / 8, b % 8);
+            // blocks j and j + 1 share the low bits' bytes run and shift; the high bits'
+            // shift is 2 more for the second
+            let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
+            let ql_shift = _mm_cvtsi32_si128(ql_shift as i32);
+            let qh_shift = qh_shift as i64;
+            let qh_shifts = _mm512_setr_epi64(
+                qh_shift,
+                qh_shift,
+                qh_shift,
+                qh_shift,
+                qh_shift + 2,
+                qh_shift + 2,
+                qh_shift + 2,
+                qh_shift + 2,
+            );
+            let mut qx = [_mm512_setzero_si512(); R];
+            let mut wsc = [_mm512_setzero_ps(); R];
+            for r in 0..R {
+                let blk = w[r].add(sb);
+                // four pairs' prefetches 52 bytes apart, and the last byte, touch every
+                // line of the 210 bytes
+                let p = (blk as *const i8).wrapping_add(lead + 26 * j);
+                _mm_prefetch::<_MM_HINT_T0>(p);
+                if j == 6 {
+                    _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(lead + 209));
+                }
+                let ql = _mm512_loadu_si512((*blk).ql.as_ptr().add(ql_at) as *const __m512i);
+                let lo = _mm512_and_si512(_mm512_srl_epi16(ql, ql_shift), low4);
+                let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((*blk).qh.as_ptr().add(qh_at) as *const __m256i));
+                let hi = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi64(qh, qh_shifts), low2));
+                qx[r] = _mm512_or_si512(lo, hi);
+                let four = std::ptr::read_unaligned((*blk).scales.as_ptr().add(2 * j) as *const i32);
+                let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_cvtsi32_si128(four)));
+                let d = _mm512_set1_ps((*blk).d.to_f32());
+                wsc[r] = _mm512_mul_ps(_mm512_permutexvar_ps(scale_spread, sc), d);
+            }
+            for c in 0..C {
+                let qy = _mm512_loadu_si512(qs[c].add(b * QK) as *const __m512i);
+                let neg_off =
+                    _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, qy));
+                let da =
+                    _mm512_permutexvar_ps(act_spread, _mm512_zextps128_ps512(_mm_loadu_ps(ds[c].add(b) as *const f32)));
+                for r in 0..R {
+                    let dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(neg_off, qx[r], qy));
+                    acc[r][c] = _mm512_fmadd_ps(dot, _mm512_mul_ps(wsc[r], da), acc[r][c]);
+                }
+            }
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                out[r][c] = _mm512_reduce_add_ps(acc[r][c]);
+            }
+        }
+        out
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn q6_k_rows(
+    w: *const BlockQ6K,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q6K>(w, nb, rows, acts, dst, ldd)
 }
