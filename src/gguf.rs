@@ -152,7 +152,8 @@ struct HeaderScan {
 /// reader fails on them without naming the tensor). Errors only where the file cannot
 /// be a GGUF at all; candle's reader reports the rest.
 fn scan_header(r: &mut BufReader<File>, file_len: u64) -> Result<HeaderScan, GgufError> {
-    let mut walk = Walk { r, file_len, wide: true };
+    let at = r.stream_position()?;
+    let mut walk = Walk { r, at, file_len, wide: true };
     let mut scan = HeaderScan::default();
     let magic = walk.u32()?;
     if magic != u32::from_le_bytes(*b"GGUF") {
@@ -225,14 +226,16 @@ fn ggml_type_name(id: u32) -> String {
 /// A bounded walk over a GGUF header.
 struct Walk<'a> {
     r: &'a mut BufReader<File>,
+    /// The reader's position, kept here: asking the reader costs a system call, and a
+    /// vocabulary of 262,144 strings asks a million times.
+    at: u64,
     file_len: u64,
     wide: bool,
 }
 
 impl Walk<'_> {
     fn remaining(&mut self) -> Result<u64, GgufError> {
-        let at = self.r.stream_position()?;
-        Ok(self.file_len.saturating_sub(at))
+        Ok(self.file_len.saturating_sub(self.at))
     }
 
     fn bytes(&mut self, n: u64) -> Result<Vec<u8>, GgufError> {
@@ -241,6 +244,7 @@ impl Walk<'_> {
         }
         let mut buf = vec![0u8; n as usize];
         self.r.read_exact(&mut buf)?;
+        self.at += n;
         Ok(buf)
     }
 
@@ -248,7 +252,9 @@ impl Walk<'_> {
         if n > self.remaining()? {
             return Err(cut_short());
         }
-        Ok(self.r.seek_relative(n as i64)?)
+        self.r.seek_relative(n as i64)?;
+        self.at += n;
+        Ok(())
     }
 
     fn u32(&mut self) -> Result<u32, GgufError> {
