@@ -43,7 +43,7 @@ fn level(isa: Isa) -> Level {
 
 /// Whether the fused kernels take heads of this size.
 fn fused_head_dim(head_dim: usize) -> bool {
-    matches!(head_dim, 64 | 128)
+    matches!(head_dim, 64 | 128 | 256)
 }
 
 /// How a model's prefill attention runs with these kernels, for the memory accounting:
@@ -70,7 +70,7 @@ pub(crate) fn candle_fallbacks(kernels: Kernels, on_cpu: bool, head_dim: usize, 
         return Vec::new();
     }
     if !fused_head_dim(head_dim) {
-        return vec![format!("attention (heads of {head_dim}; the fused kernels take 64 and 128)")];
+        return vec![format!("attention (heads of {head_dim}; the fused kernels take 64, 128 and 256)")];
     }
     window.map(|w| format!("attention of the sliding-window layers past {w} tokens")).into_iter().collect()
 }
@@ -82,7 +82,7 @@ pub(crate) fn candle_fallbacks(kernels: Kernels, on_cpu: bool, head_dim: usize, 
 ///
 /// Same math as the candle path (`softmax(q kᵀ / √hd + causal mask) v`) in f32, summed in
 /// another order. `None` when anything is not as expected (not CPU, not contiguous, a
-/// head size other than 64 or 128, …); the caller then takes the candle path. `isa` must
+/// head size other than 64, 128 or 256, …); the caller then takes the candle path. `isa` must
 /// be one this CPU supports (from [`Isa::detect`], or [`Isa::Scalar`]).
 pub(crate) fn try_attention(q: &Tensor, k: &Tensor, v: &Tensor, pos: usize, isa: Isa) -> Option<Tensor> {
     if !matches!(q.device(), Device::Cpu) || q.dtype() != DType::F32 || v.dtype() != k.dtype() {
@@ -293,9 +293,11 @@ mod tests {
         assert!(candle_fallbacks(Kernels::Fast, true, 64, None).is_empty());
         assert!(candle_fallbacks(Kernels::Candle, true, 256, Some(512)).is_empty(), "candle chosen: no fallback");
         assert!(candle_fallbacks(Kernels::Fast, false, 256, None).is_empty(), "a GPU: no fallback");
-        let gemma = candle_fallbacks(Kernels::Portable, true, 256, Some(512));
-        assert_eq!(gemma.len(), 1);
-        assert!(gemma[0].contains("heads of 256"), "{gemma:?}");
+        let gemma4_global = candle_fallbacks(Kernels::Portable, true, 512, None);
+        assert_eq!(gemma4_global.len(), 1);
+        assert!(gemma4_global[0].contains("heads of 512"), "{gemma4_global:?}");
+        let gemma3 = candle_fallbacks(Kernels::Fast, true, 256, Some(512));
+        assert_eq!(gemma3, ["attention of the sliding-window layers past 512 tokens"]);
         let windowed = candle_fallbacks(Kernels::Fast, true, 128, Some(1024));
         assert!(windowed[0].contains("past 1024 tokens"), "{windowed:?}");
     }
@@ -336,13 +338,13 @@ mod tests {
     #[test]
     fn matches_the_candle_path_at_every_level() {
         let dev = Device::Cpu;
-        // SmolLM2's shape (9 heads over 3 K/V heads of 64) and a 128-wide one; f32 and f16
+        // SmolLM2's shape (9 heads over 3 K/V heads of 64), a 128- and a 256-wide one; f32 and f16
         // caches; one new token (decode: one chunk, a partial chunk, several chunks merged
         // across the pool) and several (prefill: token counts that do and do not fill whole
         // units, caches that do and do not fill whole key blocks).
         let cases =
             [(0, 1), (6, 1), (199, 1), (255, 1), (256, 1), (1099, 1), (0, 2), (0, 37), (5, 8), (250, 70), (1000, 100)];
-        for (n_heads, n_kv, hd) in [(9, 3, 64), (4, 2, 128)] {
+        for (n_heads, n_kv, hd) in [(9, 3, 64), (4, 2, 128), (4, 1, 256)] {
             let capacity = 1100;
             for dtype in [DType::F32, DType::F16] {
                 let k = Tensor::randn(0f32, 1.0, (1, n_kv, capacity, hd), &dev).unwrap().to_dtype(dtype).unwrap();
