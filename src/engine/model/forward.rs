@@ -89,12 +89,12 @@ impl Model {
                 Linear::forward_many(&[&layer.w_gate, &layer.w_up], &h)?.try_into().expect("two layers, two outputs");
             let gate = match self.activation {
                 Activation::Silu => candle_nn::ops::silu(&gate)?,
-                Activation::Gelu => gate.gelu()?,
+                Activation::Gelu => self.gelu(&gate)?,
             };
             let mlp = layer.w_down.forward(&(gate * up)?)?;
             x = (x + norm(&mlp, &layer.post_ffn_norm)?)?;
             if let (Some(input), Some(inputs)) = (&layer.input, &inputs) {
-                let gated = (input.gate.forward(&x)?.gelu()? * inputs.get(i)?)?;
+                let gated = (self.gelu(&input.gate.forward(&x)?)? * inputs.get(i)?)?;
                 x = (&x + candle_nn::ops::rms_norm(&input.projection.forward(&gated)?, &input.norm, eps)?)?;
             }
             if let Some(scale) = &layer.out_scale {
@@ -103,6 +103,19 @@ impl Model {
         }
         state.commit(tokens);
         Ok(candle_nn::ops::rms_norm(&x, &self.output_norm, self.config.rms_eps)?)
+    }
+
+    /// GELU (tanh form): our vectorized kernel where our CPU kernels run, candle's
+    /// elsewhere.
+    fn gelu(&self, x: &Tensor) -> Result<Tensor> {
+        match self.kernels.isa() {
+            Some(isa) if x.device().is_cpu() && x.dtype() == DType::F32 => {
+                let mut values = x.flatten_all()?.to_vec1::<f32>()?;
+                crate::engine::cpu::activation::gelu_tanh(&mut values, isa);
+                Ok(Tensor::from_vec(values, x.shape(), x.device())?)
+            }
+            _ => Ok(x.gelu()?),
+        }
     }
 
     fn group(&self) -> usize {

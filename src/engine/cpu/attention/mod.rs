@@ -33,7 +33,7 @@ pub(crate) const AVX2: Level = 1;
 pub(crate) const AVX512: Level = 2;
 
 /// The attention level for the matmul kernels' instruction set.
-fn level(isa: Isa) -> Level {
+pub(crate) fn level(isa: Isa) -> Level {
     match isa {
         Isa::Avx512Vnni => AVX512,
         Isa::Avx2 | Isa::AvxVnni => AVX2,
@@ -257,7 +257,7 @@ fn mul_add<const L: Level>(a: f32, b: f32, c: f32) -> f32 {
 /// `e^x` for `x ≤ 0` (larger x are clamped at 88), in branch-free arithmetic the compiler
 /// vectorizes; within 4 ulp of `f32::exp` on that range, and 0 below -87.
 #[inline(always)]
-fn exp<const L: Level>(x: f32) -> f32 {
+pub(crate) fn exp<const L: Level>(x: f32) -> f32 {
     const LOG2_E: f32 = std::f32::consts::LOG2_E;
     // ln 2 split so that n · LN2_HI is exact for |n| < 2^11 (Cody–Waite reduction).
     const LN2_HI: f32 = 0.693_145_75;
