@@ -30,6 +30,30 @@ use super::avx2::{prefetch_lead, q4k_scales_mins, SignedBlock};
 use super::blocks::{drive, Acts, BlockQ4K, BlockQ4_1, BlockQ6K, TileKernel, QK, QK_K};
 use std::arch::x86_64::*;
 
+/// The horizontal sums of a tile's accumulators.
+#[inline(always)]
+unsafe fn sums<const R: usize, const C: usize>(acc: [[__m512; C]; R]) -> [[f32; C]; R] {
+    acc.map(|row| row.map(|a| _mm512_reduce_add_ps(a)))
+}
+
+/// `pub(super) unsafe fn $name(...)`: [`drive`] with tile kernel `$kernel`, compiled for
+/// AVX-512 F/BW/VNNI.
+macro_rules! entry {
+    ($name:ident, $kernel:ty, $block:ty) => {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+        pub(super) unsafe fn $name(
+            w: *const $block,
+            nb: usize,
+            rows: std::ops::Range<usize>,
+            acts: &Acts<'_>,
+            dst: *mut f32,
+            ldd: usize,
+        ) {
+            drive::<$kernel>(w, nb, rows, acts, dst, ldd)
+        }
+    };
+}
+
 struct Q4_1;
 
 /// `[d, m]` of block `b` and `[d, m]` of block `b + 1` (zeros when `pair` is false), as
@@ -108,27 +132,11 @@ impl TileKernel for Q4_1 {
             }
             b += 2;
         }
-        let mut out = [[0f32; C]; R];
-        for r in 0..R {
-            for c in 0..C {
-                out[r][c] = _mm512_reduce_add_ps(acc[r][c]);
-            }
-        }
-        out
+        sums(acc)
     }
 }
 
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn q4_1_rows(
-    w: *const BlockQ4_1,
-    nb: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    drive::<Q4_1>(w, nb, rows, acts, dst, ldd)
-}
+entry!(q4_1_rows, Q4_1, BlockQ4_1);
 
 struct Q4K;
 
@@ -204,27 +212,11 @@ impl TileKernel for Q4K {
                 }
             }
         }
-        let mut out = [[0f32; C]; R];
-        for r in 0..R {
-            for c in 0..C {
-                out[r][c] = _mm512_reduce_add_ps(acc[r][c]);
-            }
-        }
-        out
+        sums(acc)
     }
 }
 
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn q4k_rows(
-    w: *const BlockQ4K,
-    nb: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    drive::<Q4K>(w, nb, rows, acts, dst, ldd)
-}
+entry!(q4k_rows, Q4K, BlockQ4K);
 
 /// Signed-weight tiles (Q8_0, Q4_0, Q5_0) against Q8_0 activations, two blocks per
 /// register. `vpdpbusd` multiplies unsigned by signed bytes, so per weight row the quants
@@ -296,13 +288,7 @@ impl<W: SignedBlock> TileKernel for Signed<W> {
             }
             b += 2;
         }
-        let mut out = [[0f32; C]; R];
-        for r in 0..R {
-            for c in 0..C {
-                out[r][c] = _mm512_reduce_add_ps(acc[r][c]);
-            }
-        }
-        out
+        sums(acc)
     }
 }
 
@@ -400,24 +386,8 @@ impl TileKernel for Q6K {
                 }
             }
         }
-        let mut out = [[0f32; C]; R];
-        for r in 0..R {
-            for c in 0..C {
-                out[r][c] = _mm512_reduce_add_ps(acc[r][c]);
-            }
-        }
-        out
+        sums(acc)
     }
 }
 
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn q6_k_rows(
-    w: *const BlockQ6K,
-    nb: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    drive::<Q6K>(w, nb, rows, acts, dst, ldd)
-}
+entry!(q6_k_rows, Q6K, BlockQ6K);
