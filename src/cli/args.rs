@@ -114,6 +114,9 @@ pub(crate) struct EngineArgs {
 pub(crate) enum Kv {
     F32,
     F16,
+    /// ggml's q8_0 blocks (17/32 of f16's memory; head sizes must be multiples of 32).
+    #[value(name = "q8_0")]
+    Q8_0,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -147,6 +150,7 @@ impl Kv {
         match self {
             Kv::F32 => KvDtype::F32,
             Kv::F16 => KvDtype::F16,
+            Kv::Q8_0 => KvDtype::Q8_0,
         }
     }
 }
