@@ -16,6 +16,8 @@
 use candle_core::{DType, Device, Tensor};
 use half::f16;
 
+use crate::memory::RamTier;
+
 /// Values per q8_0 block.
 pub const Q8_0_VALUES: usize = 32;
 /// Bytes per q8_0 block: the f16 scale and 32 quants.
@@ -41,6 +43,17 @@ impl From<DType> for KvDtype {
 }
 
 impl KvDtype {
+    /// The cache type a memory tier uses unless told otherwise: q8_0 on 6 GB phones, whose
+    /// KV allowance (`memory::fit::kv_allowance_bytes`) then holds 32/17 as many tokens,
+    /// f16 elsewhere. q8_0 costs 0.3 % of perplexity on SmolLM2-135M and Gemma 3 270M
+    /// (bench/runs/2026-12-02-epyc-2core/kv-q8_0.md), well inside the 1 % we allow.
+    pub fn for_tier(tier: RamTier) -> KvDtype {
+        match tier {
+            RamTier::Phone6Gb => KvDtype::Q8_0,
+            RamTier::Phone8Gb | RamTier::Desktop => KvDtype::F16,
+        }
+    }
+
     /// The name `--kv` takes and the settings panel shows.
     pub fn name(self) -> &'static str {
         match self {
@@ -200,6 +213,7 @@ mod tests {
         assert_eq!(KvDtype::F16.row_bytes(256), 512);
         assert!(KvDtype::Q8_0.check_head_dim(48).unwrap_err().contains("multiples of 32"));
         assert!(KvDtype::F16.check_head_dim(48).is_ok());
+        assert_eq!(RamTier::ALL.map(KvDtype::for_tier), [KvDtype::Q8_0, KvDtype::F16, KvDtype::F16]);
     }
 
     /// Saved K/V of one type written into a cache of another: q8_0 blocks are widened,
