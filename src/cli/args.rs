@@ -92,9 +92,9 @@ pub(crate) struct EngineArgs {
     /// candle [default: fast, or POCKETCHAT_KERNELS]
     #[arg(long, value_enum)]
     pub(crate) kernel: Option<Kernel>,
-    /// Without --model: the published file of the default model that the memory tier
-    /// chooses, and its KV cache type unless --kv names one (the app always does). A file
-    /// named by --model is loaded as it is
+    /// Follow the memory tier (as the app always does): without --model, load the published
+    /// file of the default model that it chooses (a file named by --model is loaded as it
+    /// is); without --kv, its KV cache type
     #[arg(long)]
     pub(crate) follow_policy_quant: bool,
     /// Compute threads, capped at the cores there are [default: every core, or
