@@ -151,7 +151,10 @@ fn q8_0_kv_perplexity_is_within_one_percent_of_f16_kv() {
         let llm = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
         let ppl = |kv: KvDtype| perplexity(&llm, &tokens, ctx, None, bos, kv, |_, _| {}).unwrap().ppl;
         let (f16, q8_0) = (ppl(KvDtype::F16), ppl(KvDtype::Q8_0));
-        println!("{name}: perplexity {q8_0:.4} with a q8_0 cache, {f16:.4} with f16 ({:+.2}%)", 100.0 * (q8_0 / f16 - 1.0));
+        println!(
+            "{name}: perplexity {q8_0:.4} with a q8_0 cache, {f16:.4} with f16 ({:+.2}%)",
+            100.0 * (q8_0 / f16 - 1.0)
+        );
         assert!((q8_0 / f16 - 1.0).abs() < 0.01, "{name}: q8_0 KV perplexity {q8_0} vs f16 KV {f16}");
     }
 }

@@ -117,7 +117,11 @@ fn q8_0_caches_save_as_q8_0_and_convert_across_types() {
         u32::from_le_bytes(b[12..16].try_into().unwrap()) as u64
     };
     let cache = |bytes: u64, p: &std::path::Path| bytes - 16 - header_len(p) - 4;
-    assert_eq!(cache(q8_bytes, &q8_file) * 32, cache(f16_bytes, &f16_file) * 17, "q8_0 blocks are 34 bytes per 32 values");
+    assert_eq!(
+        cache(q8_bytes, &q8_file) * 32,
+        cache(f16_bytes, &f16_file) * 17,
+        "q8_0 blocks are 34 bytes per 32 values"
+    );
 
     let tokens = q8.state.len();
     let next = |s: &mut Session| s.prepare_turn(&model, &tok, "third", 16).unwrap().logits;
@@ -152,7 +156,14 @@ fn q8_0_caches_save_as_q8_0_and_convert_across_types() {
     std::fs::write(&old_file, &old).unwrap();
     let diff = max_abs_diff(&next(&mut restored(KvDtype::F16, &old_file)), &want_f16);
     assert!(diff <= 1e-5, "a format-4 file restores exactly: {diff}");
-    let e = refused(dir.path(), &model, &tok, "unknown-type", &reforge(&old, |h| h["kv_type"] = "q4_0".into()), &identity());
+    let e = refused(
+        dir.path(),
+        &model,
+        &tok,
+        "unknown-type",
+        &reforge(&old, |h| h["kv_type"] = "q4_0".into()),
+        &identity(),
+    );
     assert!(e.to_string().contains("unknown type"), "{e}");
 }
 

@@ -39,8 +39,8 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::session::{Session, SessionSnapshot};
 use super::kv_type::{KvDtype, Q8_0_BYTES};
+use super::session::{Session, SessionSnapshot};
 use super::state::LayerMemory;
 use super::Cause;
 use crate::files::TempFile;

@@ -50,8 +50,8 @@ use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor, D};
 
 use super::cpu::kernels::Kernels;
-use super::kv_type::KvDtype;
 use super::cpu::qlinear::QLinear as Linear;
+use super::kv_type::KvDtype;
 use super::state::{LayerMemory, State, MAX_CHECKPOINTS};
 use super::weights::{MappedFile, MappedTensor};
 use super::{Cause, EngineError, Result};

@@ -257,7 +257,9 @@ impl Worker {
         let state = model.make_state(self.budget(), self.config.kv_dtype);
         // A KV type the heads do not suit (q8_0 with heads of 48) is refused now, not at the
         // first prompt.
-        if let Some(message) = state.stored_head_dims().into_iter().find_map(|d| self.config.kv_dtype.check_head_dim(d).err()) {
+        if let Some(message) =
+            state.stored_head_dims().into_iter().find_map(|d| self.config.kv_dtype.check_head_dim(d).err())
+        {
             return Err(EngineError::BadModelFile { path, message });
         }
         let mut session = Session::new(state, template)?;

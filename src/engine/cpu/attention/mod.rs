@@ -441,8 +441,9 @@ mod tests {
         assert!(try_attention(&q, &q8, &q8, 2, isa).is_none());
         let ragged = Tensor::zeros((1, 2, 16, 64), DType::U8, &dev).unwrap();
         assert!(try_attention(&q, &ragged, &ragged, 2, isa).is_none());
-        assert!(try_attention(&q, &KvDtype::Q8_0.store(&k).unwrap(), &KvDtype::Q8_0.store(&k).unwrap(), 13, isa)
-            .is_some());
+        assert!(
+            try_attention(&q, &KvDtype::Q8_0.store(&k).unwrap(), &KvDtype::Q8_0.store(&k).unwrap(), 13, isa).is_some()
+        );
     }
 
     #[test]
