@@ -232,7 +232,7 @@ impl CacheElem for f16 {
             }
             return f(&wide);
         }
-        half::slice::HalfFloatSliceExt::convert_to_f32_slice(&row[..], &mut wide);
+        half::slice::HalfFloatSliceExt::convert_to_f32_slice(row, &mut wide);
         f(&wide)
     }
 }
