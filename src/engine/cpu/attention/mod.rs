@@ -459,31 +459,39 @@ mod tests {
     }
 
     /// Not a check: `cargo test --release --no-default-features --lib attention_speed --
-    /// --ignored --nocapture` prints the prefill kernel's multiply-add rate at turn 10 of
-    /// the 128 + 128 bench, over 30 layers (the best of five runs).
+    /// --ignored --nocapture` prints the prefill and decode kernels' multiply-add rates at
+    /// turn 10 of the 128 + 128 bench (128 new tokens after 2,432; one after 2,559), over
+    /// 30 layers (the best of five runs), for each cache type.
     #[test]
     #[ignore = "measurement only: prints timings, asserts none; run with --ignored --nocapture"]
     fn attention_speed() {
-        let (n_heads, n_kv, hd, pos, n, layers) = (9, 3, 64, 2432, 128, 30);
+        let (n_heads, n_kv, hd, layers) = (9, 3, 64, 30);
         let dev = Device::Cpu;
-        let q = Tensor::randn(0f32, 1.0, (1, n_heads, n, hd), &dev).unwrap();
-        for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0] {
-            let k = dtype.store(&Tensor::randn(0f32, 1.0, (1, n_kv, pos + n, hd), &dev).unwrap()).unwrap();
-            let v = dtype.store(&Tensor::randn(0f32, 1.0, (1, n_kv, pos + n, hd), &dev).unwrap()).unwrap();
-            let isa = Isa::detect();
-            try_attention(&q, &k, &v, pos, isa).unwrap();
-            // The best of five forwards: the least disturbed by other work on the machine.
-            let s = (0..5)
-                .map(|_| {
-                    let t = std::time::Instant::now();
-                    for _ in 0..layers {
-                        try_attention(&q, &k, &v, pos, isa).unwrap();
-                    }
-                    t.elapsed().as_secs_f64()
-                })
-                .fold(f64::INFINITY, f64::min);
-            let macs = 2.0 * (n_heads * n * (pos + n / 2) * hd * layers) as f64;
-            println!("{dtype:?} cache, {layers} layers: {:.1} ms, {:.1} G multiply-adds/s", s * 1e3, macs / s / 1e9);
+        for (pos, n, reps) in [(2432, 128, 1), (2559, 1, 20)] {
+            let q = Tensor::randn(0f32, 1.0, (1, n_heads, n, hd), &dev).unwrap();
+            for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0] {
+                let k = dtype.store(&Tensor::randn(0f32, 1.0, (1, n_kv, pos + n, hd), &dev).unwrap()).unwrap();
+                let v = dtype.store(&Tensor::randn(0f32, 1.0, (1, n_kv, pos + n, hd), &dev).unwrap()).unwrap();
+                let isa = Isa::detect();
+                try_attention(&q, &k, &v, pos, isa).unwrap();
+                // The best of five forwards: the least disturbed by other work on the machine.
+                let s = (0..5)
+                    .map(|_| {
+                        let t = std::time::Instant::now();
+                        for _ in 0..layers * reps {
+                            try_attention(&q, &k, &v, pos, isa).unwrap();
+                        }
+                        t.elapsed().as_secs_f64() / reps as f64
+                    })
+                    .fold(f64::INFINITY, f64::min);
+                let macs = 2.0 * (n_heads * n * (pos + n / 2) * hd * layers) as f64;
+                let what = if n == 1 { "decode" } else { "prefill" };
+                println!(
+                    "{what}, {dtype:?} cache, {layers} layers: {:.2} ms, {:.1} G multiply-adds/s",
+                    s * 1e3,
+                    macs / s / 1e9
+                );
+            }
         }
     }
 }
