@@ -85,6 +85,16 @@ impl KvDtype {
         self.row_width(head_dim) * self.storage_dtype().size_in_bytes()
     }
 
+    /// Bytes this type takes where an f16 cache takes `f16_bytes` (of rows of whole q8_0
+    /// blocks: head sizes that are multiples of 32).
+    pub fn bytes_of_f16(self, f16_bytes: u64) -> u64 {
+        match self {
+            KvDtype::F32 => 2 * f16_bytes,
+            KvDtype::F16 => f16_bytes,
+            KvDtype::Q8_0 => f16_bytes / (2 * Q8_0_VALUES as u64) * Q8_0_BYTES as u64,
+        }
+    }
+
     /// Refuses head sizes this type cannot store (q8_0 needs whole blocks of 32).
     pub fn check_head_dim(self, head_dim: usize) -> Result<(), String> {
         if self == KvDtype::Q8_0 && !head_dim.is_multiple_of(Q8_0_VALUES) {
@@ -214,6 +224,9 @@ mod tests {
         assert!(KvDtype::Q8_0.check_head_dim(48).unwrap_err().contains("multiples of 32"));
         assert!(KvDtype::F16.check_head_dim(48).is_ok());
         assert_eq!(RamTier::ALL.map(KvDtype::for_tier), [KvDtype::Q8_0, KvDtype::F16, KvDtype::F16]);
+        for kv in [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0] {
+            assert_eq!(kv.bytes_of_f16(KvDtype::F16.row_bytes(192) as u64), kv.row_bytes(192) as u64, "{kv:?}");
+        }
     }
 
     /// Saved K/V of one type written into a cache of another: q8_0 blocks are widened,
