@@ -31,6 +31,13 @@ makes every quant type llama.cpp's quantizer writes from the default model (in
 /tmp/pocketchat-quants, or --dir), and prints the perplexity of each, and of Gemma 3 270M's
 file, by llama.cpp and by `pocketchat perplexity`, and the difference (default: ctx 512 on
 pep-0001.txt; --ctx, --text, --kernel; --json FILE also writes the rows).
+
+  python3 scripts/llamacpp_reference.py kv-types         # needs target/release/pocketchat
+
+prints the perplexity of the default model and Gemma 3 270M with an f16 and a q8_0 KV
+cache (`-ctk q8_0 -ctv q8_0`, which needs flash attention: both of llama.cpp's runs use it),
+by llama.cpp and by `pocketchat perplexity --kv`, and q8_0's cost against f16 (same
+--ctx, --text, --binary options).
 """
 import argparse, hashlib, json, math, os, shutil, subprocess, sys
 
@@ -66,10 +73,14 @@ def sha256(path):
 THREADS = 2
 
 
-def load(path, ctx):
+# ggml's type ids of the KV caches `kv-types` compares.
+GGML_KV_TYPES = {"f16": 1, "q8_0": 8}
+
+
+def load(path, ctx, **kwargs):
     from llama_cpp import Llama
     return Llama(model_path=path, n_ctx=ctx, n_batch=ctx, n_ubatch=ctx, logits_all=True,
-                 verbose=False, n_threads=THREADS)
+                 verbose=False, n_threads=THREADS, **kwargs)
 
 
 def token_ids(llm, texts):
@@ -250,6 +261,29 @@ def quant_types(args):
             f.write("\n")
 
 
+def kv_types(args):
+    """llama.cpp's and our perplexity with each KV cache type, on the two reference files."""
+    need_llama_cpp()
+    text = args.text if os.path.isabs(args.text) else os.path.join(FIXTURES, args.text)
+    with open(text, encoding="utf-8") as f:
+        ppl_text = f.read()
+    models = [catalog_file(None), catalog_file("gemma-3-270m-q4_k_m")]
+    print(f"{'model':40} {'kv':5} {'llama.cpp':>10} {'ours':>10}")
+    for path in models:
+        rows = {}
+        for kv, ggml_type in GGML_KV_TYPES.items():
+            llm = load(path, args.ctx, flash_attn=True, type_k=ggml_type, type_v=ggml_type)
+            theirs = perplexity(llm, ppl_text, args.ctx)["ppl"]
+            del llm
+            cmd = [args.binary, "perplexity", "--model", path, "--file", text, "--ctx", str(args.ctx), "--kv", kv,
+                   "--json"]
+            ours = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["ppl"]
+            rows[kv] = (theirs, ours)
+            print(f"{os.path.basename(path):40} {kv:5} {theirs:10.4f} {ours:10.4f}", flush=True)
+        (tf, of), (tq, oq) = rows["f16"], rows["q8_0"]
+        print(f"{'':40} q8_0 vs f16: llama.cpp {100 * (tq / tf - 1):+.2f}%, ours {100 * (oq / of - 1):+.2f}%")
+
+
 def main():
     global THREADS
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -268,11 +302,18 @@ def main():
                    help="pocketchat to run (target/debug's computes the same: our crate and candle are built at "
                         "opt-level 3 in the dev profile)")
     q.add_argument("types", nargs="*", help=f"of {', '.join(QUANT_TYPES)} (default: all)")
-    for sp in (w, q, per):
+    kv = sub.add_parser("kv-types", help="perplexity with an f16 and a q8_0 KV cache, llama.cpp vs ours")
+    kv.add_argument("--ctx", type=int, default=PPL_CTX)
+    kv.add_argument("--text", default=PPL_TEXT, help="a file in tests/fixtures, or a path")
+    kv.add_argument("--binary", default=os.path.join(REPO, "target", "release", "pocketchat"),
+                    help="pocketchat to run (target/debug's computes the same)")
+    for sp in (w, q, per, kv):
         sp.add_argument("--threads", type=int, default=2, help="llama.cpp's threads")
     args = p.parse_args()
     THREADS = getattr(args, "threads", THREADS)
-    {"write": write, "tiny": tiny, "perplexity": refresh_perplexities, "quant-types": quant_types}[args.command](args)
+    commands = {"write": write, "tiny": tiny, "perplexity": refresh_perplexities, "quant-types": quant_types,
+                "kv-types": kv_types}
+    commands[args.command](args)
 
 
 if __name__ == "__main__":

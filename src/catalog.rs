@@ -24,6 +24,7 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
+use crate::engine::kv_type::KvDtype;
 use crate::engine::sampler::SamplingOverrides;
 use crate::engine::Kernels;
 pub use crate::files::sha256_file;
@@ -188,6 +189,13 @@ impl ModelEntry {
     /// weight (an estimate within a few percent for llama.cpp's mixes).
     pub fn estimated_bytes(&self) -> u64 {
         self.bytes.unwrap_or_else(|| (self.params as f64 * bits_per_weight(&self.quant) / 8.0) as u64)
+    }
+
+    /// What the fit check needs on `tier`: with the tier's KV cache type
+    /// ([`KvDtype::for_tier`]: q8_0 on 6 GB phones) and the default kernels on the CPU.
+    pub fn facts_for(&self, tier: RamTier) -> ModelFacts {
+        let facts = self.facts();
+        ModelFacts { kv_bytes_per_token: KvDtype::for_tier(tier).bytes_of_f16(facts.kv_bytes_per_token), ..facts }
     }
 
     /// What the fit check needs, with an f16 KV cache and the default kernels on the CPU
@@ -390,7 +398,7 @@ impl Catalog {
     pub fn for_tier<'a>(&'a self, entry: &'a ModelEntry, tier: RamTier) -> &'a ModelEntry {
         let variants = self.variants_of(entry);
         let candidates: Vec<(WeightQuant, ModelFacts)> =
-            variants.iter().filter_map(|m| Some((m.weight_quant()?, m.facts()))).collect();
+            variants.iter().filter_map(|m| Some((m.weight_quant()?, m.facts_for(tier)))).collect();
         if candidates.len() != variants.len() {
             return entry; // an entry of other bits: the catalog's test keeps this from happening
         }

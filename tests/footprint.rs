@@ -131,7 +131,7 @@ fn a_long_prompt_stays_under_the_predicted_footprint_at_every_budget() {
     // The 135M model gets its full 8,192-token context on 8gb and desktop alike (the same
     // policy), so desktop is left out; on 6gb the cache allowance sets the budget.
     for tier in ["6gb", "8gb"] {
-        for kv in ["f32", "f16"] {
+        for kv in ["f32", "f16", "q8_0"] {
             let measured = peak_and_predicted(&["--tier", tier, "--kv", kv, "--max-tokens", "8"], &prompt);
             assert_under(&format!("{tier} {kv}"), measured);
         }

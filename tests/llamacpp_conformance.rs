@@ -18,7 +18,7 @@ use candle_core::{DType, Device};
 use pocketchat::engine::model::read_gguf;
 use pocketchat::engine::perplexity::perplexity;
 use pocketchat::engine::tokenizer::TextTokenizer;
-use pocketchat::engine::{Kernels, Model};
+use pocketchat::engine::{Kernels, KvDtype, Model};
 use serde_json::Value;
 
 fn fixture(name: &str) -> PathBuf {
@@ -130,6 +130,32 @@ fn perplexity_is_within_half_a_percent_of_llama_cpp() {
         assert_eq!(ours.chunks as u64, expected["chunks"].as_u64().unwrap(), "{name}: chunks");
         assert_eq!(ours.tokens_scored as u64, expected["tokens_scored"].as_u64().unwrap(), "{name}: tokens scored");
         assert!((ours.ppl / theirs - 1.0).abs() < 0.005, "{name}: perplexity {} vs llama.cpp {theirs}", ours.ppl);
+    }
+}
+
+/// A q8_0 KV cache (llama.cpp's `-ctk q8_0 -ctv q8_0`) costs at most 1 % of perplexity
+/// against an f16 one, on both real files, over the same text and chunks as above.
+#[test]
+fn q8_0_kv_perplexity_is_within_one_percent_of_f16_kv() {
+    let reference = reference();
+    for (name, model) in reference["models"].as_object().unwrap() {
+        let path = model_file(name, model["sha256"].as_str().unwrap());
+        let (content, _) = read_gguf(&path).unwrap();
+        let tok = TextTokenizer::from_gguf(&content).unwrap();
+        drop(content);
+        let expected = &model["perplexity"];
+        let text = std::fs::read_to_string(fixture(expected["text"].as_str().unwrap())).unwrap();
+        let ctx = expected["ctx"].as_u64().unwrap() as usize;
+        let bos = tok.added_bos();
+        let tokens: Vec<u32> = bos.into_iter().chain(tok.encode_text(&text).unwrap()).collect();
+        let llm = Model::load(&path, &Device::Cpu, Kernels::Fast, |_| {}).unwrap();
+        let ppl = |kv: KvDtype| perplexity(&llm, &tokens, ctx, None, bos, kv, |_, _| {}).unwrap().ppl;
+        let (f16, q8_0) = (ppl(KvDtype::F16), ppl(KvDtype::Q8_0));
+        println!(
+            "{name}: perplexity {q8_0:.4} with a q8_0 cache, {f16:.4} with f16 ({:+.2}%)",
+            100.0 * (q8_0 / f16 - 1.0)
+        );
+        assert!((q8_0 / f16 - 1.0).abs() < 0.01, "{name}: q8_0 KV perplexity {q8_0} vs f16 KV {f16}");
     }
 }
 

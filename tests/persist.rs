@@ -9,7 +9,7 @@ use common::*;
 use pocketchat::engine::persist::{self, ModelIdentity, StateFileError};
 use pocketchat::engine::template::ChatTemplate;
 use pocketchat::engine::tokenizer::TextTokenizer;
-use pocketchat::engine::{Command, Engine, EngineConfig, EngineEvent, Kernels, Model, Session};
+use pocketchat::engine::{Command, Engine, EngineConfig, EngineEvent, Kernels, KvDtype, Model, Session};
 
 fn tiny() -> (tempfile::TempDir, Model, TextTokenizer, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -24,7 +24,7 @@ fn session(model: &Model, tok: &TextTokenizer) -> Session {
     session_with(model, tok, DType::F32)
 }
 
-fn session_with(model: &Model, tok: &TextTokenizer, dtype: DType) -> Session {
+fn session_with(model: &Model, tok: &TextTokenizer, dtype: impl Into<KvDtype>) -> Session {
     Session::new(model.make_state(256, dtype), ChatTemplate::new(None, tok.bos_token(), tok.eos_token())).unwrap()
 }
 
@@ -90,6 +90,81 @@ fn restored_session_continues_like_the_original() {
     assert_eq!(a.fed_tokens, b.fed_tokens, "the restored session re-prefilled");
     let diff = max_abs_diff(&a.logits, &b.logits);
     assert!(diff <= 1e-5, "logits after restore differ by {diff}");
+}
+
+/// A q8_0 cache is saved as its blocks: restored into a q8_0 cache it continues exactly
+/// (the same bytes), at 17/32 of an f16 file's cache bytes. Restored into an f16 cache
+/// its values are widened, and an f16 file restored into a q8_0 cache is quantized: both
+/// continue to quantization tolerance. A format-4 file (no `kv_type`: f16) still reads.
+#[test]
+fn q8_0_caches_save_as_q8_0_and_convert_across_types() {
+    let (dir, model, tok, _) = tiny();
+    let talk = |kv: KvDtype| {
+        let mut s = session_with(&model, &tok, kv);
+        for text in ["first message", "second one"] {
+            s.prepare_turn(&model, &tok, text, 16).unwrap();
+            s.finish_reply("reply");
+            model.forward(&tok.encode("reply").unwrap(), &mut s.state).unwrap();
+        }
+        s
+    };
+    let (mut q8, mut f16) = (talk(KvDtype::Q8_0), talk(KvDtype::F16));
+    let (q8_file, f16_file) = (dir.path().join("q8.pcstate"), dir.path().join("f16.pcstate"));
+    let q8_bytes = persist::save(&q8, &identity(), &q8_file).unwrap();
+    let f16_bytes = persist::save(&f16, &identity(), &f16_file).unwrap();
+    let header_len = |p: &std::path::Path| {
+        let b = std::fs::read(p).unwrap();
+        u32::from_le_bytes(b[12..16].try_into().unwrap()) as u64
+    };
+    let cache = |bytes: u64, p: &std::path::Path| bytes - 16 - header_len(p) - 4;
+    assert_eq!(
+        cache(q8_bytes, &q8_file) * 32,
+        cache(f16_bytes, &f16_file) * 17,
+        "q8_0 blocks are 34 bytes per 32 values"
+    );
+
+    let tokens = q8.state.len();
+    let next = |s: &mut Session| s.prepare_turn(&model, &tok, "third", 16).unwrap().logits;
+    let restored = |kv: KvDtype, file: &std::path::Path| {
+        let mut r = session_with(&model, &tok, kv);
+        persist::restore(&mut r, &identity(), file).unwrap();
+        assert_eq!(r.state.tokens().len(), tokens);
+        r
+    };
+    // What the saved sessions themselves give next.
+    let (want_q8, want_f16) = (next(&mut q8), next(&mut f16));
+    assert!(max_abs_diff(&want_q8, &want_f16) > 0.0);
+    let exact = max_abs_diff(&next(&mut restored(KvDtype::Q8_0, &q8_file)), &want_q8);
+    assert!(exact <= 1e-5, "q8_0 → q8_0 differs by {exact}");
+    // Across types the values are converted as they are read (checked value by value in
+    // `engine::kv_type`'s tests); on this random-weight model a cache's type moves the
+    // logits by about 1, so here the conversations only go on.
+    for (kv, file) in [(KvDtype::F16, &q8_file), (KvDtype::Q8_0, &f16_file), (KvDtype::F32, &q8_file)] {
+        let got = next(&mut restored(kv, file));
+        assert!(got.flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().all(|x| x.is_finite()), "{kv:?}");
+    }
+
+    // Format 4 had no `kv_type`: its K/V are f16.
+    let mut old = reforge(&std::fs::read(&f16_file).unwrap(), |h| {
+        h.as_object_mut().unwrap().remove("kv_type");
+    });
+    old[8..12].copy_from_slice(&4u32.to_le_bytes());
+    let body_end = old.len() - 4;
+    let crc = crc32fast::hash(&old[..body_end]);
+    old[body_end..].copy_from_slice(&crc.to_le_bytes());
+    let old_file = dir.path().join("format4.pcstate");
+    std::fs::write(&old_file, &old).unwrap();
+    let diff = max_abs_diff(&next(&mut restored(KvDtype::F16, &old_file)), &want_f16);
+    assert!(diff <= 1e-5, "a format-4 file restores exactly: {diff}");
+    let e = refused(
+        dir.path(),
+        &model,
+        &tok,
+        "unknown-type",
+        &reforge(&old, |h| h["kv_type"] = "q4_0".into()),
+        &identity(),
+    );
+    assert!(e.to_string().contains("unknown type"), "{e}");
 }
 
 #[test]

@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Tensor};
 use common::*;
 use pocketchat::engine::template::ChatTemplate;
 use pocketchat::engine::tokenizer::TextTokenizer;
-use pocketchat::engine::{DraftExtent, DraftFed, Kernels, Model, Session, TrimMode, DRAFT_STEP};
+use pocketchat::engine::{DraftExtent, DraftFed, Kernels, KvDtype, Model, Session, TrimMode, DRAFT_STEP};
 
 const TOKENS: [u32; 12] = [5, 17, 200, 3, 99, 42, 7, 255, 256, 1, 64, 128];
 
@@ -315,6 +315,34 @@ fn assert_shift_equals_a_fresh_prefill(model: &Model) {
     assert!(diff <= 1e-3, "shift vs fresh prefill: {diff}");
 }
 
+/// A q8_0 cache shifts as an f32 one: its moved keys are widened, rotated back and
+/// quantized again, and what follows differs from a fresh q8_0 prefill of the kept tokens
+/// by no more than quantizing the cache moves the logits at all (a fresh f32 prefill
+/// against a fresh q8_0 one), with the fused kernels and with candle's path.
+#[test]
+fn a_q8_0_cache_shifts_to_quantization_tolerance() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_tiny_gguf(dir.path(), &TinySpec { n_layers: 1, ..Default::default() }, 5);
+    for kernels in [Kernels::Candle, Kernels::Fast] {
+        let model = load(&path, kernels);
+        let kept: Vec<u32> = TOKENS[..2].iter().chain(&TOKENS[6..]).copied().collect();
+        let fresh = |kv: KvDtype| {
+            let mut state = model.make_state(64, kv);
+            model.forward(&kept, &mut state).unwrap();
+            model.forward(&[77, 78], &mut state).unwrap()
+        };
+        let mut state = model.make_state(64, KvDtype::Q8_0);
+        model.forward(&TOKENS, &mut state).unwrap();
+        model.shift_out(&mut state, 2, 6).unwrap();
+        assert_eq!(state.tokens(), kept.as_slice());
+        let shifted = model.forward(&[77, 78], &mut state).unwrap();
+        let (q8_0, f32) = (fresh(KvDtype::Q8_0), fresh(KvDtype::F32));
+        let (shift_error, quantization) = (max_abs_diff(&shifted, &q8_0), max_abs_diff(&q8_0, &f32));
+        println!("{kernels:?}: shifted q8_0 vs fresh q8_0 {shift_error}, fresh q8_0 vs f32 {quantization}");
+        assert!(shift_error <= quantization, "{kernels:?}: shift {shift_error} vs quantization {quantization}");
+    }
+}
+
 #[test]
 fn budget_drops_whole_old_turns_and_keeps_the_system_prompt() {
     let dir = tempfile::tempdir().unwrap();
@@ -357,6 +385,22 @@ fn kv_state_reports_len_capacity_bytes_and_can_truncate_and_shrink() {
     assert!(state.is_empty());
     assert_eq!(state.shrink_to_fit().unwrap(), per_token * 32);
     assert_eq!(state.bytes(), 0);
+}
+
+/// A q8_0 cache takes 34 bytes per 32 values: 17/32 of an f16 one, in the model's figure
+/// and in the state's own count.
+#[test]
+fn a_q8_0_cache_takes_17_32_of_f16s_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_tiny_gguf(dir.path(), &TinySpec::default(), 1);
+    let model = load(&path, Kernels::Fast);
+    let per_token = model.kv_bytes_per_token(KvDtype::Q8_0);
+    assert_eq!(per_token * 32, model.kv_bytes_per_token(DType::F16) * 17);
+    let mut state = model.make_state(1000, KvDtype::Q8_0);
+    model.forward(&TOKENS, &mut state).unwrap();
+    assert_eq!(state.bytes(), per_token * 256);
+    state.truncate(10);
+    assert_eq!(state.shrink_to_fit().unwrap(), per_token * (256 - 32));
 }
 
 /// A tiny f32 file of `arch` with a SentencePiece vocabulary (gemma3) or a BPE one

@@ -76,7 +76,7 @@ pub fn rows(catalog: &Catalog, tier: RamTier, dir: &Path) -> Vec<ModelRow> {
 }
 
 fn tier_fit(catalog: &Catalog, entry: &ModelEntry, tier: RamTier) -> TierFit {
-    let fit = memory::fit(&entry.facts(), tier);
+    let fit = memory::fit(&entry.facts_for(tier), tier);
     TierFit {
         tier: tier.id(),
         fits: fit.fits(),
@@ -90,7 +90,7 @@ fn tier_fit(catalog: &Catalog, entry: &ModelEntry, tier: RamTier) -> TierFit {
 }
 
 fn row(catalog: &Catalog, entry: &ModelEntry, tier: RamTier, dir: &Path) -> ModelRow {
-    let facts = entry.facts();
+    let facts = entry.facts_for(tier);
     let fit = memory::fit(&facts, tier);
     let runs = entry.runs_here();
     ModelRow {

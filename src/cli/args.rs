@@ -81,9 +81,10 @@ pub(crate) struct EngineArgs {
     /// Memory tier instead of the detected one
     #[arg(long, value_parser = tier)]
     pub(crate) tier: Option<memory::RamTier>,
-    /// KV cache element type
-    #[arg(long, value_enum, default_value_t = Kv::F16)]
-    pub(crate) kv: Kv,
+    /// KV cache element type [default: f16; for the app and with --follow-policy-quant, the
+    /// memory tier's: q8_0 on 6 GB phones, f16 otherwise]
+    #[arg(long, value_enum)]
+    pub(crate) kv: Option<Kv>,
     /// How the context is cut when it fills up
     #[arg(long, value_enum, default_value_t = Trim::Shift)]
     pub(crate) trim: Trim,
@@ -91,8 +92,9 @@ pub(crate) struct EngineArgs {
     /// candle [default: fast, or POCKETCHAT_KERNELS]
     #[arg(long, value_enum)]
     pub(crate) kernel: Option<Kernel>,
-    /// Without --model: the published file of the default model that the memory tier
-    /// chooses (the app always does). A file named by --model is loaded as it is
+    /// Follow the memory tier (as the app always does): without --model, load the published
+    /// file of the default model that it chooses (a file named by --model is loaded as it
+    /// is); without --kv, its KV cache type
     #[arg(long)]
     pub(crate) follow_policy_quant: bool,
     /// Compute threads, capped at the cores there are [default: every core, or
@@ -114,6 +116,9 @@ pub(crate) struct EngineArgs {
 pub(crate) enum Kv {
     F32,
     F16,
+    /// ggml's q8_0 blocks (17/32 of f16's memory; head sizes must be multiples of 32).
+    #[value(name = "q8_0")]
+    Q8_0,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -147,6 +152,7 @@ impl Kv {
         match self {
             Kv::F32 => KvDtype::F32,
             Kv::F16 => KvDtype::F16,
+            Kv::Q8_0 => KvDtype::Q8_0,
         }
     }
 }
@@ -226,7 +232,8 @@ impl EngineArgs {
     }
 
     /// The engine's configuration; `follow_tier` (the app, `--follow-policy-quant`) loads
-    /// the default model's published file that the memory tier gets when no file is named.
+    /// the default model's published file that the memory tier gets when no file is named,
+    /// and the tier's KV cache type when `--kv` names none.
     pub(crate) fn config(&self, follow_tier: bool) -> Result<EngineConfig> {
         let tier_override = self.tier.or_else(memory::tier_from_env);
         let tier = (follow_tier || self.follow_policy_quant)
@@ -256,7 +263,11 @@ impl EngineArgs {
         c.budget_override = self.budget.map(|b| b as usize);
         c.allow_too_large = self.allow_too_large;
         c.tier_override = tier_override;
-        c.kv_dtype = self.kv.dtype();
+        c.kv_dtype = match (self.kv, tier) {
+            (Some(kv), _) => kv.dtype(),
+            (None, Some(tier)) => KvDtype::for_tier(tier),
+            (None, None) => KvDtype::F16,
+        };
         c.kernels = kernels(self.kernel)?;
         c.threads = threads(self.threads)?;
         if let Some(path) = &self.session {

@@ -91,7 +91,7 @@ pub(crate) fn logits(args: &LogitsArgs) -> Result<()> {
     let _ = use_compute_threads(args.compute.threads)?;
     let model = Model::load(&args.model.path()?, &candle_core::Device::Cpu, kernels(args.compute.kernel)?, |_| {})?;
     let budget = args.tokens.len() + args.greedy as usize;
-    let mut state = model.make_state(budget, args.compute.kv.dtype().dtype());
+    let mut state = model.make_state(budget, args.compute.kv.dtype());
     let rows = model.forward_all(&args.tokens, &mut state)?.to_dtype(candle_core::DType::F32)?;
     let (positions, vocab) = rows.dims2()?;
     let values = rows.flatten_all()?.to_vec1::<f32>()?;
@@ -124,7 +124,7 @@ pub(crate) fn perplexity(args: &PerplexityArgs) -> Result<()> {
     let model = Model::load(&path, &candle_core::Device::Cpu, kernels(args.compute.kernel)?, |_| {})?;
     let bos = tok.added_bos();
     let t = Instant::now();
-    let kv = args.compute.kv.dtype().dtype();
+    let kv = args.compute.kv.dtype();
     let report = score(&model, &tokens, ctx, chunks, bos, kv, |done, ppl| {
         if !args.json {
             eprint!("[{done}]{ppl:.4},");
@@ -159,7 +159,7 @@ pub(crate) fn bench(args: &BenchArgs) -> Result<()> {
     let load_s = t.elapsed().as_secs_f64();
     let vocab = model.config.vocab_size;
     let max = turns * (prompt_tokens + gen + 1);
-    let mut state = model.make_state(max, kv.dtype());
+    let mut state = model.make_state(max, kv);
     let ids = |turn: usize| -> Vec<u32> {
         (1..=prompt_tokens).map(|i| (((i + turn * prompt_tokens) * 37) % (vocab - 100) + 1) as u32).collect()
     };

@@ -7,6 +7,7 @@
 pub mod budget;
 pub mod cpu;
 mod error;
+pub mod kv_type;
 pub mod model;
 pub mod perplexity;
 pub mod persist;

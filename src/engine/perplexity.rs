@@ -115,7 +115,7 @@ pub fn perplexity(
     ctx: usize,
     max_chunks: Option<usize>,
     bos: Option<u32>,
-    kv: DType,
+    kv: impl Into<crate::engine::kv_type::KvDtype>,
     mut on_chunk: impl FnMut(usize, f64),
 ) -> Result<PerplexityReport, PerplexityError> {
     let max = model.max_positions();
@@ -126,6 +126,7 @@ pub fn perplexity(
         return Err(PerplexityError::TooShort { tokens: tokens.len(), ctx, needed: 2 * ctx });
     }
     let chunks = (tokens.len() / ctx).min(max_chunks.unwrap_or(usize::MAX)).max(1);
+    let kv = kv.into();
     let first = ctx / 2;
     let (mut nll, mut scored) = (0.0f64, 0usize);
     for c in 0..chunks {

@@ -1,8 +1,9 @@
-//! Saving a conversation's [`Session`] (token ids, turns, text and the K/V cache as f16)
-//! so it survives the app being killed, and restoring it without re-prefill.
+//! Saving a conversation's [`Session`] (token ids, turns, text and the K/V cache as f16,
+//! or as q8_0 blocks for a q8_0 cache) so it survives the app being killed, and restoring
+//! it without re-prefill.
 //!
 //! ```text
-//!   "PCSTATE\0" | u32 version | u32 header length | JSON header | per layer with K/V of its own: K f16, V f16
+//!   "PCSTATE\0" | u32 version | u32 header length | JSON header | per layer with K/V of its own: K, V (f16 or q8_0)
 //!   | per saved recurrent state (now, then each checkpoint): every recurrent tensor, f32 (format 3 on)
 //!   | u32 CRC-32 of everything before it (format 2)
 //! ```
@@ -10,7 +11,10 @@
 //! A hybrid model's recurrent layers (short convolutions, gated delta-net) are saved with
 //! their turn checkpoints, so a restored chat regenerates and edits as the live one did.
 //! Format 4 lists each layer's head size (Gemma 4's layers differ, and some keep no K/V of
-//! their own); older files hold every attention layer at one `head_dim`.
+//! their own); older files hold every attention layer at one `head_dim`. Format 5 names
+//! the K/V type (`kv_type`: "f16", or "q8_0" for ggml's 34-byte blocks of 32 values, as a
+//! q8_0 cache holds them); older files are f16. A file restores into a cache of either
+//! type: values of the other type are converted (quantized, or widened) as they are read.
 //! Files of format 1 and 2 have no recurrent tensors: they are read for a plain
 //! transformer and refused ("different layer shapes") for a hybrid model.
 //!
@@ -35,13 +39,14 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
+use super::kv_type::{KvDtype, Q8_0_BYTES};
 use super::session::{Session, SessionSnapshot};
 use super::state::LayerMemory;
 use super::Cause;
 use crate::files::TempFile;
 
 const MAGIC: &[u8; 8] = b"PCSTATE\0";
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// Magic, version and header length.
 const PREFIX_BYTES: u64 = 16;
 /// Headers longer than this are refused unread (a 100k-token conversation's is ~2 MB).
@@ -105,7 +110,18 @@ struct Header {
     /// format 4, whose files save each layer without recurrent tensors at `head_dim`.
     #[serde(default)]
     kv_head_dims: Vec<usize>,
+    /// The saved K/V's type: "f16" or "q8_0"; absent before format 5, whose files are f16.
+    #[serde(default)]
+    kv_type: Option<String>,
     session: SessionSnapshot,
+}
+
+/// The K/V type a state is saved in: q8_0 as it is, anything else as f16.
+fn saved_kv_type(state: &super::State) -> KvDtype {
+    match state.dtype() {
+        KvDtype::Q8_0 => KvDtype::Q8_0,
+        KvDtype::F16 | KvDtype::F32 => KvDtype::F16,
+    }
 }
 
 /// Per layer, the shapes of the recurrent tensors `state` keeps (empty for attention).
@@ -138,6 +154,7 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
         recurrent: recurrent_shapes(&session.state),
         recurrent_lengths: snapshots.iter().map(|(len, _)| *len).collect(),
         kv_head_dims: session.state.stored_head_dims(),
+        kv_type: Some(saved_kv_type(&session.state).name().into()),
         session: session.snapshot(),
     };
     let json = serde_json::to_vec(&header).map_err(|e| StateFileError::Encode(Cause::new(e)))?;
@@ -150,15 +167,21 @@ pub fn save(session: &Session, model: &ModelIdentity, path: &Path) -> Result<u64
     f.write_all(&FORMAT_VERSION.to_le_bytes()).map_err(io)?;
     f.write_all(&(json.len() as u32).to_le_bytes()).map_err(io)?;
     f.write_all(&json).map_err(io)?;
+    let q8_0 = saved_kv_type(&session.state) == KvDtype::Q8_0;
     for layer in session.state.export() {
         let (k, v) = layer.map_err(|e| StateFileError::Encode(Cause::new(e)))?;
         for t in [k, v] {
-            let data: Vec<half::f16> = t
-                .to_dtype(DType::F16)
-                .and_then(|t| t.flatten_all())
-                .and_then(|t| t.to_vec1())
-                .map_err(|e| StateFileError::Encode(Cause::new(e)))?;
-            let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+            let bytes: Vec<u8> = if q8_0 {
+                // The blocks as the cache holds them.
+                t.flatten_all().and_then(|t| t.to_vec1()).map_err(|e| StateFileError::Encode(Cause::new(e)))?
+            } else {
+                let data: Vec<half::f16> = t
+                    .to_dtype(DType::F16)
+                    .and_then(|t| t.flatten_all())
+                    .and_then(|t| t.to_vec1())
+                    .map_err(|e| StateFileError::Encode(Cause::new(e)))?;
+                data.iter().flat_map(|x| x.to_le_bytes()).collect()
+            };
             f.write_all(&bytes).map_err(io)?;
         }
     }
@@ -361,6 +384,11 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
     let Prefix { version, header, header_len, file_len } = read_header(&mut f, path)?;
     check_model(&header, model)?;
     let (n_kv, hd) = session.state.shape();
+    let saved_kv = match header.kv_type.as_deref() {
+        None | Some("f16") => KvDtype::F16,
+        Some("q8_0") => KvDtype::Q8_0,
+        Some(other) => return Err(StateFileError::Damaged(format!("its cache is of an unknown type ({other})"))),
+    };
     let shapes = recurrent_shapes(&session.state);
     let saved_shapes = if header.recurrent.is_empty() { vec![Vec::new(); header.n_layers] } else { header.recurrent };
     let dims = session.state.stored_head_dims();
@@ -402,8 +430,11 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
             session.state.max_tokens()
         )));
     }
+    if kv_layers.iter().any(|&(_, d)| saved_kv.check_head_dim(d).is_err()) {
+        return Err(StateFileError::Damaged("q8_0 values of heads that are not whole blocks".into()));
+    }
     // Every size is checked against the file's length before the body is read.
-    let tensor_bytes = |dim: usize| n_kv * len * dim * 2;
+    let tensor_bytes = |dim: usize| n_kv * len * saved_kv.row_bytes(dim);
     let kv_bytes: u64 = kv_layers.iter().map(|&(_, d)| 2 * tensor_bytes(d) as u64).sum();
     let recurrent_bytes: u64 = recurrent_tensors.iter().map(|s| s.iter().product::<usize>() as u64 * 4).sum();
     let body = kv_bytes + lengths.len() as u64 * recurrent_bytes;
@@ -429,7 +460,7 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
         for _ in 0..2 {
             body.next(&mut chunk).map_err(unreadable)?;
             if values.is_ok() {
-                values = check_values(&chunk);
+                values = check_values(&chunk, saved_kv);
             }
         }
     }
@@ -445,11 +476,17 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
     body.check_sum()?;
     values?;
     let device = session.state.device().clone();
+    // f16 values, or q8_0 rows as bytes: `State::import_layer` converts them to its type.
     let tensor = |chunk: &[u8], dim: usize| -> Result<Tensor, StateFileError> {
-        let data: Vec<half::f16> = chunk.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]])).collect();
-        Tensor::from_vec(data, (n_kv, len, dim), &Device::Cpu)
-            .and_then(|t| t.to_device(&device))
-            .map_err(|e| StateFileError::Damaged(e.to_string()))
+        let t = match saved_kv {
+            KvDtype::Q8_0 => Tensor::from_vec(chunk.to_vec(), (n_kv, len, saved_kv.row_width(dim)), &Device::Cpu),
+            _ => {
+                let data: Vec<half::f16> =
+                    chunk.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]])).collect();
+                Tensor::from_vec(data, (n_kv, len, dim), &Device::Cpu)
+            }
+        };
+        t.and_then(|t| t.to_device(&device)).map_err(|e| StateFileError::Damaged(e.to_string()))
     };
     session.restore(header.session, |state| {
         let mut body = body.reopen().map_err(unreadable)?;
@@ -496,9 +533,14 @@ fn check_f32_values(chunk: &[u8]) -> Result<(), StateFileError> {
     }
 }
 
-/// A state file's values must all be numbers.
-fn check_values(chunk: &[u8]) -> Result<(), StateFileError> {
-    if chunk.chunks_exact(2).all(|b| half::f16::from_le_bytes([b[0], b[1]]).is_finite()) {
+/// A state file's values must all be numbers: every f16, or every q8_0 block's scale (its
+/// quants are small integers whatever their bytes).
+fn check_values(chunk: &[u8], kv: KvDtype) -> Result<(), StateFileError> {
+    let scales_or_values = match kv {
+        KvDtype::Q8_0 => Q8_0_BYTES,
+        _ => 2,
+    };
+    if chunk.chunks_exact(scales_or_values).all(|b| half::f16::from_le_bytes([b[0], b[1]]).is_finite()) {
         Ok(())
     } else {
         Err(StateFileError::Damaged("the cache holds values that are not numbers".into()))

@@ -8,12 +8,14 @@
 //! ([`State::checkpoint`], taken at turn boundaries) and [`State::truncate`] goes back to
 //! the latest copy at or before the cut: the caller re-feeds the tokens between the two.
 //!
-//! Buffers are `(1, n_kv_heads, capacity, head_dim)` and written in place. Capacity grows
+//! Buffers are `(1, n_kv_heads, capacity, head_dim)` (for a q8_0 cache, `head_dim / 32 · 34`
+//! bytes per row: see [`KvDtype`]) and written in place. Capacity grows
 //! in chunks of [`GROWTH_CHUNK`] tokens up to `max_tokens` (the budget), so a long chat
 //! never pays a `Tensor::cat` per token, and a short one never holds a full-budget buffer.
 
 use candle_core::{DType, Device, Tensor};
 
+use super::kv_type::KvDtype;
 use super::{Cause, EngineError, Result};
 
 /// Tokens added to the capacity each time the cache grows.
@@ -56,7 +58,7 @@ pub struct State {
     /// Each layer's head size (Gemma 4's sliding and global layers differ).
     head_dims: Vec<usize>,
     max_tokens: usize,
-    dtype: DType,
+    kv: KvDtype,
     device: Device,
     capacity: usize,
     /// K/V buffers of the attention layers (`None` before the first reserve, and for
@@ -80,7 +82,7 @@ impl State {
         n_kv_heads: usize,
         head_dims: Vec<usize>,
         max_tokens: usize,
-        dtype: DType,
+        kv: KvDtype,
         device: Device,
     ) -> State {
         debug_assert_eq!(memory.len(), head_dims.len());
@@ -89,7 +91,7 @@ impl State {
             n_kv_heads,
             head_dims,
             max_tokens,
-            dtype,
+            kv,
             device,
             capacity: 0,
             layers: memory.iter().map(|_| None).collect(),
@@ -154,8 +156,9 @@ impl State {
         &self.device
     }
 
-    pub fn dtype(&self) -> DType {
-        self.dtype
+    /// The cache's element type.
+    pub fn dtype(&self) -> KvDtype {
+        self.kv
     }
 
     /// Changes the most tokens this state may hold; shrinking below `len()` is refused.
@@ -171,8 +174,8 @@ impl State {
 
     /// Bytes of the K/V buffers.
     pub fn kv_bytes(&self) -> u64 {
-        let head_dims: usize = self.stored_head_dims().iter().sum();
-        (2 * self.n_kv_heads * self.capacity * head_dims * self.dtype.size_in_bytes()) as u64
+        let row_bytes: usize = self.stored_head_dims().iter().map(|&d| self.kv.row_bytes(d)).sum();
+        (2 * self.n_kv_heads * self.capacity * row_bytes) as u64
     }
 
     /// Bytes of the recurrent tensors and their checkpoints (0 without recurrent layers).
@@ -276,6 +279,9 @@ impl State {
 
     /// Makes sure `needed` tokens fit, growing by whole chunks.
     pub(crate) fn reserve(&mut self, needed: usize) -> Result<()> {
+        for &head_dim in self.stored_head_dims().iter().filter(|&&d| d > 0) {
+            self.kv.check_head_dim(head_dim).map_err(|e| EngineError::Inference(Cause::msg(e)))?;
+        }
         for (slot, memory) in self.recurrent.iter_mut().zip(&self.memory) {
             if slot.is_none() {
                 *slot = zeros(memory, &self.device)?;
@@ -295,9 +301,9 @@ impl State {
                 *slot = None;
                 continue;
             }
-            let shape = (1, self.n_kv_heads, capacity, head_dim);
-            let k = Tensor::zeros(shape, self.dtype, &self.device)?;
-            let v = Tensor::zeros(shape, self.dtype, &self.device)?;
+            let shape = (1, self.n_kv_heads, capacity, self.kv.row_width(head_dim));
+            let k = Tensor::zeros(shape, self.kv.storage_dtype(), &self.device)?;
+            let v = Tensor::zeros(shape, self.kv.storage_dtype(), &self.device)?;
             if let Some(old) = slot.take() {
                 if len > 0 {
                     k.slice_set(&old.k.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
@@ -310,24 +316,26 @@ impl State {
         Ok(())
     }
 
-    /// Writes `k`, `v` of shape `(1, n_kv_heads, n, head_dim)` at position `pos` of layer `index`.
+    /// Writes `k`, `v` of shape `(1, n_kv_heads, n, head_dim)` at position `pos` of layer
+    /// `index` (quantized for a q8_0 cache).
     pub(crate) fn write(&mut self, index: usize, pos: usize, k: &Tensor, v: &Tensor) -> Result<()> {
         let layer = self.layers[index].as_ref().expect("reserve() runs before write()");
-        layer.k.slice_set(&k.to_dtype(self.dtype)?, 2, pos)?;
-        layer.v.slice_set(&v.to_dtype(self.dtype)?, 2, pos)?;
+        layer.k.slice_set(&self.kv.store(k)?, 2, pos)?;
+        layer.v.slice_set(&self.kv.store(v)?, 2, pos)?;
         Ok(())
     }
 
     /// Keys and values of the first `len` positions of a layer as f32 `(n_kv_heads, len, head_dim)`.
     pub(crate) fn live(&self, index: usize, len: usize) -> Result<(Tensor, Tensor)> {
         let layer = self.layers[index].as_ref().expect("reserve() runs before live()");
-        let k = layer.k.narrow(2, 0, len)?.squeeze(0)?.to_dtype(DType::F32)?;
-        let v = layer.v.narrow(2, 0, len)?.squeeze(0)?.to_dtype(DType::F32)?;
+        let k = self.kv.load(&layer.k.narrow(2, 0, len)?.squeeze(0)?)?;
+        let v = self.kv.load(&layer.v.narrow(2, 0, len)?.squeeze(0)?)?;
         Ok((k, v))
     }
 
-    /// The whole K/V buffers of a layer, `(1, n_kv_heads, capacity, head_dim)` in the
-    /// cache dtype; positions past the live ones hold stale data.
+    /// The whole K/V buffers of a layer, `(1, n_kv_heads, capacity, row)` in the cache's
+    /// storage (a row is `head_dim` values, or for q8_0 `head_dim / 32 · 34` bytes);
+    /// positions past the live ones hold stale data.
     pub(crate) fn buffers(&self, index: usize) -> (&Tensor, &Tensor) {
         let layer = self.layers[index].as_ref().expect("reserve() runs before buffers()");
         (&layer.k, &layer.v)
@@ -340,7 +348,8 @@ impl State {
 
     /// Removes positions `start..end`, moving the later entries down. `rotate_keys` gets a
     /// layer's index and its moved keys as f32 `(n_kv_heads, tail, head_dim)` and returns
-    /// them re-rotated.
+    /// them re-rotated (a q8_0 cache's keys are dequantized, rotated and quantized again;
+    /// its values move as they are).
     pub(crate) fn shift_out(
         &mut self,
         start: usize,
@@ -350,8 +359,8 @@ impl State {
         let tail = self.len() - end;
         for (index, layer) in self.layers.iter().enumerate() {
             let Some(layer) = layer else { continue };
-            let k = layer.k.narrow(2, end, tail)?.squeeze(0)?.to_dtype(DType::F32)?.contiguous()?;
-            let k = rotate_keys(index, &k)?.unsqueeze(0)?.to_dtype(self.dtype)?.contiguous()?;
+            let k = self.kv.load(&layer.k.narrow(2, end, tail)?.squeeze(0)?)?.contiguous()?;
+            let k = self.kv.store(&rotate_keys(index, &k)?.unsqueeze(0)?)?.contiguous()?;
             let v = layer.v.narrow(2, end, tail)?.copy()?.contiguous()?;
             layer.k.slice_set(&k, 2, start)?;
             layer.v.slice_set(&v, 2, start)?;
@@ -360,8 +369,8 @@ impl State {
         Ok(())
     }
 
-    /// Per-layer K/V of the live tokens, for saving: `(k, v)` each `(n_kv, len, hd)`, one
-    /// layer at a time (copying every layer at once would double the cache's memory at
+    /// Per-layer K/V of the live tokens, for saving: `(k, v)` each `(n_kv, len, row)` in the
+    /// cache's storage (see [`State::buffers`]), one layer at a time (copying every layer at once would double the cache's memory at
     /// each save).
     pub(crate) fn export(&self) -> impl Iterator<Item = Result<(Tensor, Tensor)>> + '_ {
         let len = self.len();
@@ -377,9 +386,24 @@ impl State {
         self.reserve(tokens)
     }
 
-    /// Writes layer `index`'s saved K/V (shapes as from [`State::export`]).
+    /// Writes layer `index`'s saved K/V `(n_kv, len, ·)`: float rows of `head_dim` values,
+    /// or q8_0 rows (a `U8` tensor, as [`State::export`] gives a q8_0 cache's), converted
+    /// to this cache's type where it differs.
     pub(crate) fn import_layer(&mut self, index: usize, k: &Tensor, v: &Tensor) -> Result<()> {
-        self.write(index, 0, &k.unsqueeze(0)?, &v.unsqueeze(0)?)
+        let (k, v) = (k.unsqueeze(0)?, v.unsqueeze(0)?);
+        match (k.dtype(), self.kv) {
+            (DType::U8, KvDtype::Q8_0) => {
+                let layer = self.layers[index].as_ref().expect("reserve() runs before import_layer()");
+                layer.k.slice_set(&k, 2, 0)?;
+                layer.v.slice_set(&v, 2, 0)?;
+                Ok(())
+            }
+            (DType::U8, _) => {
+                let (k, v) = (KvDtype::Q8_0.load(&k)?, KvDtype::Q8_0.load(&v)?);
+                self.write(index, 0, &k, &v)
+            }
+            _ => self.write(index, 0, &k, &v),
+        }
     }
 
     /// The recurrent tensors of every recurrent layer (in layer order, each layer's in

@@ -34,13 +34,19 @@ pub struct FileFacts {
 
 /// Reads [`FileFacts`] from the header of the GGUF at `path`, for a KV cache of `kv` and
 /// the CPU running `kernels`.
-pub fn file_facts(path: &Path, kv: DType, kernels: Kernels) -> Result<FileFacts> {
+pub fn file_facts(path: &Path, kv: impl Into<KvDtype>, kernels: Kernels) -> Result<FileFacts> {
     let (content, _) = read_gguf(path)?;
     header_facts(path, &content, kv, kernels)
 }
 
 /// [`file_facts`] of a header already read (`content`, of the file at `path`).
-pub fn header_facts(path: &Path, content: &gguf_file::Content, kv: DType, kernels: Kernels) -> Result<FileFacts> {
+pub fn header_facts(
+    path: &Path,
+    content: &gguf_file::Content,
+    kv: impl Into<KvDtype>,
+    kernels: Kernels,
+) -> Result<FileFacts> {
+    let kv = kv.into();
     let arch = architecture(path, content)?;
     // The loader's own metadata readers (and defaults); nothing is loaded.
     let ld = Loader { path, content, map: None, device: &Device::Cpu, arch };
@@ -104,7 +110,7 @@ pub fn header_facts(path: &Path, content: &gguf_file::Content, kv: DType, kernel
         .iter()
         .zip(plan.layer_head_dims())
         .filter(|(m, _)| **m == LayerMemory::KeysValues)
-        .map(|(_, head_dim)| crate::memory::kv_bytes_per_token(1, kv_heads, head_dim, kv.size_in_bytes()))
+        .map(|(_, head_dim)| 2 * (kv_heads * kv.row_bytes(head_dim)) as u64)
         .sum();
     let facts = ModelFacts {
         weights_bytes: heap,

@@ -51,6 +51,7 @@ use candle_core::{DType, Device, Tensor, D};
 
 use super::cpu::kernels::Kernels;
 use super::cpu::qlinear::QLinear as Linear;
+use super::kv_type::KvDtype;
 use super::state::{LayerMemory, State, MAX_CHECKPOINTS};
 use super::weights::{MappedFile, MappedTensor};
 use super::{Cause, EngineError, Result};
@@ -343,16 +344,17 @@ impl Model {
 
     /// Bytes one token occupies in the KV cache with the given element type: its
     /// attention layers' keys and values.
-    pub fn kv_bytes_per_token(&self, dtype: DType) -> u64 {
-        let head_dims: usize = self
+    pub fn kv_bytes_per_token(&self, kv: impl Into<KvDtype>) -> u64 {
+        let kv = kv.into();
+        let row_bytes: usize = self
             .layers
             .iter()
             .filter_map(|l| match &l.mixer {
-                Mixer::Attention(a) if a.kv_source.is_none() => Some(a.head_dim),
+                Mixer::Attention(a) if a.kv_source.is_none() => Some(kv.row_bytes(a.head_dim)),
                 _ => None,
             })
             .sum();
-        (2 * head_dims * self.config.n_kv_heads * dtype.size_in_bytes()) as u64
+        (2 * row_bytes * self.config.n_kv_heads) as u64
     }
 
     /// Bytes a state's recurrent layers hold at most: their tensors and
@@ -363,7 +365,7 @@ impl Model {
     }
 
     /// What the fit check needs of this model, with a KV cache of `kv`.
-    pub fn facts(&self, kv: DType) -> ModelFacts {
+    pub fn facts(&self, kv: impl Into<KvDtype>) -> ModelFacts {
         let c = &self.config;
         let attention =
             super::cpu::attention::prefill_attention(self.kernels, self.device.is_cpu(), c.head_dim, c.sliding_window);
@@ -386,7 +388,7 @@ impl Model {
 
     /// A fresh, empty state able to hold up to `max_tokens` (memory is allocated lazily,
     /// in chunks, as the conversation grows).
-    pub fn make_state(&self, max_tokens: usize, dtype: DType) -> State {
+    pub fn make_state(&self, max_tokens: usize, kv: impl Into<KvDtype>) -> State {
         State::new(
             self.config.vocab_size,
             self.layers.iter().map(|l| l.mixer.memory()).collect(),
@@ -399,7 +401,7 @@ impl Model {
                 })
                 .collect(),
             max_tokens.min(self.max_positions()),
-            dtype,
+            kv.into(),
             self.device.clone(),
         )
     }

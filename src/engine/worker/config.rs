@@ -4,29 +4,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use candle_core::DType;
-
 use crate::chats::ChatStore;
 use crate::engine::cpu::kernels::Kernels;
 use crate::engine::sampler::{SamplingOverrides, DEFAULT_BREAKERS};
 use crate::engine::session::TrimMode;
 use crate::memory::{self, RamTier};
 
-/// KV cache element type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KvDtype {
-    F32,
-    F16,
-}
-
-impl KvDtype {
-    pub fn dtype(self) -> DType {
-        match self {
-            KvDtype::F32 => DType::F32,
-            KvDtype::F16 => DType::F16,
-        }
-    }
-}
+pub use crate::engine::kv_type::KvDtype;
 
 /// Reads the memory the process may still use (live headroom); `None` when unknown.
 pub type HeadroomProbe = Arc<dyn Fn() -> Option<u64> + Send + Sync>;
@@ -47,7 +31,8 @@ pub struct EngineConfig {
     /// Loads a model the fit check says is too large for the device (it may be killed).
     pub allow_too_large: bool,
     /// The KV cache's element type: f16 by default (half the memory of f32 for the same
-    /// tokens, and faster late in a conversation; f32 for checks).
+    /// tokens, and faster late in a conversation; f32 for checks; q8_0 for 17/32 of f16's
+    /// memory).
     pub kv_dtype: KvDtype,
     /// Sampling settings that replace the model's defaults (the rest come from the GGUF's
     /// `general.sampling.*` keys, else `recommended_sampling`, else the chat defaults).

@@ -64,7 +64,7 @@ impl Worker {
 
     /// The policy for the loaded model on this tier (its budget from the fit check).
     fn policy_for(&self, model: &Model) -> Policy {
-        let facts = model.facts(self.config.kv_dtype.dtype());
+        let facts = model.facts(self.config.kv_dtype);
         Policy::for_model(self.report.effective(), self.policy.quant, &facts)
     }
 
@@ -221,7 +221,7 @@ impl Worker {
         // The engine loads exactly `model_path`, never a copy in other bits: the policy
         // takes the file's own (the load below says what is wrong with a file whose facts
         // cannot be read).
-        if let Ok(facts) = header_facts(&path, &content, self.config.kv_dtype.dtype(), self.config.kernels) {
+        if let Ok(facts) = header_facts(&path, &content, self.config.kv_dtype, self.config.kernels) {
             self.policy.quant = WeightQuant::from_bits(facts.bits_per_weight);
         }
         let tokenizer = TextTokenizer::from_gguf(&content)?;
@@ -246,7 +246,7 @@ impl Worker {
         }
         self.policy = self.policy_for(&model);
         if self.policy.fit == FitClass::TooLarge && !self.config.allow_too_large {
-            let facts = model.facts(self.config.kv_dtype.dtype());
+            let facts = model.facts(self.config.kv_dtype);
             return Err(EngineError::TooLarge {
                 name: self.config.display_name.clone().unwrap_or_else(|| model.config.name.clone()),
                 footprint_mib: memory::fit::footprint_at(&facts, memory::fit::MIN_CHAT_TOKENS) / memory::MIB,
@@ -254,7 +254,15 @@ impl Worker {
             });
         }
         let thinking = template.thinking_default();
-        let mut session = Session::new(model.make_state(self.budget(), self.config.kv_dtype.dtype()), template)?;
+        let state = model.make_state(self.budget(), self.config.kv_dtype);
+        // A KV type the heads do not suit (q8_0 with heads of 48) is refused now, not at the
+        // first prompt.
+        if let Some(message) =
+            state.stored_head_dims().into_iter().find_map(|d| self.config.kv_dtype.check_head_dim(d).err())
+        {
+            return Err(EngineError::BadModelFile { path, message });
+        }
+        let mut session = Session::new(state, template)?;
         session.trim_mode = self.config.trim_mode;
         session.set_enable_thinking(self.thinking_switch());
         let c = &model.config;
@@ -271,7 +279,7 @@ impl Worker {
             n_layers: c.n_layers,
             context_length: c.context_length,
             kv_dtype: format!("{:?}", self.config.kv_dtype),
-            kv_bytes_per_token: model.kv_bytes_per_token(self.config.kv_dtype.dtype()),
+            kv_bytes_per_token: model.kv_bytes_per_token(self.config.kv_dtype),
             recurrent_bytes: model.recurrent_bytes(),
             device: device_label(model.device()),
             thinking,
@@ -291,7 +299,7 @@ impl Worker {
         if let Some(l) = &self.loaded {
             s.context_tokens = l.session.len();
             s.kv_bytes = l.session.state.bytes();
-            let facts = l.model.facts(self.config.kv_dtype.dtype());
+            let facts = l.model.facts(self.config.kv_dtype);
             s.predicted_footprint_bytes = memory::fit::footprint_at(&facts, s.tier_budget);
             s.mapped_weights_bytes = facts.mapped_bytes;
         }

@@ -15,13 +15,15 @@
 //!     M = max_u m_u;  out_h = Σ_u e^(m_u − M) o_u / Σ_u e^(m_u − M) l_u
 //! ```
 //!
-//! An f16 cache is read in place, each row widened to f32 once as it is reached (half the
-//! bytes of an f32 cache to stream, which is what late-conversation decode waits on).
+//! An f16 or q8_0 cache is read in place, each row widened to f32 once as it is reached
+//! (half, or 17/64, of the bytes of an f32 cache to stream, which is what
+//! late-conversation decode waits on) and then read by every query head of the group.
 
-use super::{exp, for_each_unit, lanes, max, mul_add, prefetch, Dims, Kv, Level, PORTABLE};
+use super::{exp, for_each_unit, lanes, max, mul_add, prefetch, q8_0, Dims, Kv, Level, PORTABLE};
 #[cfg(target_arch = "x86_64")]
 use super::{AVX2, AVX512};
 use crate::engine::cpu::pool::SendPtr;
+use crate::engine::cpu::qlinear::blocks::BlockQ8_0;
 use half::f16;
 
 /// Cached positions per unit.
@@ -80,6 +82,10 @@ fn decode<const HD: usize>(q: &[f32], k: Kv, v: Kv, d: Dims, out: &mut [f32], le
         match (k, v) {
             (Kv::F32(k), Kv::F32(v)) => chunk_partials_at::<HD, f32>(level, q, &k[rows.clone()], &v[rows], mine),
             (Kv::F16(k), Kv::F16(v)) => chunk_partials_at::<HD, f16>(level, q, &k[rows.clone()], &v[rows], mine),
+            (Kv::Q8_0(k), Kv::Q8_0(v)) => {
+                let blocks = rows.start / q8_0::VALUES..rows.end / q8_0::VALUES;
+                chunk_partials_at::<HD, BlockQ8_0>(level, q, &k[blocks.clone()], &v[blocks], mine)
+            }
             _ => unreachable!("K and V share a dtype (checked by try_attention)"),
         }
     });
@@ -142,7 +148,7 @@ fn chunk_partials_avx2<const HD: usize, E: CacheElem>(
 }
 
 /// The partial softmax of the `group` (pre-scaled) queries `q` over one chunk of keys and
-/// values, each `(positions, HD)`.
+/// values, each `(positions, HD)` values.
 #[inline(always)]
 fn chunk_partials<const HD: usize, E: CacheElem, const L: Level>(
     q: &[[f32; HD]],
@@ -150,10 +156,11 @@ fn chunk_partials<const HD: usize, E: CacheElem, const L: Level>(
     values: &[E],
     out: &mut [Partial<HD>],
 ) {
-    let keys = keys.as_chunks::<HD>().0;
-    let values = values.as_chunks::<HD>().0;
+    let keys = keys.chunks_exact(HD / E::VALUES);
+    let values = values.chunks_exact(HD / E::VALUES);
+    let n_keys = keys.len();
     let mut scores = vec![[0.0f32; CHUNK]; q.len()];
-    for (j, k_j) in keys.iter().enumerate() {
+    for (j, k_j) in keys.enumerate() {
         prefetch(k_j.as_ptr().cast::<u8>().wrapping_add(AHEAD_BYTES), size_of_val(k_j));
         E::as_f32::<HD, L>(k_j, |k_j| {
             for (s, q_h) in scores.iter_mut().zip(q) {
@@ -162,12 +169,12 @@ fn chunk_partials<const HD: usize, E: CacheElem, const L: Level>(
         });
     }
     for (s, p) in scores.iter_mut().zip(out.iter_mut()) {
-        let s = &mut s[..keys.len()];
+        let s = &mut s[..n_keys];
         p.max = lanes(s, f32::NEG_INFINITY, max);
         s.iter_mut().for_each(|x| *x = exp::<L>(*x - p.max));
         p.sum = lanes(s, 0.0, |a, b| a + b);
     }
-    for (j, v_j) in values.iter().enumerate() {
+    for (j, v_j) in values.enumerate() {
         prefetch(v_j.as_ptr().cast::<u8>().wrapping_add(AHEAD_BYTES), size_of_val(v_j));
         E::as_f32::<HD, L>(v_j, |v_j| {
             for (p, s) in out.iter_mut().zip(&scores) {
@@ -179,15 +186,29 @@ fn chunk_partials<const HD: usize, E: CacheElem, const L: Level>(
 
 /// An element type of the cache.
 trait CacheElem: Copy {
-    /// Calls `f` with `row` as f32: the row itself, or a copy widened once for every query
-    /// head of the group to read.
-    fn as_f32<const HD: usize, const L: Level>(row: &[Self; HD], f: impl FnOnce(&[f32; HD]));
+    /// Values one element holds (32 for a q8_0 block).
+    const VALUES: usize = 1;
+    /// Calls `f` with `row` (`HD / VALUES` elements) as f32: the row itself, or a copy
+    /// widened once for every query head of the group to read.
+    fn as_f32<const HD: usize, const L: Level>(row: &[Self], f: impl FnOnce(&[f32; HD]));
 }
 
 impl CacheElem for f32 {
     #[inline(always)]
-    fn as_f32<const HD: usize, const L: Level>(row: &[f32; HD], f: impl FnOnce(&[f32; HD])) {
-        f(row)
+    fn as_f32<const HD: usize, const L: Level>(row: &[f32], f: impl FnOnce(&[f32; HD])) {
+        f(row.try_into().expect("rows of HD values"))
+    }
+}
+
+impl CacheElem for BlockQ8_0 {
+    const VALUES: usize = q8_0::VALUES;
+
+    /// On the stack, eight values at a time with AVX2.
+    #[inline(always)]
+    fn as_f32<const HD: usize, const L: Level>(row: &[BlockQ8_0], f: impl FnOnce(&[f32; HD])) {
+        let mut wide = [0.0; HD];
+        q8_0::dequantize::<L>(row, &mut wide);
+        f(&wide)
     }
 }
 
@@ -196,7 +217,8 @@ impl CacheElem for f16 {
     /// conversion is a call per row, whose run-time check costs more than the row);
     /// otherwise with `half`'s conversion.
     #[inline(always)]
-    fn as_f32<const HD: usize, const L: Level>(row: &[f16; HD], f: impl FnOnce(&[f32; HD])) {
+    fn as_f32<const HD: usize, const L: Level>(row: &[f16], f: impl FnOnce(&[f32; HD])) {
+        debug_assert_eq!(row.len(), HD);
         let mut wide = [0.0; HD];
         #[cfg(target_arch = "x86_64")]
         if L != PORTABLE {
@@ -211,7 +233,7 @@ impl CacheElem for f16 {
             }
             return f(&wide);
         }
-        half::slice::HalfFloatSliceExt::convert_to_f32_slice(&row[..], &mut wide);
+        half::slice::HalfFloatSliceExt::convert_to_f32_slice(row, &mut wide);
         f(&wide)
     }
 }

@@ -1,4 +1,4 @@
-//! Self-attention in plain Rust for the CPU, over an f32 or f16 KV cache, used by
+//! Self-attention in plain Rust for the CPU, over an f32, f16 or q8_0 KV cache, used by
 //! pocketchat's kernel sets (`Kernels::Fast` and `Portable`); `Kernels::Candle` and every
 //! case these decline take the candle path in `engine::model`.
 //!
@@ -14,6 +14,7 @@
 
 mod decode;
 mod prefill;
+mod q8_0;
 
 use std::ops::Range;
 
@@ -21,6 +22,8 @@ use candle_core::{CpuStorage, DType, Device, Layout, Storage, Tensor};
 use half::slice::HalfFloatSliceExt;
 
 use crate::engine::cpu::kernels::{Isa, Kernels};
+use crate::engine::cpu::qlinear::blocks::BlockQ8_0;
+use crate::engine::kv_type::KvDtype;
 use crate::memory::PrefillAttention;
 
 /// The instruction set a kernel instance is compiled for (a const parameter).
@@ -77,8 +80,9 @@ pub(crate) fn candle_fallbacks(kernels: Kernels, on_cpu: bool, head_dim: usize, 
 
 /// Attention of the `n` new tokens in `q` against the cache, on the CPU: `q` is
 /// `(1, n_heads, n, hd)` after RoPE; `k` and `v` are the cache buffers
-/// `(1, n_kv_heads, capacity, hd)` (f32 or f16) whose positions `0..pos + n` are live, the
-/// new tokens' entries included. Returns `(n, n_heads · hd)`.
+/// `(1, n_kv_heads, capacity, hd)` (f32 or f16; for q8_0 `U8` rows of `hd / 32 · 34`
+/// bytes) whose positions `0..pos + n` are live, the new tokens' entries included.
+/// Returns `(n, n_heads · hd)`.
 ///
 /// Same math as the candle path (`softmax(q kᵀ / √hd + causal mask) v`) in f32, summed in
 /// another order. `None` when anything is not as expected (not CPU, not contiguous, a
@@ -89,8 +93,9 @@ pub(crate) fn try_attention(q: &Tensor, k: &Tensor, v: &Tensor, pos: usize, isa:
         return None;
     }
     let (one, n_heads, n, head_dim) = q.dims4().ok()?;
-    let (one_k, n_kv_heads, capacity, hd_k) = k.dims4().ok()?;
-    if one != 1 || one_k != 1 || hd_k != head_dim || v.dims() != k.dims() || !fused_head_dim(head_dim) {
+    let (one_k, n_kv_heads, capacity, row) = k.dims4().ok()?;
+    let kv = if k.dtype() == DType::U8 { KvDtype::Q8_0 } else { KvDtype::from(k.dtype()) };
+    if one != 1 || one_k != 1 || row != kv.row_width(head_dim) || v.dims() != k.dims() || !fused_head_dim(head_dim) {
         return None;
     }
     if n == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 || pos + n > capacity {
@@ -114,16 +119,18 @@ pub(crate) fn try_attention(q: &Tensor, k: &Tensor, v: &Tensor, pos: usize, isa:
     Tensor::from_vec(out, (n, n_heads * head_dim), &Device::Cpu).ok()
 }
 
-/// A contiguous CPU buffer of f32 or f16 elements.
+/// A contiguous CPU buffer of f32 or f16 values, or of q8_0 blocks of 32 values.
 #[derive(Clone, Copy)]
 enum Kv<'a> {
     F32(&'a [f32]),
     F16(&'a [half::f16]),
+    Q8_0(&'a [BlockQ8_0]),
 }
 
 impl<'a> Kv<'a> {
-    /// The `count` elements a CPU tensor's layout points at; `None` for other dtypes,
-    /// devices and non-contiguous layouts.
+    /// The `count` values a CPU tensor's layout points at (f32, f16, or q8_0 blocks in a
+    /// `U8` tensor, starting `count / 32` blocks in); `None` for other dtypes, devices and
+    /// non-contiguous layouts.
     fn of(storage: &'a Storage, layout: &Layout, count: usize) -> Option<Self> {
         if !layout.is_contiguous() {
             return None;
@@ -132,29 +139,53 @@ impl<'a> Kv<'a> {
         match storage {
             Storage::Cpu(CpuStorage::F32(data)) => data.get(range).map(Kv::F32),
             Storage::Cpu(CpuStorage::F16(data)) => data.get(range).map(Kv::F16),
+            Storage::Cpu(CpuStorage::U8(data)) => {
+                let blocks = count / q8_0::VALUES;
+                let bytes = data.get(layout.start_offset()..layout.start_offset() + blocks * size_of::<BlockQ8_0>())?;
+                if !count.is_multiple_of(q8_0::VALUES) || !bytes.as_ptr().cast::<BlockQ8_0>().is_aligned() {
+                    return None;
+                }
+                // SAFETY: BlockQ8_0 is `repr(C)` { f16, [i8; 32] }, 34 bytes that any bit
+                // pattern fills; the pointer is aligned for it and the bytes cover
+                // `blocks` of them and outlive the borrow.
+                Some(Kv::Q8_0(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), blocks) }))
+            }
             _ => None,
         }
     }
 
+    /// Values held.
     fn len(&self) -> usize {
         match self {
             Kv::F32(x) => x.len(),
             Kv::F16(x) => x.len(),
+            Kv::Q8_0(x) => x.len() * q8_0::VALUES,
         }
     }
 
-    /// Elements `range` as f32: borrowed, or converted into `scratch`.
-    fn f32s<'s>(&self, range: Range<usize>, scratch: &'s mut Vec<f32>) -> &'s [f32]
+    /// Values `range` as f32: borrowed, or converted into `scratch`. A q8_0 range starts
+    /// and ends on whole blocks.
+    fn f32s<'s, const L: Level>(&self, range: Range<usize>, scratch: &'s mut Vec<f32>) -> &'s [f32]
     where
         'a: 's,
     {
+        if let Kv::F32(x) = *self {
+            return &x[range];
+        }
+        scratch.clear();
+        scratch.resize(range.len(), 0.0);
+        self.convert::<L>(range, scratch);
+        scratch
+    }
+
+    /// Values `range` as f32 into `out`. A q8_0 range starts and ends on whole blocks.
+    fn convert<const L: Level>(&self, range: Range<usize>, out: &mut [f32]) {
         match *self {
-            Kv::F32(x) => &x[range],
-            Kv::F16(x) => {
-                scratch.clear();
-                scratch.resize(range.len(), 0.0);
-                x[range].convert_to_f32_slice(scratch);
-                scratch
+            Kv::F32(x) => out.copy_from_slice(&x[range]),
+            Kv::F16(x) => x[range].convert_to_f32_slice(out),
+            Kv::Q8_0(x) => {
+                debug_assert!(range.start.is_multiple_of(q8_0::VALUES) && range.end.is_multiple_of(q8_0::VALUES));
+                q8_0::dequantize_at::<L>(&x[range.start / q8_0::VALUES..range.end / q8_0::VALUES], out)
             }
         }
     }
@@ -338,21 +369,23 @@ mod tests {
     #[test]
     fn matches_the_candle_path_at_every_level() {
         let dev = Device::Cpu;
-        // SmolLM2's shape (9 heads over 3 K/V heads of 64), a 128- and a 256-wide one; f32 and f16
-        // caches; one new token (decode: one chunk, a partial chunk, several chunks merged
+        // SmolLM2's shape (9 heads over 3 K/V heads of 64), a 128- and a 256-wide one; f32,
+        // f16 and q8_0 caches (against the candle path over the cache's values as f32); one
+        // new token (decode: one chunk, a partial chunk, several chunks merged
         // across the pool) and several (prefill: token counts that do and do not fill whole
         // units, caches that do and do not fill whole key blocks).
         let cases =
             [(0, 1), (6, 1), (199, 1), (255, 1), (256, 1), (1099, 1), (0, 2), (0, 37), (5, 8), (250, 70), (1000, 100)];
         for (n_heads, n_kv, hd) in [(9, 3, 64), (4, 2, 128), (4, 1, 256)] {
             let capacity = 1100;
-            for dtype in [DType::F32, DType::F16] {
-                let k = Tensor::randn(0f32, 1.0, (1, n_kv, capacity, hd), &dev).unwrap().to_dtype(dtype).unwrap();
-                let v = Tensor::randn(0f32, 1.0, (1, n_kv, capacity, hd), &dev).unwrap().to_dtype(dtype).unwrap();
+            for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0] {
+                let k = dtype.store(&Tensor::randn(0f32, 1.0, (1, n_kv, capacity, hd), &dev).unwrap()).unwrap();
+                let v = dtype.store(&Tensor::randn(0f32, 1.0, (1, n_kv, capacity, hd), &dev).unwrap()).unwrap();
+                let (k_f32, v_f32) = (dtype.load(&k).unwrap(), dtype.load(&v).unwrap());
                 for (pos, n) in cases {
                     // Larger queries than unit variance so some rows are sharply peaked.
                     let q = Tensor::randn(0f32, 3.0, (1, n_heads, n, hd), &dev).unwrap();
-                    let want = reference(&q, &k, &v, n_heads / n_kv, pos);
+                    let want = reference(&q, &k_f32, &v_f32, n_heads / n_kv, pos);
                     for isa in levels() {
                         let fast = try_attention(&q, &k, &v, pos, isa).expect("fast path applies");
                         assert_eq!(fast.dims(), &[n, n_heads * hd]);
@@ -365,6 +398,27 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// A q8_0 cache against the candle path over the f32 values it was quantized from:
+    /// equal to the quantization's error (each value within `max|x| / 254` of its block's),
+    /// which a softmax over peaked scores amplifies a little.
+    #[test]
+    fn q8_0_matches_the_f32_path_to_quantization_tolerance() {
+        let dev = Device::Cpu;
+        let (n_heads, n_kv, hd, capacity) = (9, 3, 64, 600);
+        let k = Tensor::randn(0f32, 1.0, (1, n_kv, capacity, hd), &dev).unwrap();
+        let v = Tensor::randn(0f32, 1.0, (1, n_kv, capacity, hd), &dev).unwrap();
+        let (kq, vq) = (KvDtype::Q8_0.store(&k).unwrap(), KvDtype::Q8_0.store(&v).unwrap());
+        for (pos, n) in [(0, 1), (300, 1), (599, 1), (0, 40), (500, 100)] {
+            let q = Tensor::randn(0f32, 1.0, (1, n_heads, n, hd), &dev).unwrap();
+            let want = reference(&q, &k, &v, n_heads / n_kv, pos);
+            let got = try_attention(&q, &kq, &vq, pos, Isa::detect()).expect("fast path applies");
+            let diff = (got - &want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+            // Values are N(0, 1) in blocks of 32 (|x| up to ~4): each is off by up to ~0.016,
+            // and the keys' error moves the weights of a row over few keys a little more.
+            assert!(diff <= 0.05, "pos {pos} n {n}: max abs diff {diff}");
         }
     }
 
@@ -385,6 +439,14 @@ mod tests {
         assert!(try_attention(&q, &kt, &kt, 2, isa).is_none());
         let bf = k.to_dtype(DType::BF16).unwrap();
         assert!(try_attention(&q, &bf, &bf, 2, isa).is_none());
+        // q8_0 rows of another head size, and bytes that are not whole rows.
+        let q8 = KvDtype::Q8_0.store(&zeros((1, 2, 16, 128))).unwrap();
+        assert!(try_attention(&q, &q8, &q8, 2, isa).is_none());
+        let ragged = Tensor::zeros((1, 2, 16, 64), DType::U8, &dev).unwrap();
+        assert!(try_attention(&q, &ragged, &ragged, 2, isa).is_none());
+        assert!(
+            try_attention(&q, &KvDtype::Q8_0.store(&k).unwrap(), &KvDtype::Q8_0.store(&k).unwrap(), 13, isa).is_some()
+        );
     }
 
     #[test]
@@ -400,31 +462,39 @@ mod tests {
     }
 
     /// Not a check: `cargo test --release --no-default-features --lib attention_speed --
-    /// --ignored --nocapture` prints the prefill kernel's multiply-add rate at turn 10 of
-    /// the 128 + 128 bench, over 30 layers (the best of five runs).
+    /// --ignored --nocapture` prints the prefill and decode kernels' multiply-add rates at
+    /// turn 10 of the 128 + 128 bench (128 new tokens after 2,432; one after 2,559), over
+    /// 30 layers (the best of five runs), for each cache type.
     #[test]
     #[ignore = "measurement only: prints timings, asserts none; run with --ignored --nocapture"]
     fn attention_speed() {
-        let (n_heads, n_kv, hd, pos, n, layers) = (9, 3, 64, 2432, 128, 30);
+        let (n_heads, n_kv, hd, layers) = (9, 3, 64, 30);
         let dev = Device::Cpu;
-        let q = Tensor::randn(0f32, 1.0, (1, n_heads, n, hd), &dev).unwrap();
-        for dtype in [DType::F32, DType::F16] {
-            let k = Tensor::randn(0f32, 1.0, (1, n_kv, pos + n, hd), &dev).unwrap().to_dtype(dtype).unwrap();
-            let v = Tensor::randn(0f32, 1.0, (1, n_kv, pos + n, hd), &dev).unwrap().to_dtype(dtype).unwrap();
-            let isa = Isa::detect();
-            try_attention(&q, &k, &v, pos, isa).unwrap();
-            // The best of five forwards: the least disturbed by other work on the machine.
-            let s = (0..5)
-                .map(|_| {
-                    let t = std::time::Instant::now();
-                    for _ in 0..layers {
-                        try_attention(&q, &k, &v, pos, isa).unwrap();
-                    }
-                    t.elapsed().as_secs_f64()
-                })
-                .fold(f64::INFINITY, f64::min);
-            let macs = 2.0 * (n_heads * n * (pos + n / 2) * hd * layers) as f64;
-            println!("{dtype:?} cache, {layers} layers: {:.1} ms, {:.1} G multiply-adds/s", s * 1e3, macs / s / 1e9);
+        for (pos, n, reps) in [(2432, 128, 1), (2559, 1, 20)] {
+            let q = Tensor::randn(0f32, 1.0, (1, n_heads, n, hd), &dev).unwrap();
+            for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0] {
+                let k = dtype.store(&Tensor::randn(0f32, 1.0, (1, n_kv, pos + n, hd), &dev).unwrap()).unwrap();
+                let v = dtype.store(&Tensor::randn(0f32, 1.0, (1, n_kv, pos + n, hd), &dev).unwrap()).unwrap();
+                let isa = Isa::detect();
+                try_attention(&q, &k, &v, pos, isa).unwrap();
+                // The best of five forwards: the least disturbed by other work on the machine.
+                let s = (0..5)
+                    .map(|_| {
+                        let t = std::time::Instant::now();
+                        for _ in 0..layers * reps {
+                            try_attention(&q, &k, &v, pos, isa).unwrap();
+                        }
+                        t.elapsed().as_secs_f64() / reps as f64
+                    })
+                    .fold(f64::INFINITY, f64::min);
+                let macs = 2.0 * (n_heads * n * (pos + n / 2) * hd * layers) as f64;
+                let what = if n == 1 { "decode" } else { "prefill" };
+                println!(
+                    "{what}, {dtype:?} cache, {layers} layers: {:.2} ms, {:.1} G multiply-adds/s",
+                    s * 1e3,
+                    macs / s / 1e9
+                );
+            }
         }
     }
 }

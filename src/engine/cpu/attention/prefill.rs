@@ -19,7 +19,7 @@
 //!   out = o / l
 //! ```
 //!
-//! An f16 cache is converted to f32 once per layer, while the keys are transposed.
+//! An f16 or q8_0 cache is converted to f32 once per layer, while the keys are transposed.
 //! Units run on candle's barrier pool. The sums run in another order than candle's
 //! (per key block, with a polynomial `exp`), so results agree with the candle path to
 //! float rounding, not bit for bit; see the tests.
@@ -63,33 +63,34 @@ pub(crate) fn prefill_attention(q: &[f32], k: Kv, v: Kv, d: Dims, out: &mut [f32
 fn with_level<const B: usize, const L: Level>(q: &[f32], k: Kv, v: Kv, d: Dims, out: &mut [f32]) {
     SCRATCH.with(|cell| {
         let (kt, v_f32) = &mut *cell.borrow_mut();
-        prepare::<B>(k, v, d, kt, v_f32);
+        prepare::<B, L>(k, v, d, kt, v_f32);
         match v {
             // f32 values are read in place, `capacity` positions apart per head.
             Kv::F32(v) => attend::<B, L>(q, kt, v, d.capacity, d, out),
-            Kv::F16(_) => attend::<B, L>(q, kt, v_f32, d.pos + d.n, d, out),
+            Kv::F16(_) | Kv::Q8_0(_) => attend::<B, L>(q, kt, v_f32, d.pos + d.n, d, out),
         }
     });
 }
 
 thread_local! {
-    /// The layer's transposed keys, and its values as f32 when the cache is f16; reused
+    /// The layer's transposed keys, and its values as f32 when the cache is not; reused
     /// across layers and forwards.
     static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// Fills `kt` with the live keys of every K/V head as blocks of `hd × B`
 /// (zero-padded), so the score tiles read keys along their vector lanes, and, for an f16
-/// cache, `v_f32` with the live values as `(n_kv_heads, pos + n, hd)`. Once per layer,
-/// not once per unit.
-fn prepare<const B: usize>(k: Kv, v: Kv, d: Dims, kt: &mut Vec<f32>, v_f32: &mut Vec<f32>) {
+/// or q8_0 cache, `v_f32` with the live values as `(n_kv_heads, pos + n, hd)`. Once per
+/// layer, not once per unit.
+fn prepare<const B: usize, const L: Level>(k: Kv, v: Kv, d: Dims, kt: &mut Vec<f32>, v_f32: &mut Vec<f32>) {
     let (hd, live) = (d.head_dim, d.pos + d.n);
     let blocks = live.div_ceil(B);
     let block_len = hd * B;
     kt.clear();
     kt.resize(d.n_kv_heads * blocks * block_len, 0.0);
     v_f32.clear();
-    if let Kv::F16(_) = v {
+    let converted = !matches!(v, Kv::F32(_));
+    if converted {
         v_f32.resize(d.n_kv_heads * live * hd, 0.0);
     }
     let (kt_ptr, v_ptr) = (SendPtr(kt.as_mut_ptr()), SendPtr(v_f32.as_mut_ptr()));
@@ -99,7 +100,7 @@ fn prepare<const B: usize>(k: Kv, v: Kv, d: Dims, kt: &mut Vec<f32>, v_f32: &mut
         let width = B.min(live - first);
         let rows = (kv * d.capacity + first) * hd..(kv * d.capacity + first + width) * hd;
         let mut k_f32 = Vec::new();
-        let keys = k.f32s(rows.clone(), &mut k_f32);
+        let keys = k.f32s::<L>(rows.clone(), &mut k_f32);
         // SAFETY: unit u writes only its own key block and its own value rows; both
         // buffers outlive the pool call.
         let dst = unsafe { std::slice::from_raw_parts_mut(kt_ptr.get().add(u * block_len), block_len) };
@@ -108,9 +109,9 @@ fn prepare<const B: usize>(k: Kv, v: Kv, d: Dims, kt: &mut Vec<f32>, v_f32: &mut
                 dst[c] = x;
             }
         }
-        if let Kv::F16(v) = v {
+        if converted {
             let dst = unsafe { std::slice::from_raw_parts_mut(v_ptr.get().add((kv * live + first) * hd), width * hd) };
-            half::slice::HalfFloatSliceExt::convert_to_f32_slice(&v[rows], dst);
+            v.convert::<L>(rows, dst);
         }
     });
 }

@@ -44,7 +44,7 @@
 //! supports, detected at run time), `portable` (the scalar kernel) or `candle` (always
 //! candle's `QMatMul`).
 
-mod blocks;
+pub(crate) mod blocks;
 mod float;
 mod repack;
 mod scalar;
