@@ -30,10 +30,18 @@ use super::avx2::{prefetch_lead, q4k_scales_mins, SignedBlock};
 use super::blocks::{drive, Acts, BlockQ4K, BlockQ4_1, BlockQ6K, TileKernel, QK, QK_K};
 use std::arch::x86_64::*;
 
-/// The horizontal sums of a tile's accumulators.
+/// The horizontal sums of a tile's accumulators. (Loops, not `map`: a closure is a
+/// function of its own, compiled without the caller's AVX-512, and the reduction would not
+/// be inlined.)
 #[inline(always)]
 unsafe fn sums<const R: usize, const C: usize>(acc: [[__m512; C]; R]) -> [[f32; C]; R] {
-    acc.map(|row| row.map(|a| _mm512_reduce_add_ps(a)))
+    let mut out = [[0f32; C]; R];
+    for r in 0..R {
+        for c in 0..C {
+            out[r][c] = _mm512_reduce_add_ps(acc[r][c]);
+        }
+    }
+    out
 }
 
 /// `pub(super) unsafe fn $name(...)`: [`drive`] with tile kernel `$kernel`, compiled for
