@@ -196,7 +196,7 @@ mod tests {
             recurrent_bytes: 0,
             kv_bytes_per_token: kv_bytes_per_token(26, 4, 256, 2),
             context: 8192,
-            // 256-wide heads: candle's attention ops, over the whole context.
+            // the heaviest prefill: candle's attention ops over the whole context
             prefill: PrefillShape {
                 heads: 8,
                 kv_heads: 4,
