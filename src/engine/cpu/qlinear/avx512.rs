@@ -340,57 +340,84 @@ impl TileKernel for Q6K {
         let offset = _mm512_set1_epi8(32);
         // lanes 0-7 take element 0 (block 2p's d_a), lanes 8-15 element 2 (block 2p+1's)
         let act_spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
-        // four lanes (16 values) per scale
-        let scale_spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+        // pair p's four 16-value scales, four lanes each, out of a super-block's sixteen
+        let scale_spread: [__m512i; 4] = std::array::from_fn(|p| {
+            let s = 4 * p as i32;
+            _mm512_setr_epi32(
+                s,
+                s,
+                s,
+                s,
+                s + 1,
+                s + 1,
+                s + 1,
+                s + 1,
+                s + 2,
+                s + 2,
+                s + 2,
+                s + 2,
+                s + 3,
+                s + 3,
+                s + 3,
+                s + 3,
+            )
+        });
         let mut acc = [[_mm512_setzero_ps(); C]; R];
         let lead = prefetch_lead(&w);
-        for b in (0..nb).step_by(2) {
-            let (sb, j) = (b / 8, b % 8);
-            // blocks j and j + 1 share the low bits' bytes run and shift; the high bits'
-            // shift is 2 more for the second
-            let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
-            let ql_shift = _mm_cvtsi32_si128(ql_shift as i32);
-            let qh_shift = qh_shift as i64;
-            let qh_shifts = _mm512_setr_epi64(
-                qh_shift,
-                qh_shift,
-                qh_shift,
-                qh_shift,
-                qh_shift + 2,
-                qh_shift + 2,
-                qh_shift + 2,
-                qh_shift + 2,
-            );
-            let mut qx = [_mm512_setzero_si512(); R];
-            let mut wsc = [_mm512_setzero_ps(); R];
+        for sb in 0..nb / Self::BLOCKS_PER {
+            // d · scale of the super-block's sixteen 16-value groups, per weight row
+            let mut scales = [_mm512_setzero_ps(); R];
             for r in 0..R {
                 let blk = w[r].add(sb);
-                // four pairs' prefetches 52 bytes apart, and the last byte, touch every
-                // line of the 210 bytes
-                let p = (blk as *const i8).wrapping_add(lead + 26 * j);
-                _mm_prefetch::<_MM_HINT_T0>(p);
-                if j == 6 {
-                    _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(lead + 209));
-                }
-                let ql = _mm512_loadu_si512((*blk).ql.as_ptr().add(ql_at) as *const __m512i);
-                let lo = _mm512_and_si512(_mm512_srl_epi16(ql, ql_shift), low4);
-                let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((*blk).qh.as_ptr().add(qh_at) as *const __m256i));
-                let hi = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi64(qh, qh_shifts), low2));
-                qx[r] = _mm512_or_si512(lo, hi);
-                let four = std::ptr::read_unaligned((*blk).scales.as_ptr().add(2 * j) as *const i32);
-                let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_cvtsi32_si128(four)));
-                let d = _mm512_set1_ps((*blk).d.to_f32());
-                wsc[r] = _mm512_mul_ps(_mm512_permutexvar_ps(scale_spread, sc), d);
+                let sc =
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((*blk).scales.as_ptr() as *const __m128i)));
+                let d = _mm_cvtph_ps(_mm_cvtsi32_si128(
+                    std::ptr::read_unaligned(&(*blk).d as *const _ as *const u16) as i32
+                ));
+                scales[r] = _mm512_mul_ps(sc, _mm512_broadcastss_ps(d));
             }
-            for c in 0..C {
-                let qy = _mm512_loadu_si512(qs[c].add(b * QK) as *const __m512i);
-                let neg_off =
-                    _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, qy));
-                let da =
-                    _mm512_permutexvar_ps(act_spread, _mm512_zextps128_ps512(_mm_loadu_ps(ds[c].add(b) as *const f32)));
+            for (p, spread) in scale_spread.iter().enumerate() {
+                let j = 2 * p;
+                let b = sb * Self::BLOCKS_PER + j;
+                // blocks j and j + 1 share the low bits' bytes run and shift; the high
+                // bits' shift is 2 more for the second
+                let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
+                let ql_shift = _mm_cvtsi32_si128(ql_shift as i32);
+                let qh_shift = qh_shift as i64;
+                let (first, second) = (qh_shift, qh_shift + 2);
+                let qh_shifts = _mm512_setr_epi64(first, first, first, first, second, second, second, second);
+                let mut qx = [_mm512_setzero_si512(); R];
+                let mut wsc = [_mm512_setzero_ps(); R];
                 for r in 0..R {
-                    let dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(neg_off, qx[r], qy));
-                    acc[r][c] = _mm512_fmadd_ps(dot, _mm512_mul_ps(wsc[r], da), acc[r][c]);
+                    let blk = w[r].add(sb);
+                    // four pairs' prefetches 52 bytes apart, and the last byte, touch every
+                    // line of the 210 bytes
+                    _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(lead + 26 * j));
+                    if p == 3 {
+                        _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(lead + 209));
+                    }
+                    let ql = _mm512_loadu_si512((*blk).ql.as_ptr().add(ql_at) as *const __m512i);
+                    let lo = _mm512_and_si512(_mm512_srl_epi16(ql, ql_shift), low4);
+                    let qh =
+                        _mm512_broadcast_i64x4(_mm256_loadu_si256((*blk).qh.as_ptr().add(qh_at) as *const __m256i));
+                    let hi = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi64(qh, qh_shifts), low2));
+                    qx[r] = _mm512_or_si512(lo, hi);
+                    wsc[r] = _mm512_permutexvar_ps(*spread, scales[r]);
+                }
+                for c in 0..C {
+                    let qy = _mm512_loadu_si512(qs[c].add(b * QK) as *const __m512i);
+                    let neg_off = _mm512_sub_epi32(
+                        _mm512_setzero_si512(),
+                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, qy),
+                    );
+                    let da = _mm512_permutexvar_ps(
+                        act_spread,
+                        _mm512_zextps128_ps512(_mm_loadu_ps(ds[c].add(b) as *const f32)),
+                    );
+                    for r in 0..R {
+                        let dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(neg_off, qx[r], qy));
+                        acc[r][c] = _mm512_fmadd_ps(dot, _mm512_mul_ps(wsc[r], da), acc[r][c]);
+                    }
                 }
             }
         }
