@@ -280,7 +280,9 @@ impl TileKernel for Q6K {
                 qx[r] = _mm256_or_si256(lo, hi);
                 let pair = std::ptr::read_unaligned((*blk).scales.as_ptr().add(2 * j) as *const u16);
                 sc[r] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_cvtsi32_si128(pair as i32), spread));
-                dw[r] = _mm256_set1_ps((*blk).d.to_f32());
+                // F16C, not `half`'s to_f32: that is a call with a run-time CPU check
+                let d = std::ptr::read_unaligned(&(*blk).d as *const _ as *const u16) as i32;
+                dw[r] = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
             }
             for c in 0..C {
                 let qy = _mm256_loadu_si256(qs[c].add(b * QK) as *const __m256i);
