@@ -11,6 +11,20 @@
 //! Buffers are `(1, n_kv_heads, capacity, head_dim)` and written in place. Capacity grows
 //! in chunks of [`GROWTH_CHUNK`] tokens up to `max_tokens` (the budget), so a long chat
 //! never pays a `Tensor::cat` per token, and a short one never holds a full-budget buffer.
+//!
+//! A sliding-window layer (Gemma's, whose queries see the last `window` positions) keeps
+//! at most `window + `[`WINDOW_SLACK`] rows: a contiguous run of the latest positions
+//! `base..len`. When a write would pass its end, the last `window - 1` rows move to the
+//! front and `base` advances (a copy of the window every [`WINDOW_SLACK`] tokens):
+//!
+//! ```text
+//!   global layer:  [ 0 ........................................ len )
+//!   sliding layer:              [ base ........... len )   (≤ window + slack rows)
+//! ```
+//!
+//! Going back to a length whose window is no longer held cannot be done in place:
+//! [`State::truncate`] then empties the state and the caller re-feeds everything (the
+//! deeper layers' keys depend on the whole window before each position).
 
 use candle_core::{DType, Device, Tensor};
 
@@ -25,6 +39,15 @@ pub const SHRINK_QUANTUM: usize = 32;
 
 /// Checkpoints of the recurrent state kept at most: the latest turn boundaries.
 pub const MAX_CHECKPOINTS: usize = 4;
+
+/// Rows a sliding-window layer holds beyond its window: the most tokens one write may add
+/// (less one), and how often the window moves to the front. At least a prefill chunk.
+pub const WINDOW_SLACK: usize = 256;
+
+/// Rows a sliding-window layer of `window` positions holds at most.
+pub fn window_rows(window: usize) -> usize {
+    window + WINDOW_SLACK
+}
 
 struct LayerKv {
     k: Tensor,
@@ -59,6 +82,16 @@ pub struct State {
     dtype: DType,
     device: Device,
     capacity: usize,
+    /// Positions a sliding-window layer's queries see (`None`: every layer keeps every
+    /// position).
+    window: Option<usize>,
+    /// During an import: the saved sliding layers' first position, and the saved length.
+    import_from: usize,
+    import_len: usize,
+    /// Per layer, whether it slides over `window` positions (and holds only those).
+    sliding: Vec<bool>,
+    /// The first position the sliding layers hold (their row 0).
+    base: usize,
     /// K/V buffers of the attention layers (`None` before the first reserve, and for
     /// recurrent layers).
     layers: Vec<Option<LayerKv>>,
@@ -92,12 +125,86 @@ impl State {
             dtype,
             device,
             capacity: 0,
+            window: None,
+            import_from: 0,
+            import_len: 0,
+            sliding: vec![false; memory.len()],
+            base: 0,
             layers: memory.iter().map(|_| None).collect(),
             recurrent: memory.iter().map(|_| None).collect(),
             memory,
             checkpoints: Vec::new(),
             tokens: Vec::new(),
         }
+    }
+
+    /// Makes the layers marked in `sliding` keep only the last positions their queries see
+    /// (`window`, itself included); called on an empty state.
+    pub(crate) fn with_sliding_window(mut self, window: usize, sliding: Vec<bool>) -> State {
+        debug_assert!(self.is_empty() && self.capacity == 0 && sliding.len() == self.memory.len());
+        self.window = Some(window.max(1));
+        self.sliding = sliding;
+        self
+    }
+
+    /// Makes every layer keep every position, as before sliding layers kept only their
+    /// window: the reference the windowed cache is checked against. On an empty state
+    /// only (a no-op otherwise).
+    pub fn keep_every_position(&mut self) {
+        if self.is_empty() {
+            self.window = None;
+            self.sliding.iter_mut().for_each(|s| *s = false);
+            self.resize(self.capacity).expect("same size");
+        }
+    }
+
+    /// Positions a sliding-window layer keeps and sees (`None` without such layers, or
+    /// with [`State::keep_every_position`]).
+    pub fn window(&self) -> Option<usize> {
+        self.window
+    }
+
+    /// Per layer, whether it holds only its window.
+    pub fn sliding_layers(&self) -> &[bool] {
+        &self.sliding
+    }
+
+    /// The first position the sliding-window layers hold: 0 until the conversation passes
+    /// their rows (see [`window_rows`]).
+    pub fn window_base(&self) -> usize {
+        self.base
+    }
+
+    /// The first position layer `index` holds.
+    pub(crate) fn held_from(&self, index: usize) -> usize {
+        if self.sliding[index] {
+            self.base
+        } else {
+            0
+        }
+    }
+
+    /// Rows layer `index`'s buffers have at `capacity`.
+    fn rows_at(&self, index: usize, capacity: usize) -> usize {
+        match (self.sliding[index], self.window) {
+            (true, Some(w)) => capacity.min(window_rows(w)),
+            _ => capacity,
+        }
+    }
+
+    /// The most new tokens one write may add: a sliding layer must keep the window
+    /// before the first of them.
+    pub(crate) fn max_write(&self) -> usize {
+        match self.window {
+            Some(_) if self.sliding.contains(&true) => WINDOW_SLACK + 1,
+            _ => usize::MAX,
+        }
+    }
+
+    /// Whether a state of `len` tokens whose sliding layers hold from `base` on still
+    /// holds the window its next token's queries need.
+    fn holds_window(&self, base: usize, len: usize) -> bool {
+        base == 0 || self.window.is_some_and(|w| len >= base + w - 1)
     }
 
     /// Token ids this state may hold are below this.
@@ -169,10 +276,15 @@ impl State {
         self.kv_bytes() + self.recurrent_bytes()
     }
 
-    /// Bytes of the K/V buffers.
+    /// Bytes of the K/V buffers (a sliding-window layer's at most its window's rows).
     pub fn kv_bytes(&self) -> u64 {
-        let head_dims: usize = self.stored_head_dims().iter().sum();
-        (2 * self.n_kv_heads * self.capacity * head_dims * self.dtype.size_in_bytes()) as u64
+        let row_elements: usize = self
+            .stored_head_dims()
+            .iter()
+            .enumerate()
+            .map(|(i, &head_dim)| head_dim * self.rows_at(i, self.capacity))
+            .sum();
+        (2 * self.n_kv_heads * row_elements * self.dtype.size_in_bytes()) as u64
     }
 
     /// Bytes of the recurrent tensors and their checkpoints (0 without recurrent layers).
@@ -194,6 +306,7 @@ impl State {
     /// Forgets all tokens and checkpoints; buffers stay allocated for the next conversation.
     pub fn reset(&mut self) {
         self.tokens.clear();
+        self.base = 0;
         self.checkpoints.clear();
         self.zero_recurrent();
     }
@@ -205,10 +318,15 @@ impl State {
     /// Keeps at most the first `n` tokens and returns how many it kept: `n` (or `len()`
     /// when shorter) for a plain transformer. A recurrent state goes back to its latest
     /// checkpoint at or before `n` (to nothing without one) and forgets later ones; the
-    /// caller re-feeds the tokens from there to `n`.
+    /// caller re-feeds the tokens from there to `n`. So does a state whose sliding-window
+    /// layers no longer hold the window before `n`: it goes back to nothing.
     pub fn truncate(&mut self, n: usize) -> usize {
         if n >= self.len() {
             return self.len();
+        }
+        if !self.holds_window(self.base, n) {
+            self.reset();
+            return 0;
         }
         if !self.is_recurrent() {
             self.tokens.truncate(n);
@@ -224,6 +342,9 @@ impl State {
                 self.zero_recurrent();
                 self.tokens.clear();
             }
+        }
+        if !self.holds_window(self.base, self.len()) {
+            self.reset();
         }
         self.len()
     }
@@ -290,39 +411,79 @@ impl State {
 
     fn resize(&mut self, capacity: usize) -> Result<()> {
         let len = self.len();
-        for ((slot, memory), &head_dim) in self.layers.iter_mut().zip(&self.memory).zip(&self.head_dims) {
-            if capacity == 0 || *memory != LayerMemory::KeysValues {
-                *slot = None;
+        for i in 0..self.layers.len() {
+            if capacity == 0 || self.memory[i] != LayerMemory::KeysValues {
+                self.layers[i] = None;
                 continue;
             }
-            let shape = (1, self.n_kv_heads, capacity, head_dim);
+            let rows = self.rows_at(i, capacity);
+            if self.layers[i].as_ref().is_some_and(|l| l.k.dim(2).ok() == Some(rows)) {
+                // A sliding layer already at its window's rows.
+                continue;
+            }
+            let shape = (1, self.n_kv_heads, rows, self.head_dims[i]);
             let k = Tensor::zeros(shape, self.dtype, &self.device)?;
             let v = Tensor::zeros(shape, self.dtype, &self.device)?;
-            if let Some(old) = slot.take() {
-                if len > 0 {
-                    k.slice_set(&old.k.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
-                    v.slice_set(&old.v.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+            let held = len - self.held_from(i);
+            if let Some(old) = self.layers[i].take() {
+                if held > 0 {
+                    k.slice_set(&old.k.narrow(2, 0, held)?.contiguous()?, 2, 0)?;
+                    v.slice_set(&old.v.narrow(2, 0, held)?.contiguous()?, 2, 0)?;
                 }
             }
-            *slot = Some(LayerKv { k, v });
+            self.layers[i] = Some(LayerKv { k, v });
         }
         self.capacity = capacity;
         Ok(())
     }
 
-    /// Writes `k`, `v` of shape `(1, n_kv_heads, n, head_dim)` at position `pos` of layer `index`.
-    pub(crate) fn write(&mut self, index: usize, pos: usize, k: &Tensor, v: &Tensor) -> Result<()> {
-        let layer = self.layers[index].as_ref().expect("reserve() runs before write()");
-        layer.k.slice_set(&k.to_dtype(self.dtype)?, 2, pos)?;
-        layer.v.slice_set(&v.to_dtype(self.dtype)?, 2, pos)?;
+    /// Makes room in the sliding-window layers for `n` new tokens after the current
+    /// ones (at most [`State::max_write`]; [`State::reserve`] has made room in the
+    /// others): when they would pass the end of the buffers, the last `window - 1` rows
+    /// move to the front and the base advances.
+    pub(crate) fn make_room(&mut self, n: usize) -> Result<()> {
+        let Some(window) = self.window.filter(|_| self.sliding.contains(&true)) else { return Ok(()) };
+        let len = self.len();
+        if len + n - self.base <= window_rows(window).min(self.capacity) {
+            return Ok(());
+        }
+        debug_assert!(n <= self.max_write(), "{n} new tokens past the window's slack");
+        let base = (len + 1).saturating_sub(window).max(self.base);
+        let (from, keep) = (base - self.base, len - base);
+        for (layer, _) in self.layers.iter().zip(&self.sliding).filter(|(_, s)| **s) {
+            let Some(layer) = layer else { continue };
+            if keep > 0 {
+                // Copied out first: the rows overlap their destination.
+                let k = layer.k.narrow(2, from, keep)?.copy()?;
+                let v = layer.v.narrow(2, from, keep)?.copy()?;
+                layer.k.slice_set(&k, 2, 0)?;
+                layer.v.slice_set(&v, 2, 0)?;
+            }
+        }
+        self.base = base;
         Ok(())
     }
 
-    /// Keys and values of the first `len` positions of a layer as f32 `(n_kv_heads, len, head_dim)`.
-    pub(crate) fn live(&self, index: usize, len: usize) -> Result<(Tensor, Tensor)> {
+    /// Writes `k`, `v` of shape `(1, n_kv_heads, n, head_dim)` at position `pos` of layer `index`.
+    pub(crate) fn write(&mut self, index: usize, pos: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+        let row = pos - self.held_from(index);
+        let layer = self.layers[index].as_ref().expect("reserve() runs before write()");
+        layer.k.slice_set(&k.to_dtype(self.dtype)?, 2, row)?;
+        layer.v.slice_set(&v.to_dtype(self.dtype)?, 2, row)?;
+        Ok(())
+    }
+
+    /// Keys and values of positions `first..end` of a layer as f32
+    /// `(n_kv_heads, end - first, head_dim)`; `first` at or after [`State::held_from`].
+    pub(crate) fn live(&self, index: usize, first: usize, end: usize) -> Result<(Tensor, Tensor)> {
         let layer = self.layers[index].as_ref().expect("reserve() runs before live()");
-        let k = layer.k.narrow(2, 0, len)?.squeeze(0)?.to_dtype(DType::F32)?;
-        let v = layer.v.narrow(2, 0, len)?.squeeze(0)?.to_dtype(DType::F32)?;
+        let from = self.held_from(index);
+        if first < from {
+            let msg = format!("position {first} is no longer held (layer {index} holds from {from})");
+            return Err(EngineError::Inference(Cause::msg(msg)));
+        }
+        let k = layer.k.narrow(2, first - from, end - first)?.squeeze(0)?.to_dtype(DType::F32)?;
+        let v = layer.v.narrow(2, first - from, end - first)?.squeeze(0)?.to_dtype(DType::F32)?;
         Ok((k, v))
     }
 
@@ -338,48 +499,96 @@ impl State {
         self.tokens.extend_from_slice(tokens);
     }
 
+    /// The first position the sliding layers would hold after positions `start..end` are
+    /// shifted out.
+    fn base_after_shift(&self, start: usize, end: usize) -> usize {
+        match self.base {
+            b if b <= start => b,
+            b if b < end => start,
+            b => b - (end - start),
+        }
+    }
+
+    /// Whether [`State::shift_out`] of `start..end` leaves the sliding layers the window
+    /// their next queries need (else the caller re-feeds what it keeps).
+    pub fn can_shift_out(&self, start: usize, end: usize) -> bool {
+        start <= end && end <= self.len() && self.holds_window(self.base_after_shift(start, end), self.len() - (end - start))
+    }
+
     /// Removes positions `start..end`, moving the later entries down. `rotate_keys` gets a
     /// layer's index and its moved keys as f32 `(n_kv_heads, tail, head_dim)` and returns
-    /// them re-rotated.
+    /// them re-rotated. A sliding layer moves the later positions it holds (see
+    /// [`State::can_shift_out`]).
     pub(crate) fn shift_out(
         &mut self,
         start: usize,
         end: usize,
         rotate_keys: impl Fn(usize, &Tensor) -> candle_core::Result<Tensor>,
     ) -> Result<()> {
-        let tail = self.len() - end;
+        let len = self.len();
+        let base = self.base_after_shift(start, end);
         for (index, layer) in self.layers.iter().enumerate() {
             let Some(layer) = layer else { continue };
-            let k = layer.k.narrow(2, end, tail)?.squeeze(0)?.to_dtype(DType::F32)?.contiguous()?;
+            let from = self.held_from(index);
+            let (moved, to) = match self.sliding[index] {
+                // Positions max(end, base).. move to the row of their new position.
+                true => (end.max(from), end.max(from) - (end - start) - base),
+                false => (end, start),
+            };
+            let tail = len - moved;
+            if tail == 0 {
+                continue;
+            }
+            let k = layer.k.narrow(2, moved - from, tail)?.squeeze(0)?.to_dtype(DType::F32)?.contiguous()?;
             let k = rotate_keys(index, &k)?.unsqueeze(0)?.to_dtype(self.dtype)?.contiguous()?;
-            let v = layer.v.narrow(2, end, tail)?.copy()?.contiguous()?;
-            layer.k.slice_set(&k, 2, start)?;
-            layer.v.slice_set(&v, 2, start)?;
+            let v = layer.v.narrow(2, moved - from, tail)?.copy()?.contiguous()?;
+            layer.k.slice_set(&k, 2, to)?;
+            layer.v.slice_set(&v, 2, to)?;
         }
         self.tokens.drain(start..end);
+        self.base = base;
         Ok(())
     }
 
-    /// Per-layer K/V of the live tokens, for saving: `(k, v)` each `(n_kv, len, hd)`, one
+    /// Per-layer K/V of the held positions, for saving: `(k, v)` each `(n_kv, len - from,
+    /// hd)` where `from` is 0, or [`State::window_base`] for a sliding-window layer; one
     /// layer at a time (copying every layer at once would double the cache's memory at
     /// each save).
     pub(crate) fn export(&self) -> impl Iterator<Item = Result<(Tensor, Tensor)>> + '_ {
         let len = self.len();
-        self.layers.iter().flatten().filter(move |_| len > 0).map(move |l| {
-            Ok((l.k.narrow(2, 0, len)?.squeeze(0)?.contiguous()?, l.v.narrow(2, 0, len)?.squeeze(0)?.contiguous()?))
+        self.layers.iter().enumerate().filter(move |(_, l)| l.is_some() && len > 0).map(move |(i, l)| {
+            let l = l.as_ref().expect("filtered");
+            let held = len - self.held_from(i);
+            Ok((l.k.narrow(2, 0, held)?.squeeze(0)?.contiguous()?, l.v.narrow(2, 0, held)?.squeeze(0)?.contiguous()?))
         })
     }
 
     /// Empties the cache and makes room for `tokens`, whose K/V [`State::import_layer`]
     /// then writes one layer at a time; the tokens count once every layer is written.
-    pub(crate) fn begin_import(&mut self, tokens: usize) -> Result<()> {
-        self.tokens.clear();
-        self.reserve(tokens)
+    /// The saved sliding layers hold from `saved_base` on (0 for a file of a full cache);
+    /// this state's from that or later, as many as they have rows for.
+    pub(crate) fn begin_import(&mut self, tokens: usize, saved_base: usize) -> Result<()> {
+        self.reset();
+        self.reserve(tokens)?;
+        if let Some(w) = self.window {
+            self.base = saved_base.max(tokens.saturating_sub(window_rows(w)));
+        }
+        self.import_from = saved_base;
+        self.import_len = tokens;
+        Ok(())
     }
 
-    /// Writes layer `index`'s saved K/V (shapes as from [`State::export`]).
+    /// Writes layer `index`'s saved K/V (shapes as from [`State::export`]: positions
+    /// from 0, or from the saved base for a sliding layer).
     pub(crate) fn import_layer(&mut self, index: usize, k: &Tensor, v: &Tensor) -> Result<()> {
-        self.write(index, 0, &k.unsqueeze(0)?, &v.unsqueeze(0)?)
+        let saved_from = if self.sliding[index] { self.import_from } else { 0 };
+        let from = self.held_from(index);
+        let rows = self.import_len - from;
+        let (k, v) = (k.narrow(1, from - saved_from, rows)?, v.narrow(1, from - saved_from, rows)?);
+        let layer = self.layers[index].as_ref().expect("begin_import() runs before import_layer()");
+        layer.k.slice_set(&k.unsqueeze(0)?.to_dtype(self.dtype)?.contiguous()?, 2, 0)?;
+        layer.v.slice_set(&v.unsqueeze(0)?.to_dtype(self.dtype)?.contiguous()?, 2, 0)?;
+        Ok(())
     }
 
     /// The recurrent tensors of every recurrent layer (in layer order, each layer's in
@@ -435,6 +644,12 @@ impl State {
     /// Ends an import: the cache now holds `tokens`.
     pub(crate) fn finish_import(&mut self, tokens: Vec<u32>) {
         self.tokens = tokens;
+    }
+
+    /// Whether a saved state of `len` tokens whose sliding layers hold from `base` on is
+    /// one this state can continue (see [`State::begin_import`]).
+    pub(crate) fn can_import(&self, len: usize, base: usize) -> bool {
+        base <= len && (base == 0 || (self.window.is_some() && self.holds_window(base, len)))
     }
 }
 

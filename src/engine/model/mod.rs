@@ -387,7 +387,7 @@ impl Model {
     /// A fresh, empty state able to hold up to `max_tokens` (memory is allocated lazily,
     /// in chunks, as the conversation grows).
     pub fn make_state(&self, max_tokens: usize, dtype: DType) -> State {
-        State::new(
+        let state = State::new(
             self.config.vocab_size,
             self.layers.iter().map(|l| l.mixer.memory()).collect(),
             self.config.n_kv_heads,
@@ -401,6 +401,17 @@ impl Model {
             max_tokens.min(self.max_positions()),
             dtype,
             self.device.clone(),
-        )
+        );
+        // Sliding-window layers keep only their window (a layer reading another's K/V
+        // keeps nothing; its source is of its own kind).
+        let sliding: Vec<bool> = self
+            .layers
+            .iter()
+            .map(|l| matches!(&l.mixer, Mixer::Attention(a) if a.window.is_some() && a.kv_source.is_none()))
+            .collect();
+        match self.config.sliding_window {
+            Some(window) if sliding.contains(&true) => state.with_sliding_window(window, sliding),
+            _ => state,
+        }
     }
 }
