@@ -454,8 +454,15 @@ impl State {
             let Some(layer) = layer else { continue };
             if keep > 0 {
                 // Copied out first: the rows overlap their destination.
-                let k = layer.k.narrow(2, from, keep)?.copy()?;
-                let v = layer.v.narrow(2, from, keep)?.copy()?;
+                let copied = |t: &Tensor| -> candle_core::Result<Tensor> {
+                    let rows = t.narrow(2, from, keep)?;
+                    if rows.is_contiguous() {
+                        rows.copy()
+                    } else {
+                        rows.contiguous()
+                    }
+                };
+                let (k, v) = (copied(&layer.k)?, copied(&layer.v)?);
                 layer.k.slice_set(&k, 2, 0)?;
                 layer.v.slice_set(&v, 2, 0)?;
             }
@@ -512,7 +519,9 @@ impl State {
     /// Whether [`State::shift_out`] of `start..end` leaves the sliding layers the window
     /// their next queries need (else the caller re-feeds what it keeps).
     pub fn can_shift_out(&self, start: usize, end: usize) -> bool {
-        start <= end && end <= self.len() && self.holds_window(self.base_after_shift(start, end), self.len() - (end - start))
+        start <= end
+            && end <= self.len()
+            && self.holds_window(self.base_after_shift(start, end), self.len() - (end - start))
     }
 
     /// Removes positions `start..end`, moving the later entries down. `rotate_keys` gets a

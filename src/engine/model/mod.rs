@@ -355,6 +355,24 @@ impl Model {
         (2 * head_dims * self.config.n_kv_heads * dtype.size_in_bytes()) as u64
     }
 
+    /// Bytes of the K/V a state holds with `tokens` tokens (its capacity): every position
+    /// of a global layer, at most [`super::state::window_rows`] of a sliding-window one.
+    pub fn kv_bytes_at(&self, dtype: DType, tokens: usize) -> u64 {
+        let rows = |a: &Attention| match (a.window, self.config.sliding_window) {
+            (Some(_), Some(w)) => tokens.min(super::state::window_rows(w)),
+            _ => tokens,
+        };
+        let elements: usize = self
+            .layers
+            .iter()
+            .filter_map(|l| match &l.mixer {
+                Mixer::Attention(a) if a.kv_source.is_none() => Some(a.head_dim * rows(a)),
+                _ => None,
+            })
+            .sum();
+        (2 * elements * self.config.n_kv_heads * dtype.size_in_bytes()) as u64
+    }
+
     /// Bytes a state's recurrent layers hold at most: their tensors and
     /// [`MAX_CHECKPOINTS`] copies (0 for a plain transformer).
     pub fn recurrent_bytes(&self) -> u64 {
