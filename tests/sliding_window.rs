@@ -101,12 +101,15 @@ fn gemma3_at_a_4k_budget_holds_a_third_of_the_full_cache() {
     tokens.truncate(4096);
     let mut state = model.make_state(4096, DType::F16);
     model.forward(&tokens, &mut state).unwrap();
-    let full = model.kv_bytes_per_token(DType::F16) * 4096;
+    let c = &model.config;
+    let full = (2 * c.n_layers * c.n_kv_heads * c.head_dim * 2 * 4096) as u64;
     let windowed = state.kv_bytes();
     println!("gemma-3-270m, 4096 tokens, f16 cache: {windowed} bytes windowed, {full} bytes keeping every position");
     assert!(windowed * 3 <= full, "{windowed} bytes windowed, {full} bytes full");
-    // The model's own figure for the memory policy is what the state holds.
+    // The model's own figures for the memory policy are what the state holds.
     assert_eq!(model.kv_bytes_at(DType::F16, 4096), windowed);
+    let facts = model.facts(DType::F16);
+    assert_eq!(facts.kv_bytes_per_token * 4096 + facts.window_kv_bytes, windowed);
 }
 
 /// Logits of one conversation computed in different chunks (a re-feed from the start

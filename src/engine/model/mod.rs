@@ -341,18 +341,35 @@ impl Model {
         self.positions
     }
 
-    /// Bytes one token occupies in the KV cache with the given element type: its
-    /// attention layers' keys and values.
+    /// Bytes one token adds to the KV cache with the given element type: the keys and
+    /// values of its attention layers that keep every position (a sliding-window layer
+    /// keeps its window only: [`Model::window_kv_bytes`]).
     pub fn kv_bytes_per_token(&self, dtype: DType) -> u64 {
+        self.bytes_per_row(dtype, false)
+    }
+
+    /// Bytes of one position of the keys and values of the layers with their own that
+    /// slide (`sliding`) or keep every position.
+    fn bytes_per_row(&self, dtype: DType, sliding: bool) -> u64 {
         let head_dims: usize = self
             .layers
             .iter()
             .filter_map(|l| match &l.mixer {
-                Mixer::Attention(a) if a.kv_source.is_none() => Some(a.head_dim),
+                Mixer::Attention(a) if a.kv_source.is_none() && a.window.is_some() == sliding => Some(a.head_dim),
                 _ => None,
             })
             .sum();
         (2 * head_dims * self.config.n_kv_heads * dtype.size_in_bytes()) as u64
+    }
+
+    /// Bytes the sliding-window layers' keys and values take at most (their window and
+    /// slack, [`super::state::window_rows`], or the model's context if shorter); 0
+    /// without such layers.
+    pub fn window_kv_bytes(&self, dtype: DType) -> u64 {
+        match self.config.sliding_window {
+            Some(w) => self.bytes_per_row(dtype, true) * super::state::window_rows(w).min(self.positions) as u64,
+            None => 0,
+        }
     }
 
     /// Bytes of the K/V a state holds with `tokens` tokens (its capacity): every position
@@ -389,6 +406,7 @@ impl Model {
             weights_bytes: c.heap_weight_bytes,
             mapped_bytes: c.mapped_weight_bytes - c.lookup_table_bytes,
             kv_bytes_per_token: self.kv_bytes_per_token(kv),
+            window_kv_bytes: self.window_kv_bytes(kv),
             recurrent_bytes: self.recurrent_bytes(),
             context: self.max_positions(),
             prefill: PrefillShape {
