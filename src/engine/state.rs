@@ -454,15 +454,7 @@ impl State {
             let Some(layer) = layer else { continue };
             if keep > 0 {
                 // Copied out first: the rows overlap their destination.
-                let copied = |t: &Tensor| -> candle_core::Result<Tensor> {
-                    let rows = t.narrow(2, from, keep)?;
-                    if rows.is_contiguous() {
-                        rows.copy()
-                    } else {
-                        rows.contiguous()
-                    }
-                };
-                let (k, v) = (copied(&layer.k)?, copied(&layer.v)?);
+                let (k, v) = (owned_rows(&layer.k, from, keep)?, owned_rows(&layer.v, from, keep)?);
                 layer.k.slice_set(&k, 2, 0)?;
                 layer.v.slice_set(&v, 2, 0)?;
             }
@@ -548,9 +540,9 @@ impl State {
             if tail == 0 {
                 continue;
             }
-            let k = layer.k.narrow(2, moved - from, tail)?.squeeze(0)?.to_dtype(DType::F32)?.contiguous()?;
+            let k = owned_rows(&layer.k, moved - from, tail)?.squeeze(0)?.to_dtype(DType::F32)?;
             let k = rotate_keys(index, &k)?.unsqueeze(0)?.to_dtype(self.dtype)?.contiguous()?;
-            let v = layer.v.narrow(2, moved - from, tail)?.copy()?.contiguous()?;
+            let v = owned_rows(&layer.v, moved - from, tail)?;
             layer.k.slice_set(&k, 2, to)?;
             layer.v.slice_set(&v, 2, to)?;
         }
@@ -662,6 +654,17 @@ impl State {
     }
 }
 
+/// Rows `from..from + n` of a `(1, heads, rows, head_dim)` buffer in storage of their
+/// own, contiguous: they may be written back into the buffer they come from.
+fn owned_rows(t: &Tensor, from: usize, n: usize) -> candle_core::Result<Tensor> {
+    let rows = t.narrow(2, from, n)?;
+    if rows.is_contiguous() {
+        rows.copy()
+    } else {
+        rows.contiguous()
+    }
+}
+
 /// Zeros of a recurrent layer's shapes; `None` for an attention layer.
 fn zeros(memory: &LayerMemory, device: &Device) -> Result<Option<Vec<Tensor>>> {
     match memory {
@@ -682,4 +685,116 @@ pub fn recurrent_bytes_of(memory: &[LayerMemory]) -> u64 {
         })
         .sum();
     (elements * DType::F32.size_in_bytes()) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two attention layers, the first sliding over `window` positions; heads of 2 values
+    /// holding each position's number, so what a layer holds can be read back.
+    fn windowed(window: usize, max_tokens: usize) -> State {
+        let memory = vec![LayerMemory::KeysValues, LayerMemory::KeysValues];
+        State::new(100, memory, 1, vec![2, 2], max_tokens, DType::F32, Device::Cpu)
+            .with_sliding_window(window, vec![true, false])
+    }
+
+    /// Feeds `n` tokens as the forward does: in parts of at most `max_write`, each room,
+    /// then each layer's rows, then the ids.
+    fn feed(state: &mut State, n: usize) {
+        let part = n.min(state.max_write());
+        if part < n {
+            feed(state, part);
+            return feed(state, n - part);
+        }
+        let pos = state.len();
+        state.reserve(pos + n).unwrap();
+        state.make_room(n).unwrap();
+        let rows: Vec<f32> = (pos..pos + n).flat_map(|p| [p as f32, p as f32]).collect();
+        let t = Tensor::from_vec(rows, (1, 1, n, 2), &Device::Cpu).unwrap();
+        for layer in 0..2 {
+            state.write(layer, pos, &t, &t).unwrap();
+        }
+        state.commit(&vec![1; n]);
+    }
+
+    fn positions(state: &State, layer: usize, first: usize) -> Vec<usize> {
+        let (k, _) = state.live(layer, first, state.len()).unwrap();
+        k.squeeze(0).unwrap().to_vec2::<f32>().unwrap().iter().map(|r| r[0] as usize).collect()
+    }
+
+    #[test]
+    fn a_sliding_layer_holds_its_window_and_moves_it_to_the_front() {
+        let (window, rows) = (4, window_rows(4));
+        let mut state = windowed(window, 4096);
+        feed(&mut state, rows);
+        assert_eq!(state.window_base(), 0, "the rows are full, nothing moved yet");
+        feed(&mut state, 1);
+        assert_eq!(state.window_base(), rows + 1 - window, "the last window - 1 rows moved to the front");
+        for _ in 0..3 * WINDOW_SLACK {
+            feed(&mut state, 1);
+        }
+        let len = state.len();
+        let base = state.window_base();
+        assert!(len - base <= rows && len - base >= window - 1);
+        assert_eq!(positions(&state, 0, len - window), (len - window..len).collect::<Vec<_>>());
+        assert_eq!(positions(&state, 1, 0), (0..len).collect::<Vec<_>>(), "the global layer keeps every one");
+        assert!(state.live(0, base - 1, len).is_err(), "a position before the base is gone");
+        // The sliding layer's buffers stay at their rows; the global one's grow.
+        let per_row = (2 * 2 * 4) as u64;
+        assert_eq!(state.kv_bytes(), per_row * (state.capacity() + rows) as u64);
+        // A write of more than the slack's worth at once is the caller's to split.
+        assert_eq!(state.max_write(), WINDOW_SLACK + 1);
+        feed(&mut state, WINDOW_SLACK + 1);
+        let len = state.len();
+        assert_eq!(
+            positions(&state, 0, len - WINDOW_SLACK - window),
+            (len - WINDOW_SLACK - window..len).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn truncating_past_the_held_window_empties_the_state() {
+        let window = 4;
+        let mut state = windowed(window, 4096);
+        feed(&mut state, 1000);
+        let base = state.window_base();
+        assert!(base > 0);
+        assert_eq!(state.truncate(base + window), base + window);
+        assert_eq!(state.truncate(base + window - 1), base + window - 1, "the window before the next token is held");
+        assert_eq!(state.truncate(base + window - 2), 0, "it is not: fed again from the start");
+        assert_eq!((state.len(), state.window_base()), (0, 0));
+        // From the start again, the same positions are held as before.
+        feed(&mut state, 300);
+        assert_eq!(positions(&state, 0, 296), vec![296, 297, 298, 299]);
+    }
+
+    #[test]
+    fn a_shift_keeps_the_held_rows_where_the_window_survives() {
+        let window = 4;
+        let mut state = windowed(window, 4096);
+        feed(&mut state, 600);
+        let (len, base) = (state.len(), state.window_base());
+        // Positions before the base: the held rows all move down unchanged.
+        assert!(state.can_shift_out(10, 20));
+        state.shift_out(10, 20, |_, k| Ok(k.clone())).unwrap();
+        assert_eq!((state.len(), state.window_base()), (len - 10, base - 10));
+        let held = positions(&state, 0, state.window_base());
+        assert_eq!(held, (base..len).collect::<Vec<_>>(), "the same rows, now at 10 positions less");
+        assert_eq!(positions(&state, 1, 0).len(), len - 10);
+        // Reaching into the last window: refused.
+        let len = state.len();
+        assert!(!state.can_shift_out(10, len - 1));
+        assert!(state.can_shift_out(0, len), "to nothing: nothing is needed");
+    }
+
+    #[test]
+    fn keeping_every_position_grows_every_layer() {
+        let mut state = windowed(4, 4096);
+        state.keep_every_position();
+        feed(&mut state, 1000);
+        assert_eq!(state.window_base(), 0);
+        assert_eq!(positions(&state, 0, 0), (0..1000).collect::<Vec<_>>());
+        assert_eq!(state.max_write(), usize::MAX);
+    }
 }
