@@ -201,20 +201,33 @@ fn a_gemma3_chat_past_the_window_matches_the_full_cache_at_every_turn() {
     persist::restore(&mut restored, &id, &win_file).unwrap();
     assert_eq!(restored.state.window_base(), win.state.window_base());
     assert_eq!(restored.state.tokens(), full.state.tokens());
+    // A file holding every position (as before format 5) restores into a windowed state,
+    // which keeps the last rows it has room for.
+    let (_, _, template) = gemma3();
+    let mut from_full = Session::new(model.make_state(budget, DType::F16), template).unwrap();
+    persist::restore(&mut from_full, &id, &full_file).unwrap();
+    let len = from_full.state.len();
+    assert_eq!(from_full.state.window_base(), len - window_rows(model.config.sliding_window.unwrap()));
 
     // A smaller budget trims the oldest turns: the windowed sessions re-read what they
     // keep (their window would not survive a shift), the full one shifts; the tokens
     // kept are the same, the logits those of a fresh prefill of them.
     let small = win.state.len() + 200;
-    for s in [&mut win, &mut restored, &mut full] {
+    for s in [&mut win, &mut restored, &mut full, &mut from_full] {
         s.set_budget(small);
     }
     let mut trimmed = 0;
     for i in 0..3 {
         let (a, b, c) = (turn(&mut win, 30 + i), turn(&mut restored, 30 + i), turn(&mut full, 30 + i));
+        let d = turn(&mut from_full, 30 + i);
         assert_eq!(win.state.tokens(), full.state.tokens(), "turn {i} after the edit");
         assert_eq!(restored.state.tokens(), full.state.tokens());
+        assert_eq!(from_full.state.tokens(), full.state.tokens());
         assert_same(&a.logits, &b.logits, &format!("restored, turn {i}"));
+        if c.dropped_tokens == 0 || from_full.last_reread() == 0 {
+            // The full session's K/V, the window of them.
+            assert_same(&d.logits, &c.logits, &format!("restored from a full file, turn {i}"));
+        }
         if c.dropped_tokens == 0 || win.last_reread() == 0 {
             // Nothing dropped, or dropped before the held window: shifted as the full cache.
             assert_same(&a.logits, &c.logits, &format!("turn {i} after the edit"));
@@ -224,7 +237,7 @@ fn a_gemma3_chat_past_the_window_matches_the_full_cache_at_every_turn() {
         }
         println!("turn {i}: {} dropped, {} read again", c.dropped_tokens, win.last_reread());
         trimmed += c.dropped_tokens;
-        for s in [&mut win, &mut restored, &mut full] {
+        for s in [&mut win, &mut restored, &mut full, &mut from_full] {
             reply(s, &model, &tok, &prose(80 + i, 160));
         }
     }
