@@ -110,7 +110,7 @@ pub fn header_facts(path: &Path, content: &gguf_file::Content, kv: DType, kernel
             .map(|((_, head_dim), _)| crate::memory::kv_bytes_per_token(1, kv_heads, head_dim, kv.size_in_bytes()))
             .sum()
     };
-    let window_rows = window.map_or(0, |w| crate::engine::state::window_rows(w as usize).min(context));
+    let window_rows = window.map_or(0, |w| crate::engine::state::window_rows(w).min(context));
     let facts = ModelFacts {
         weights_bytes: heap,
         mapped_bytes: mapped,
