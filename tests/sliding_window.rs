@@ -295,3 +295,28 @@ fn gemma4_windowed_cache_decodes_shifts_and_truncates_as_the_full_cache() {
         assert!(win.is_empty() && win.window_base() == 0);
     }
 }
+
+/// Not a check: `cargo test --no-default-features --test sliding_window prefill_speed --
+/// --ignored --nocapture` times 256-token prefill chunks of Gemma 3 270M past the window,
+/// windowed and full, alternating.
+#[test]
+#[ignore = "measurement only: prints timings, asserts none"]
+fn prefill_speed() {
+    let (model, tok, _) = gemma3();
+    let mut tokens = tok.encode(&format!("<bos>{}", prose(3, 3000))).unwrap();
+    tokens.truncate(3072);
+    for round in 0..2 {
+        for windowed in [true, false] {
+            let mut state = model.make_state(4096, DType::F16);
+            if !windowed {
+                state.keep_every_position();
+            }
+            model.forward(&tokens[..1024], &mut state).unwrap();
+            let t = std::time::Instant::now();
+            for chunk in tokens[1024..].chunks(256) {
+                model.forward(chunk, &mut state).unwrap();
+            }
+            println!("round {round} windowed {windowed}: {:.0} ms for 2048 tokens after 1024", t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+}
