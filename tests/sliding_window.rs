@@ -316,7 +316,10 @@ fn prefill_speed() {
             for chunk in tokens[1024..].chunks(256) {
                 model.forward(chunk, &mut state).unwrap();
             }
-            println!("round {round} windowed {windowed}: {:.0} ms for 2048 tokens after 1024", t.elapsed().as_secs_f64() * 1e3);
+            println!(
+                "round {round} windowed {windowed}: {:.0} ms for 2048 tokens after 1024",
+                t.elapsed().as_secs_f64() * 1e3
+            );
         }
     }
 }

@@ -230,6 +230,12 @@ mod tests {
         assert_eq!(facts.kv_bytes_per_token, every / s.layers as u64 * global as u64);
         let sliding = (s.layers - global) as u64 * every / s.layers as u64;
         assert_eq!(facts.window_kv_bytes, sliding * (1024 + 256).min(s.context) as u64);
+        // A 6 GB phone's cache allowance holds more of its tokens than if every layer
+        // kept every position.
+        let full = memory::ModelFacts { kv_bytes_per_token: every, window_kv_bytes: 0, ..facts };
+        let tier = memory::RamTier::Phone6Gb;
+        let (windowed, all) = (memory::fit::fit(&facts, tier).budget, memory::fit::fit(&full, tier).budget);
+        assert!(windowed > all, "{windowed} tokens windowed, {all} keeping every position");
     }
 
     /// A plain transformer's shape (no field after `context`) keeps keys and values in
