@@ -13,7 +13,7 @@ use pocketchat::engine::persist::{self, ModelIdentity};
 use pocketchat::engine::state::{window_rows, State};
 use pocketchat::engine::template::ChatTemplate;
 use pocketchat::engine::tokenizer::TextTokenizer;
-use pocketchat::engine::{Kernels, Model, Session};
+use pocketchat::engine::{DraftExtent, Kernels, Model, Session};
 
 fn gemma3() -> (Model, TextTokenizer, ChatTemplate) {
     let path = pocketchat::catalog::models_dir().join("gemma-3-270m-q4_k_m.gguf");
@@ -242,6 +242,24 @@ fn a_gemma3_chat_past_the_window_matches_the_full_cache_at_every_turn() {
         }
     }
     assert!(trimmed > 0, "the budget dropped old turns");
+
+    // A long message typed ahead: the draft stops before the window would move (an edit
+    // of it could not go back in place), Send feeds the rest.
+    let long = prose(90, 300);
+    win.set_budget(budget);
+    full.set_budget(budget);
+    let (base_before, conversation, room) = (win.state.window_base(), win.len(), win.state.room_before_window_moves());
+    assert!(tok.encode_text(&long).unwrap().len() > room, "a message longer than the room");
+    while win.draft(&model, &tok, &long, DraftExtent::Whole, 100).unwrap().left > 0 {}
+    assert_eq!(win.state.window_base(), base_before, "the draft did not move the window");
+    assert_eq!(win.state.len() - conversation, room, "fed up to the room");
+    let (a, b) =
+        (win.prepare_turn(&model, &tok, &long, 100).unwrap(), full.prepare_turn(&model, &tok, &long, 100).unwrap());
+    assert_eq!(win.state.tokens(), full.state.tokens());
+    assert_near(&a.logits, &b.logits, "a long message typed ahead: windowed (in draft steps) and full (one prefill)");
+    let answer = "Noted.";
+    reply(&mut win, &model, &tok, answer);
+    reply(&mut full, &model, &tok, answer);
 }
 
 /// The tiny Gemma 4 (window 5): token by token past the window's rows, and in one

@@ -894,6 +894,14 @@ impl Session {
         if ids.len() - until < MIN_FEED {
             until = ids.len();
         }
+        // A draft never moves the sliding-window layers' window: an edit of it could not
+        // go back to the conversation's end without reading it all again. What would is
+        // left to Send.
+        let room = self.state.room_before_window_moves();
+        let capped = until - kept > room;
+        if capped {
+            until = kept + room;
+        }
         let mut logits = None;
         if kept < until {
             let _span = tracing::info_span!("draft", tokens = until - kept, pos = base + kept, whole).entered();
@@ -907,7 +915,8 @@ impl Session {
         }
         let done = until == ids.len();
         self.draft = Draft { tokens: self.state.len() - base, logits: logits.filter(|_| whole && done) };
-        Ok(DraftFed { fed: until - kept, left: ids.len() - until })
+        let left = if capped { 0 } else { ids.len() - until };
+        Ok(DraftFed { fed: until - kept, left })
     }
 
     /// Sets the token budget; a draft that does not fit under it is dropped.

@@ -201,6 +201,16 @@ impl State {
         }
     }
 
+    /// Tokens that can be added before the sliding-window layers' window moves (and the
+    /// positions before it can no longer be gone back to in place); unbounded without
+    /// such layers.
+    pub fn room_before_window_moves(&self) -> usize {
+        match self.window {
+            Some(w) if self.sliding.contains(&true) => window_rows(w).saturating_sub(self.len() - self.base),
+            _ => usize::MAX,
+        }
+    }
+
     /// Whether a state of `len` tokens whose sliding layers hold from `base` on still
     /// holds the window its next token's queries need.
     fn holds_window(&self, base: usize, len: usize) -> bool {
