@@ -201,13 +201,14 @@ impl ModelEntry {
     /// What the fit check needs, with an f16 KV cache and the default kernels on the CPU
     /// (the engine's defaults).
     pub fn facts(&self) -> ModelFacts {
-        let s = &self.shape;
         // The catalog does not give Gemma 3's sliding window: 1,024 positions, the widest
-        // of the family's published configurations (270M: 512).
-        let window = match &s.sliding_window {
-            Some(w) => Some(w.window),
-            None => (self.arch == "gemma3").then_some(GEMMA3_WIDEST_WINDOW),
-        };
+        // of the family's published configurations (270M: 512), on five layers of six.
+        let mut shape = self.shape.clone();
+        if shape.sliding_window.is_none() && self.arch == "gemma3" {
+            shape.sliding_window = Some(SlidingWindow { window: GEMMA3_WIDEST_WINDOW, global_every: 6 });
+        }
+        let s = &shape;
+        let window = s.sliding_window.map(|w| w.window);
         let head_dim = s.widest_head_dim();
         let attention = crate::engine::cpu::attention::prefill_attention(Kernels::default(), true, head_dim, window);
         // Files of the types our kernels read in place are mapped, only their norms (f32)
@@ -225,6 +226,7 @@ impl ModelEntry {
             weights_bytes,
             mapped_bytes,
             kv_bytes_per_token: s.kv_bytes_per_token(KV_BYTES),
+            window_kv_bytes: s.window_kv_bytes(KV_BYTES),
             recurrent_bytes: s.recurrent_bytes(),
             context: s.context,
             prefill: PrefillShape {

@@ -79,18 +79,29 @@ fn gemma4_layers_sharing_kv_keep_none_and_the_header_facts_are_the_models() {
     let (s, g) = (HEAD_DIM_SLIDING, HEAD_DIM_GLOBAL);
     assert_eq!(state.stored_head_dims(), [s, s, g, s, g, 0, 0], "two head sizes; shared layers keep none");
 
-    // K and V per token of the five layers with their own: three sliding, two global.
+    // K and V per token of the five layers with their own: two global keep every
+    // position, three sliding their window and slack.
     let f16 = 2;
-    let kv_bytes = (2 * common::KV_HEADS * (3 * HEAD_DIM_SLIDING + 2 * HEAD_DIM_GLOBAL) * f16) as u64;
+    let (global, sliding) =
+        (2 * common::KV_HEADS * 2 * HEAD_DIM_GLOBAL * f16, 2 * common::KV_HEADS * 3 * HEAD_DIM_SLIDING * f16);
+    let rows = pocketchat::engine::state::window_rows(common::gemma4::WINDOW);
     let loaded = model.facts(DType::F16);
-    assert_eq!(loaded.kv_bytes_per_token, kv_bytes);
+    assert_eq!(loaded.kv_bytes_per_token, global as u64);
+    assert_eq!(loaded.window_kv_bytes, (sliding * rows) as u64);
     let header = file_facts(&path, DType::F16, Kernels::Fast).unwrap().facts;
     assert_eq!(header, loaded);
 
-    // The state's buffers hold what the facts say, once grown.
-    let mut state = model.make_state(64, DType::F16);
+    // The state's buffers hold what the facts say, once grown: every layer a row per
+    // position while the capacity is under the window's rows, the sliding ones no more
+    // than those rows after.
+    let mut state = model.make_state(512, DType::F16);
     model.forward(&TOKENS, &mut state).unwrap();
-    assert_eq!(state.kv_bytes(), kv_bytes * state.capacity() as u64);
+    assert_eq!(state.kv_bytes(), ((global + sliding) * state.capacity()) as u64);
+    let long: Vec<u32> = (0..400u32).map(|i| i % 250).collect();
+    model.forward(&long, &mut state).unwrap();
+    assert_eq!(state.capacity(), 512);
+    assert_eq!(state.kv_bytes(), (global * 512 + sliding * rows) as u64);
+    assert_eq!(state.kv_bytes(), model.kv_bytes_at(DType::F16, 512));
 }
 
 /// The per-layer token table is read a row per token in place: mapped, not copied, and

@@ -1,9 +1,9 @@
 //! What the fit check needs of a catalog model's architecture ([`Shape`]), from its
 //! published `config.json`, and the memory that follows from it as this engine holds it:
-//! keys and values per token of the layers that keep them (sliding-window layers too: the
-//! engine's cache keeps every position of every layer, it has no ring buffer for a
-//! window), and the recurrent state of a hybrid's other layers with the engine's turn
-//! checkpoints. llama.cpp's fixed window cache is given for comparison
+//! keys and values per token of the layers that keep every position, the fixed cache of
+//! the sliding-window layers (their window and the engine's slack,
+//! `engine::state::window_rows`), and the recurrent state of a hybrid's other layers
+//! with the engine's turn checkpoints. llama.cpp's window cache is given for comparison
 //! ([`Shape::window_cache_bytes`]).
 
 use serde::Deserialize;
@@ -93,12 +93,26 @@ impl Shape {
     }
 
     /// Bytes one position adds to the cache of the layers with keys and values of their
-    /// own, each with its head size (Gemma 4's global layers have wider heads): as this
-    /// engine holds them, sliding-window layers included (`engine::State` keeps every
-    /// position).
+    /// own that keep every position, each with its head size (Gemma 4's global layers
+    /// have wider heads). The sliding-window layers keep their window only
+    /// ([`Shape::window_kv_bytes`]).
     pub fn kv_bytes_per_token(&self, dtype_bytes: usize) -> u64 {
+        self.row_bytes(false, dtype_bytes)
+    }
+
+    /// Bytes of the sliding-window layers' cache as this engine holds it at most: their
+    /// window and slack (`engine::state::window_rows`), or the context if shorter.
+    pub fn window_kv_bytes(&self, dtype_bytes: usize) -> u64 {
+        let Some(w) = self.sliding_window else { return 0 };
+        let rows = crate::engine::state::window_rows(w.window).min(self.context) as u64;
+        self.row_bytes(true, dtype_bytes).saturating_mul(rows)
+    }
+
+    /// Bytes of one position of the layers with K/V of their own that slide (`sliding`)
+    /// or keep every position.
+    fn row_bytes(&self, sliding: bool, dtype_bytes: usize) -> u64 {
         (0..self.layers)
-            .filter(|&i| self.keeps_kv(i))
+            .filter(|&i| self.keeps_kv(i) && self.slides(i) == sliding)
             .map(|i| crate::memory::kv_bytes_per_token(1, self.kv_heads, self.head_dim_of(i), dtype_bytes))
             .sum()
     }
@@ -116,9 +130,9 @@ impl Shape {
         self.head_dim.max(self.global_head_dim.unwrap_or(0))
     }
 
-    /// Bytes of the sliding-window layers' cache as llama.cpp holds it (for comparison:
-    /// this engine keeps every position, [`Shape::kv_bytes_per_token`]): the window and one
-    /// micro-batch, rounded up to 256 positions, whatever the conversation's length.
+    /// Bytes of the sliding-window layers' cache as llama.cpp holds it (for comparison
+    /// with [`Shape::window_kv_bytes`]): the window and one micro-batch, rounded up to 256
+    /// positions, whatever the conversation's length.
     pub fn window_cache_bytes(&self, dtype_bytes: usize) -> u64 {
         let Some(w) = self.sliding_window else { return 0 };
         let layers = (0..self.layers).filter(|&i| self.keeps_kv(i) && w.slides(i)).count();
@@ -174,26 +188,54 @@ mod tests {
     }
 
     /// Gemma 4 E2B as this engine holds it: of its 35 layers the last 20 reuse earlier
-    /// layers' keys and values; the first 15 keep theirs for every position: layers 4, 9
-    /// and 14 are global (one KV head of 512), the 12 others slide over 512 positions
-    /// (heads of 256) but keep every position too. llama.cpp would hold those 12 in a fixed
-    /// cache of 512 + one 512-token micro-batch.
+    /// layers' keys and values; the first 15 keep theirs: layers 4, 9 and 14 are global
+    /// (one KV head of 512) and keep every position, the 12 others slide over 512
+    /// positions (heads of 256) and keep 512 + 256 (llama.cpp: 512 + one 512-token
+    /// micro-batch).
     #[test]
-    fn gemma4_counts_every_layer_with_its_own_kv_per_token_with_its_head_size() {
+    fn gemma4_counts_its_global_layers_per_token_and_its_sliding_layers_window() {
         let s = shape_of("gemma-4-e2b-it-q4_k_m");
-        assert_eq!(s.kv_bytes_per_token(2), 2 * (3 * 512 + 12 * 256) * 2);
+        assert_eq!(s.kv_bytes_per_token(2), 2 * 3 * 512 * 2);
+        assert_eq!(s.window_kv_bytes(2), 12 * 2 * 256 * 2 * 768);
         assert_eq!(s.window_cache_bytes(2), 12 * 2 * 256 * 2 * 1024);
         assert_eq!(s.recurrent_bytes(), 0);
         assert_eq!(s.widest_head_dim(), 512);
         let entry = catalog().get("gemma-4-e2b-it-q4_k_m").unwrap();
         let facts = entry.facts();
-        assert_eq!(facts.recurrent_bytes, 0, "no fixed window: the sliding layers grow with the chat");
-        // E4B: 24 of 42 layers keep K/V, every sixth global; two KV heads.
+        assert_eq!((facts.recurrent_bytes, facts.window_kv_bytes), (0, s.window_kv_bytes(2)));
+        // The footprint counts the window's cache whatever the budget.
+        let no_window = memory::ModelFacts { window_kv_bytes: 0, ..facts };
+        let at = |f: &memory::ModelFacts| memory::fit::footprint_at(f, 4096);
+        assert_eq!(at(&facts) - at(&no_window), facts.window_kv_bytes);
+        // E4B: 24 of 42 layers keep K/V, every sixth global (4 of them); two KV heads.
         let e4b = shape_of("gemma-4-e4b-it-q4_k_m");
-        assert_eq!(e4b.kv_bytes_per_token(2), 2 * 2 * (4 * 512 + 20 * 256) * 2);
+        assert_eq!(e4b.kv_bytes_per_token(2), 2 * 2 * 4 * 512 * 2);
+        assert_eq!(e4b.window_kv_bytes(2), 2 * 2 * 20 * 256 * 2 * 768);
         // The per-layer input table (262,144 × 35 × 256 weights) is mapped, not resident.
         assert_eq!(s.per_layer_input_params(), 262_144 * 35 * 256);
         assert!(facts.mapped_bytes < entry.estimated_bytes() * 6 / 10, "{facts:?}");
+    }
+
+    /// Gemma 3 as the catalog gives it (no window in its shape): five layers of six slide
+    /// over the family's widest window, 1,024 positions, so a token costs a sixth of the
+    /// cache of a model keeping every position, and the budget is larger.
+    #[test]
+    fn gemma3_entries_count_five_of_six_layers_at_their_window() {
+        let gemma = catalog().models.iter().find(|m| m.arch == "gemma3").expect("a gemma3 entry").clone();
+        assert!(gemma.shape.sliding_window.is_none());
+        let facts = gemma.facts();
+        let s = &gemma.shape;
+        let every = s.kv_bytes_per_token(2);
+        let global = s.layers / 6;
+        assert_eq!(facts.kv_bytes_per_token, every / s.layers as u64 * global as u64);
+        let sliding = (s.layers - global) as u64 * every / s.layers as u64;
+        assert_eq!(facts.window_kv_bytes, sliding * (1024 + 256).min(s.context) as u64);
+        // A 6 GB phone's cache allowance holds more of its tokens than if every layer
+        // kept every position.
+        let full = memory::ModelFacts { kv_bytes_per_token: every, window_kv_bytes: 0, ..facts };
+        let tier = memory::RamTier::Phone6Gb;
+        let (windowed, all) = (memory::fit::fit(&facts, tier).budget, memory::fit::fit(&full, tier).budget);
+        assert!(windowed > all, "{windowed} tokens windowed, {all} keeping every position");
     }
 
     /// A plain transformer's shape (no field after `context`) keeps keys and values in

@@ -243,9 +243,9 @@ mod tests {
             |a: &Tensor, b: &Tensor| (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
         for kv in [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0] {
             let mut s = state(kv);
-            s.begin_import(5).unwrap();
+            s.begin_import(5, 0).unwrap();
             s.import_layer(0, &blocks, &blocks).unwrap();
-            let (k, v) = s.live(0, 5).unwrap();
+            let (k, v) = s.live(0, 0, 5).unwrap();
             // f16 rounds the widened values once more (≤ 2⁻¹¹ relative).
             let want = if kv == KvDtype::F16 {
                 widened.to_dtype(DType::F16).unwrap().to_dtype(DType::F32).unwrap()
@@ -263,10 +263,10 @@ mod tests {
             }
         }
         let mut s = state(KvDtype::Q8_0);
-        s.begin_import(5).unwrap();
+        s.begin_import(5, 0).unwrap();
         let halves = x.to_dtype(DType::F16).unwrap();
         s.import_layer(0, &halves, &halves).unwrap();
         let want = dequantize(&quantize(&halves).unwrap()).unwrap();
-        assert_eq!(max_diff(&s.live(0, 5).unwrap().0, &want), 0.0);
+        assert_eq!(max_diff(&s.live(0, 0, 5).unwrap().0, &want), 0.0);
     }
 }

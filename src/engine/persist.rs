@@ -13,7 +13,9 @@
 //! Format 4 lists each layer's head size (Gemma 4's layers differ, and some keep no K/V of
 //! their own); older files hold every attention layer at one `head_dim`. Format 5 names
 //! the K/V type (`kv_type`: "f16", or "q8_0" for ggml's 34-byte blocks of 32 values, as a
-//! q8_0 cache holds them); older files are f16. A file restores into a cache of either
+//! q8_0 cache holds them; older files are f16), and saves a sliding-window layer's held
+//! positions only, from the session's `window_base` on (Gemma's: see `State`'s window;
+//! older files hold every position of every layer). A file restores into a cache of either
 //! type: values of the other type are converted (quantized, or widened) as they are read.
 //! Files of format 1 and 2 have no recurrent tensors: they are read for a plain
 //! transformer and refused ("different layer shapes") for a hybrid model.
@@ -433,9 +435,16 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
     if kv_layers.iter().any(|&(_, d)| saved_kv.check_head_dim(d).is_err()) {
         return Err(StateFileError::Damaged("q8_0 values of heads that are not whole blocks".into()));
     }
-    // Every size is checked against the file's length before the body is read.
-    let tensor_bytes = |dim: usize| n_kv * len * saved_kv.row_bytes(dim);
-    let kv_bytes: u64 = kv_layers.iter().map(|&(_, d)| 2 * tensor_bytes(d) as u64).sum();
+    // Every size is checked against the file's length before the body is read. A sliding
+    // layer's positions start at the saved base (checked with the session's bookkeeping).
+    let base = header.session.window_base;
+    let sliding = session.state.sliding_layers().to_vec();
+    if base > len {
+        return Err(StateFileError::Damaged("its window starts past its conversation".into()));
+    }
+    let held = |layer: usize| if sliding[layer] { len - base } else { len };
+    let tensor_bytes = |layer: usize, dim: usize| n_kv * held(layer) * saved_kv.row_bytes(dim);
+    let kv_bytes: u64 = kv_layers.iter().map(|&(l, d)| 2 * tensor_bytes(l, d) as u64).sum();
     let recurrent_bytes: u64 = recurrent_tensors.iter().map(|s| s.iter().product::<usize>() as u64 * 4).sum();
     let body = kv_bytes + lengths.len() as u64 * recurrent_bytes;
     let trailer = if version >= 2 { 4 } else { 0 };
@@ -455,8 +464,8 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
     let mut body = Body::open(f, version, header_len, tensors).map_err(unreadable)?;
     // The checksum speaks first: an altered file is "altered", whatever its values.
     let mut values = Ok(());
-    for &(_, dim) in kv_saved {
-        let mut chunk = vec![0u8; tensor_bytes(dim)];
+    for &(layer, dim) in kv_saved {
+        let mut chunk = vec![0u8; tensor_bytes(layer, dim)];
         for _ in 0..2 {
             body.next(&mut chunk).map_err(unreadable)?;
             if values.is_ok() {
@@ -477,13 +486,14 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
     values?;
     let device = session.state.device().clone();
     // f16 values, or q8_0 rows as bytes: `State::import_layer` converts them to its type.
-    let tensor = |chunk: &[u8], dim: usize| -> Result<Tensor, StateFileError> {
+    let tensor = |chunk: &[u8], layer: usize, dim: usize| -> Result<Tensor, StateFileError> {
+        let rows = held(layer);
         let t = match saved_kv {
-            KvDtype::Q8_0 => Tensor::from_vec(chunk.to_vec(), (n_kv, len, saved_kv.row_width(dim)), &Device::Cpu),
+            KvDtype::Q8_0 => Tensor::from_vec(chunk.to_vec(), (n_kv, rows, saved_kv.row_width(dim)), &Device::Cpu),
             _ => {
                 let data: Vec<half::f16> =
                     chunk.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]])).collect();
-                Tensor::from_vec(data, (n_kv, len, dim), &Device::Cpu)
+                Tensor::from_vec(data, (n_kv, rows, dim), &Device::Cpu)
             }
         };
         t.and_then(|t| t.to_device(&device)).map_err(|e| StateFileError::Damaged(e.to_string()))
@@ -492,10 +502,11 @@ fn read_into(session: &mut Session, model: &ModelIdentity, path: &Path) -> Resul
         let mut body = body.reopen().map_err(unreadable)?;
         for &(layer, dim) in kv_saved {
             // `next` is true for each of the tensors the first pass counted.
-            let (mut k_chunk, mut v_chunk) = (vec![0u8; tensor_bytes(dim)], vec![0u8; tensor_bytes(dim)]);
+            let bytes = tensor_bytes(layer, dim);
+            let (mut k_chunk, mut v_chunk) = (vec![0u8; bytes], vec![0u8; bytes]);
             body.next(&mut k_chunk).map_err(unreadable)?;
             body.next(&mut v_chunk).map_err(unreadable)?;
-            let (k, v) = (tensor(&k_chunk, dim)?, tensor(&v_chunk, dim)?);
+            let (k, v) = (tensor(&k_chunk, layer, dim)?, tensor(&v_chunk, layer, dim)?);
             state.import_layer(layer, &k, &v)?;
         }
         let mut snapshots = Vec::with_capacity(lengths.len());

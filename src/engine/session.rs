@@ -129,6 +129,10 @@ pub(crate) struct SessionSnapshot {
     cached_text: String,
     pinned_tokens: usize,
     turns: Vec<Anchor>,
+    /// The first position the sliding-window layers' saved K/V hold (`State::window_base`);
+    /// absent before format 5, whose files hold every position of every layer.
+    #[serde(default)]
+    pub window_base: usize,
 }
 
 pub struct Session {
@@ -235,6 +239,7 @@ impl Session {
             cached_text: self.cached_text.clone(),
             pinned_tokens: self.pinned_tokens,
             turns: self.turns.clone(),
+            window_base: self.state.window_base(),
         }
     }
 
@@ -253,7 +258,7 @@ impl Session {
     {
         self.check_snapshot(&snap)?;
         self.clear();
-        self.state.begin_import(snap.tokens.len())?;
+        self.state.begin_import(snap.tokens.len(), snap.window_base)?;
         if let Err(e) = fill(&mut self.state) {
             self.clear();
             return Err(e);
@@ -279,6 +284,7 @@ impl Session {
                 token <= snap.tokens.len() && text <= snap.cached_text.len() && snap.cached_text.is_char_boundary(text)
             })
             && snap.turns.first().is_none_or(|a| snap.pinned_tokens <= a.token)
+            && self.state.can_import(snap.tokens.len(), snap.window_base)
             && snap
                 .turns
                 .windows(2)
@@ -716,14 +722,15 @@ impl Session {
         let (logits, drafted) = match self.whole_draft_logits(base, &ids) {
             Some(logits) => (logits, ids.len()),
             None => {
-                let drafted = self.keep_draft(base, &ids, true);
+                let drafted = self.keep_draft(model, base, &ids, true)?;
                 let _span = tracing::info_span!("prefill", tokens = ids.len() - drafted, drafted, pos = base).entered();
                 match self.prefill(model, &ids, drafted, header) {
                     Ok(logits) => (logits, drafted),
                     Err(e) => {
-                        // Nothing half-done stays behind: the cache goes back to before this turn.
-                        self.state.truncate(base);
+                        // Nothing half-done stays behind: the cache goes back to before this turn
+                        // (or to nothing, read again, where the window before it is gone).
                         self.turns.retain(|a| a.token < base);
+                        self.drop_after(base);
                         return Err(e);
                     }
                 }
@@ -765,7 +772,10 @@ impl Session {
     /// checkpoint at the conversation's end and read the whole draft again at each word),
     /// so a draft that `ids` continue is kept whole even when one token is left to feed;
     /// one that differs goes back to that checkpoint.
-    fn keep_draft(&mut self, base: usize, ids: &[u32], wanted: bool) -> usize {
+    ///
+    /// A draft longer than the sliding-window layers' slack may have moved their window
+    /// past the conversation's end: the conversation is then fed again up to `base`.
+    fn keep_draft(&mut self, model: &Model, base: usize, ids: &[u32], wanted: bool) -> Result<usize> {
         let draft = &self.state.tokens()[base..];
         let same = draft.iter().zip(ids).take_while(|(a, b)| a == b).count();
         let continued = self.state.is_recurrent() && same == draft.len() && (same < ids.len() || !wanted);
@@ -774,9 +784,17 @@ impl Session {
         } else {
             same.min(ids.len().saturating_sub(MIN_FEED))
         };
+        let tokens = self.state.tokens()[..base].to_vec();
         let kept = self.state.truncate(base + keep);
         self.draft = Draft::default();
-        kept.saturating_sub(base)
+        if kept < base {
+            let _span = tracing::info_span!("refeed", tokens = base - kept, from = kept).entered();
+            if let Err(e) = model.forward(&tokens[kept..], &mut self.state) {
+                self.set_history(self.messages.clone());
+                return Err(e);
+            }
+        }
+        Ok(kept.saturating_sub(base))
     }
 
     /// The logits of a whole-prompt draft that is exactly `ids` (the tokens after
@@ -787,6 +805,15 @@ impl Session {
             self.draft = Draft::default();
             logits
         })
+    }
+
+    /// Drops the cache's tokens after `base` (the conversation's end); where the state
+    /// cannot go back there (see [`State::truncate`]) the conversation is set to be read
+    /// again.
+    fn drop_after(&mut self, base: usize) {
+        if self.state.truncate(base) < base {
+            self.set_history(self.messages.clone());
+        }
     }
 
     /// Empties the cache (the conversation's text stays).
@@ -861,11 +888,19 @@ impl Session {
         if whole && self.draft.logits.is_some() && self.state.tokens()[base..] == ids[..] {
             return Ok(DraftFed::default());
         }
-        let kept = self.keep_draft(base, &ids, whole);
+        let kept = self.keep_draft(model, base, &ids, whole)?;
         // One step, never leaving a single token for the next.
         let mut until = ids.len().min(kept + DRAFT_STEP);
         if ids.len() - until < MIN_FEED {
             until = ids.len();
+        }
+        // A draft never moves the sliding-window layers' window: an edit of it could not
+        // go back to the conversation's end without reading it all again. What would is
+        // left to Send.
+        let room = self.state.room_before_window_moves();
+        let capped = until - kept > room;
+        if capped {
+            until = kept + room;
         }
         let mut logits = None;
         if kept < until {
@@ -873,14 +908,15 @@ impl Session {
             match model.forward(&ids[kept..until], &mut self.state) {
                 Ok(l) => logits = Some(l),
                 Err(e) => {
-                    self.state.truncate(base);
+                    self.drop_after(base);
                     return Err(e);
                 }
             }
         }
         let done = until == ids.len();
         self.draft = Draft { tokens: self.state.len() - base, logits: logits.filter(|_| whole && done) };
-        Ok(DraftFed { fed: until - kept, left: ids.len() - until })
+        let left = if capped { 0 } else { ids.len() - until };
+        Ok(DraftFed { fed: until - kept, left })
     }
 
     /// Sets the token budget; a draft that does not fit under it is dropped.
@@ -952,9 +988,12 @@ impl Session {
             None => (self.state.len(), self.cached_text.len(), self.messages.len()),
         };
         let dropped = end_tok - first.token;
+        // A sliding-window state shifts while its window stays held, else it is re-read.
         match self.cut_mode() {
-            TrimMode::Shift => model.shift_out(&mut self.state, first.token, end_tok)?,
-            TrimMode::Reprefill => {
+            TrimMode::Shift if self.state.can_shift_out(first.token, end_tok) => {
+                model.shift_out(&mut self.state, first.token, end_tok)?
+            }
+            TrimMode::Shift | TrimMode::Reprefill => {
                 let tokens = self.state.tokens().to_vec();
                 // What comes before the dropped turns stays where a checkpoint holds it.
                 let from = self.state.truncate(first.token);

@@ -12,6 +12,20 @@
 //! bytes per row: see [`KvDtype`]) and written in place. Capacity grows
 //! in chunks of [`GROWTH_CHUNK`] tokens up to `max_tokens` (the budget), so a long chat
 //! never pays a `Tensor::cat` per token, and a short one never holds a full-budget buffer.
+//!
+//! A sliding-window layer (Gemma's, whose queries see the last `window` positions) keeps
+//! at most `window + `[`WINDOW_SLACK`] rows: a contiguous run of the latest positions
+//! `base..len`. When a write would pass its end, the last `window - 1` rows move to the
+//! front and `base` advances (a copy of the window every [`WINDOW_SLACK`] tokens):
+//!
+//! ```text
+//!   global layer:  [ 0 ........................................ len )
+//!   sliding layer:              [ base ........... len )   (≤ window + slack rows)
+//! ```
+//!
+//! Going back to a length whose window is no longer held cannot be done in place:
+//! [`State::truncate`] then empties the state and the caller re-feeds everything (the
+//! deeper layers' keys depend on the whole window before each position).
 
 use candle_core::{DType, Device, Tensor};
 
@@ -27,6 +41,15 @@ pub const SHRINK_QUANTUM: usize = 32;
 
 /// Checkpoints of the recurrent state kept at most: the latest turn boundaries.
 pub const MAX_CHECKPOINTS: usize = 4;
+
+/// Rows a sliding-window layer holds beyond its window: the most tokens one write may add
+/// (less one), and how often the window moves to the front. At least a prefill chunk.
+pub const WINDOW_SLACK: usize = 256;
+
+/// Rows a sliding-window layer of `window` positions holds at most.
+pub fn window_rows(window: usize) -> usize {
+    window + WINDOW_SLACK
+}
 
 struct LayerKv {
     k: Tensor,
@@ -61,6 +84,16 @@ pub struct State {
     kv: KvDtype,
     device: Device,
     capacity: usize,
+    /// Positions a sliding-window layer's queries see (`None`: every layer keeps every
+    /// position).
+    window: Option<usize>,
+    /// During an import: the saved sliding layers' first position, and the saved length.
+    import_from: usize,
+    import_len: usize,
+    /// Per layer, whether it slides over `window` positions (and holds only those).
+    sliding: Vec<bool>,
+    /// The first position the sliding layers hold (their row 0).
+    base: usize,
     /// K/V buffers of the attention layers (`None` before the first reserve, and for
     /// recurrent layers).
     layers: Vec<Option<LayerKv>>,
@@ -94,12 +127,96 @@ impl State {
             kv,
             device,
             capacity: 0,
+            window: None,
+            import_from: 0,
+            import_len: 0,
+            sliding: vec![false; memory.len()],
+            base: 0,
             layers: memory.iter().map(|_| None).collect(),
             recurrent: memory.iter().map(|_| None).collect(),
             memory,
             checkpoints: Vec::new(),
             tokens: Vec::new(),
         }
+    }
+
+    /// Makes the layers marked in `sliding` keep only the last positions their queries see
+    /// (`window`, itself included); called on an empty state.
+    pub(crate) fn with_sliding_window(mut self, window: usize, sliding: Vec<bool>) -> State {
+        debug_assert!(self.is_empty() && self.capacity == 0 && sliding.len() == self.memory.len());
+        self.window = Some(window.max(1));
+        self.sliding = sliding;
+        self
+    }
+
+    /// Makes every layer keep every position, as before sliding layers kept only their
+    /// window: the reference the windowed cache is checked against. On an empty state
+    /// only (a no-op otherwise).
+    pub fn keep_every_position(&mut self) {
+        if self.is_empty() {
+            self.window = None;
+            self.sliding.iter_mut().for_each(|s| *s = false);
+            self.resize(self.capacity).expect("same size");
+        }
+    }
+
+    /// Positions a sliding-window layer keeps and sees (`None` without such layers, or
+    /// with [`State::keep_every_position`]).
+    pub fn window(&self) -> Option<usize> {
+        self.window
+    }
+
+    /// Per layer, whether it holds only its window.
+    pub fn sliding_layers(&self) -> &[bool] {
+        &self.sliding
+    }
+
+    /// The first position the sliding-window layers hold: 0 until the conversation passes
+    /// their rows (see [`window_rows`]).
+    pub fn window_base(&self) -> usize {
+        self.base
+    }
+
+    /// The first position layer `index` holds.
+    pub(crate) fn held_from(&self, index: usize) -> usize {
+        if self.sliding[index] {
+            self.base
+        } else {
+            0
+        }
+    }
+
+    /// Rows layer `index`'s buffers have at `capacity`.
+    fn rows_at(&self, index: usize, capacity: usize) -> usize {
+        match (self.sliding[index], self.window) {
+            (true, Some(w)) => capacity.min(window_rows(w)),
+            _ => capacity,
+        }
+    }
+
+    /// The most new tokens one write may add: a sliding layer must keep the window
+    /// before the first of them.
+    pub(crate) fn max_write(&self) -> usize {
+        match self.window {
+            Some(_) if self.sliding.contains(&true) => WINDOW_SLACK + 1,
+            _ => usize::MAX,
+        }
+    }
+
+    /// Tokens that can be added before the sliding-window layers' window moves (and the
+    /// positions before it can no longer be gone back to in place); unbounded without
+    /// such layers.
+    pub fn room_before_window_moves(&self) -> usize {
+        match self.window {
+            Some(w) if self.sliding.contains(&true) => window_rows(w).saturating_sub(self.len() - self.base),
+            _ => usize::MAX,
+        }
+    }
+
+    /// Whether a state of `len` tokens whose sliding layers hold from `base` on still
+    /// holds the window its next token's queries need.
+    fn holds_window(&self, base: usize, len: usize) -> bool {
+        base == 0 || self.window.is_some_and(|w| len >= base + w - 1)
     }
 
     /// Token ids this state may hold are below this.
@@ -172,10 +289,15 @@ impl State {
         self.kv_bytes() + self.recurrent_bytes()
     }
 
-    /// Bytes of the K/V buffers.
+    /// Bytes of the K/V buffers (a sliding-window layer's at most its window's rows).
     pub fn kv_bytes(&self) -> u64 {
-        let row_bytes: usize = self.stored_head_dims().iter().map(|&d| self.kv.row_bytes(d)).sum();
-        (2 * self.n_kv_heads * self.capacity * row_bytes) as u64
+        let row_bytes: usize = self
+            .stored_head_dims()
+            .iter()
+            .enumerate()
+            .map(|(i, &head_dim)| self.kv.row_bytes(head_dim) * self.rows_at(i, self.capacity))
+            .sum();
+        (2 * self.n_kv_heads * row_bytes) as u64
     }
 
     /// Bytes of the recurrent tensors and their checkpoints (0 without recurrent layers).
@@ -197,6 +319,7 @@ impl State {
     /// Forgets all tokens and checkpoints; buffers stay allocated for the next conversation.
     pub fn reset(&mut self) {
         self.tokens.clear();
+        self.base = 0;
         self.checkpoints.clear();
         self.zero_recurrent();
     }
@@ -208,10 +331,15 @@ impl State {
     /// Keeps at most the first `n` tokens and returns how many it kept: `n` (or `len()`
     /// when shorter) for a plain transformer. A recurrent state goes back to its latest
     /// checkpoint at or before `n` (to nothing without one) and forgets later ones; the
-    /// caller re-feeds the tokens from there to `n`.
+    /// caller re-feeds the tokens from there to `n`. So does a state whose sliding-window
+    /// layers no longer hold the window before `n`: it goes back to nothing.
     pub fn truncate(&mut self, n: usize) -> usize {
         if n >= self.len() {
             return self.len();
+        }
+        if !self.holds_window(self.base, n) {
+            self.reset();
+            return 0;
         }
         if !self.is_recurrent() {
             self.tokens.truncate(n);
@@ -227,6 +355,9 @@ impl State {
                 self.zero_recurrent();
                 self.tokens.clear();
             }
+        }
+        if !self.holds_window(self.base, self.len()) {
+            self.reset();
         }
         self.len()
     }
@@ -296,40 +427,79 @@ impl State {
 
     fn resize(&mut self, capacity: usize) -> Result<()> {
         let len = self.len();
-        for ((slot, memory), &head_dim) in self.layers.iter_mut().zip(&self.memory).zip(&self.head_dims) {
-            if capacity == 0 || *memory != LayerMemory::KeysValues {
-                *slot = None;
+        for i in 0..self.layers.len() {
+            if capacity == 0 || self.memory[i] != LayerMemory::KeysValues {
+                self.layers[i] = None;
                 continue;
             }
-            let shape = (1, self.n_kv_heads, capacity, self.kv.row_width(head_dim));
+            let rows = self.rows_at(i, capacity);
+            if self.layers[i].as_ref().is_some_and(|l| l.k.dim(2).ok() == Some(rows)) {
+                // A sliding layer already at its window's rows.
+                continue;
+            }
+            let shape = (1, self.n_kv_heads, rows, self.kv.row_width(self.head_dims[i]));
             let k = Tensor::zeros(shape, self.kv.storage_dtype(), &self.device)?;
             let v = Tensor::zeros(shape, self.kv.storage_dtype(), &self.device)?;
-            if let Some(old) = slot.take() {
-                if len > 0 {
-                    k.slice_set(&old.k.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
-                    v.slice_set(&old.v.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+            let held = len - self.held_from(i);
+            if let Some(old) = self.layers[i].take() {
+                if held > 0 {
+                    k.slice_set(&old.k.narrow(2, 0, held)?.contiguous()?, 2, 0)?;
+                    v.slice_set(&old.v.narrow(2, 0, held)?.contiguous()?, 2, 0)?;
                 }
             }
-            *slot = Some(LayerKv { k, v });
+            self.layers[i] = Some(LayerKv { k, v });
         }
         self.capacity = capacity;
+        Ok(())
+    }
+
+    /// Makes room in the sliding-window layers for `n` new tokens after the current
+    /// ones (at most [`State::max_write`]; [`State::reserve`] has made room in the
+    /// others): when they would pass the end of the buffers, the last `window - 1` rows
+    /// move to the front and the base advances.
+    pub(crate) fn make_room(&mut self, n: usize) -> Result<()> {
+        let Some(window) = self.window.filter(|_| self.sliding.contains(&true)) else { return Ok(()) };
+        let len = self.len();
+        if len + n - self.base <= window_rows(window).min(self.capacity) {
+            return Ok(());
+        }
+        debug_assert!(n <= self.max_write(), "{n} new tokens past the window's slack");
+        let base = (len + 1).saturating_sub(window).max(self.base);
+        let (from, keep) = (base - self.base, len - base);
+        for (layer, _) in self.layers.iter().zip(&self.sliding).filter(|(_, s)| **s) {
+            let Some(layer) = layer else { continue };
+            if keep > 0 {
+                // Copied out first: the rows overlap their destination.
+                let (k, v) = (owned_rows(&layer.k, from, keep)?, owned_rows(&layer.v, from, keep)?);
+                layer.k.slice_set(&k, 2, 0)?;
+                layer.v.slice_set(&v, 2, 0)?;
+            }
+        }
+        self.base = base;
         Ok(())
     }
 
     /// Writes `k`, `v` of shape `(1, n_kv_heads, n, head_dim)` at position `pos` of layer
     /// `index` (quantized for a q8_0 cache).
     pub(crate) fn write(&mut self, index: usize, pos: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+        let row = pos - self.held_from(index);
         let layer = self.layers[index].as_ref().expect("reserve() runs before write()");
-        layer.k.slice_set(&self.kv.store(k)?, 2, pos)?;
-        layer.v.slice_set(&self.kv.store(v)?, 2, pos)?;
+        layer.k.slice_set(&self.kv.store(k)?, 2, row)?;
+        layer.v.slice_set(&self.kv.store(v)?, 2, row)?;
         Ok(())
     }
 
-    /// Keys and values of the first `len` positions of a layer as f32 `(n_kv_heads, len, head_dim)`.
-    pub(crate) fn live(&self, index: usize, len: usize) -> Result<(Tensor, Tensor)> {
+    /// Keys and values of positions `first..end` of a layer as f32
+    /// `(n_kv_heads, end - first, head_dim)`; `first` at or after [`State::held_from`].
+    pub(crate) fn live(&self, index: usize, first: usize, end: usize) -> Result<(Tensor, Tensor)> {
         let layer = self.layers[index].as_ref().expect("reserve() runs before live()");
-        let k = self.kv.load(&layer.k.narrow(2, 0, len)?.squeeze(0)?)?;
-        let v = self.kv.load(&layer.v.narrow(2, 0, len)?.squeeze(0)?)?;
+        let from = self.held_from(index);
+        if first < from {
+            let msg = format!("position {first} is no longer held (layer {index} holds from {from})");
+            return Err(EngineError::Inference(Cause::msg(msg)));
+        }
+        let k = self.kv.load(&layer.k.narrow(2, first - from, end - first)?.squeeze(0)?)?;
+        let v = self.kv.load(&layer.v.narrow(2, first - from, end - first)?.squeeze(0)?)?;
         Ok((k, v))
     }
 
@@ -346,64 +516,108 @@ impl State {
         self.tokens.extend_from_slice(tokens);
     }
 
+    /// The first position the sliding layers would hold after positions `start..end` are
+    /// shifted out.
+    fn base_after_shift(&self, start: usize, end: usize) -> usize {
+        match self.base {
+            b if b <= start => b,
+            b if b < end => start,
+            b => b - (end - start),
+        }
+    }
+
+    /// Whether [`State::shift_out`] of `start..end` leaves the sliding layers the window
+    /// their next queries need (else the caller re-feeds what it keeps).
+    pub fn can_shift_out(&self, start: usize, end: usize) -> bool {
+        start <= end
+            && end <= self.len()
+            && self.holds_window(self.base_after_shift(start, end), self.len() - (end - start))
+    }
+
     /// Removes positions `start..end`, moving the later entries down. `rotate_keys` gets a
     /// layer's index and its moved keys as f32 `(n_kv_heads, tail, head_dim)` and returns
     /// them re-rotated (a q8_0 cache's keys are dequantized, rotated and quantized again;
-    /// its values move as they are).
+    /// its values move as they are). A sliding layer moves the later positions it holds
+    /// (see [`State::can_shift_out`]).
     pub(crate) fn shift_out(
         &mut self,
         start: usize,
         end: usize,
         rotate_keys: impl Fn(usize, &Tensor) -> candle_core::Result<Tensor>,
     ) -> Result<()> {
-        let tail = self.len() - end;
+        let len = self.len();
+        let base = self.base_after_shift(start, end);
         for (index, layer) in self.layers.iter().enumerate() {
             let Some(layer) = layer else { continue };
-            let k = self.kv.load(&layer.k.narrow(2, end, tail)?.squeeze(0)?)?.contiguous()?;
+            let from = self.held_from(index);
+            let (moved, to) = match self.sliding[index] {
+                // Positions max(end, base).. move to the row of their new position.
+                true => (end.max(from), end.max(from) - (end - start) - base),
+                false => (end, start),
+            };
+            let tail = len - moved;
+            if tail == 0 {
+                continue;
+            }
+            let k = self.kv.load(&owned_rows(&layer.k, moved - from, tail)?.squeeze(0)?)?.contiguous()?;
             let k = self.kv.store(&rotate_keys(index, &k)?.unsqueeze(0)?)?.contiguous()?;
-            let v = layer.v.narrow(2, end, tail)?.copy()?.contiguous()?;
-            layer.k.slice_set(&k, 2, start)?;
-            layer.v.slice_set(&v, 2, start)?;
+            let v = owned_rows(&layer.v, moved - from, tail)?;
+            layer.k.slice_set(&k, 2, to)?;
+            layer.v.slice_set(&v, 2, to)?;
         }
         self.tokens.drain(start..end);
+        self.base = base;
         Ok(())
     }
 
-    /// Per-layer K/V of the live tokens, for saving: `(k, v)` each `(n_kv, len, row)` in the
-    /// cache's storage (see [`State::buffers`]), one layer at a time (copying every layer at once would double the cache's memory at
+    /// Per-layer K/V of the held positions, for saving: `(k, v)` each `(n_kv, len - from,
+    /// row)` in the cache's storage (see [`State::buffers`]), where `from` is 0, or
+    /// [`State::window_base`] for a sliding-window layer; one layer at a time (copying
+    /// every layer at once would double the cache's memory at
     /// each save).
     pub(crate) fn export(&self) -> impl Iterator<Item = Result<(Tensor, Tensor)>> + '_ {
         let len = self.len();
-        self.layers.iter().flatten().filter(move |_| len > 0).map(move |l| {
-            Ok((l.k.narrow(2, 0, len)?.squeeze(0)?.contiguous()?, l.v.narrow(2, 0, len)?.squeeze(0)?.contiguous()?))
+        self.layers.iter().enumerate().filter(move |(_, l)| l.is_some() && len > 0).map(move |(i, l)| {
+            let l = l.as_ref().expect("filtered");
+            let held = len - self.held_from(i);
+            Ok((l.k.narrow(2, 0, held)?.squeeze(0)?.contiguous()?, l.v.narrow(2, 0, held)?.squeeze(0)?.contiguous()?))
         })
     }
 
     /// Empties the cache and makes room for `tokens`, whose K/V [`State::import_layer`]
     /// then writes one layer at a time; the tokens count once every layer is written.
-    pub(crate) fn begin_import(&mut self, tokens: usize) -> Result<()> {
-        self.tokens.clear();
-        self.reserve(tokens)
+    /// The saved sliding layers hold from `saved_base` on (0 for a file of a full cache);
+    /// this state's from that or later, as many as they have rows for.
+    pub(crate) fn begin_import(&mut self, tokens: usize, saved_base: usize) -> Result<()> {
+        self.reset();
+        self.reserve(tokens)?;
+        if let Some(w) = self.window {
+            self.base = saved_base.max(tokens.saturating_sub(window_rows(w)));
+        }
+        self.import_from = saved_base;
+        self.import_len = tokens;
+        Ok(())
     }
 
-    /// Writes layer `index`'s saved K/V `(n_kv, len, ·)`: float rows of `head_dim` values,
-    /// or q8_0 rows (a `U8` tensor, as [`State::export`] gives a q8_0 cache's), converted
-    /// to this cache's type where it differs.
+    /// Writes layer `index`'s saved K/V (shapes as from [`State::export`]: positions from
+    /// 0, or from the saved base for a sliding layer): float rows of `head_dim` values, or
+    /// q8_0 rows (a `U8` tensor, as a q8_0 cache exports them), converted to this cache's
+    /// type where it differs.
     pub(crate) fn import_layer(&mut self, index: usize, k: &Tensor, v: &Tensor) -> Result<()> {
-        let (k, v) = (k.unsqueeze(0)?, v.unsqueeze(0)?);
-        match (k.dtype(), self.kv) {
-            (DType::U8, KvDtype::Q8_0) => {
-                let layer = self.layers[index].as_ref().expect("reserve() runs before import_layer()");
-                layer.k.slice_set(&k, 2, 0)?;
-                layer.v.slice_set(&v, 2, 0)?;
-                Ok(())
-            }
-            (DType::U8, _) => {
-                let (k, v) = (KvDtype::Q8_0.load(&k)?, KvDtype::Q8_0.load(&v)?);
-                self.write(index, 0, &k, &v)
-            }
-            _ => self.write(index, 0, &k, &v),
-        }
+        let saved_from = if self.sliding[index] { self.import_from } else { 0 };
+        let from = self.held_from(index);
+        let rows = self.import_len - from;
+        let (k, v) =
+            (k.narrow(1, from - saved_from, rows)?.unsqueeze(0)?, v.narrow(1, from - saved_from, rows)?.unsqueeze(0)?);
+        let (k, v) = match (k.dtype(), self.kv) {
+            (DType::U8, KvDtype::Q8_0) => (k.contiguous()?, v.contiguous()?),
+            (DType::U8, _) => (self.kv.store(&KvDtype::Q8_0.load(&k)?)?, self.kv.store(&KvDtype::Q8_0.load(&v)?)?),
+            _ => (self.kv.store(&k)?, self.kv.store(&v)?),
+        };
+        let layer = self.layers[index].as_ref().expect("begin_import() runs before import_layer()");
+        layer.k.slice_set(&k.contiguous()?, 2, 0)?;
+        layer.v.slice_set(&v.contiguous()?, 2, 0)?;
+        Ok(())
     }
 
     /// The recurrent tensors of every recurrent layer (in layer order, each layer's in
@@ -460,6 +674,23 @@ impl State {
     pub(crate) fn finish_import(&mut self, tokens: Vec<u32>) {
         self.tokens = tokens;
     }
+
+    /// Whether a saved state of `len` tokens whose sliding layers hold from `base` on is
+    /// one this state can continue (see [`State::begin_import`]).
+    pub(crate) fn can_import(&self, len: usize, base: usize) -> bool {
+        base <= len && (base == 0 || (self.window.is_some() && self.holds_window(base, len)))
+    }
+}
+
+/// Rows `from..from + n` of a `(1, heads, rows, head_dim)` buffer in storage of their
+/// own, contiguous: they may be written back into the buffer they come from.
+fn owned_rows(t: &Tensor, from: usize, n: usize) -> candle_core::Result<Tensor> {
+    let rows = t.narrow(2, from, n)?;
+    if rows.is_contiguous() {
+        rows.copy()
+    } else {
+        rows.contiguous()
+    }
 }
 
 /// Zeros of a recurrent layer's shapes; `None` for an attention layer.
@@ -482,4 +713,116 @@ pub fn recurrent_bytes_of(memory: &[LayerMemory]) -> u64 {
         })
         .sum();
     (elements * DType::F32.size_in_bytes()) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two attention layers, the first sliding over `window` positions; heads of 2 values
+    /// holding each position's number, so what a layer holds can be read back.
+    fn windowed(window: usize, max_tokens: usize) -> State {
+        let memory = vec![LayerMemory::KeysValues, LayerMemory::KeysValues];
+        State::new(100, memory, 1, vec![2, 2], max_tokens, KvDtype::F32, Device::Cpu)
+            .with_sliding_window(window, vec![true, false])
+    }
+
+    /// Feeds `n` tokens as the forward does: in parts of at most `max_write`, each room,
+    /// then each layer's rows, then the ids.
+    fn feed(state: &mut State, n: usize) {
+        let part = n.min(state.max_write());
+        if part < n {
+            feed(state, part);
+            return feed(state, n - part);
+        }
+        let pos = state.len();
+        state.reserve(pos + n).unwrap();
+        state.make_room(n).unwrap();
+        let rows: Vec<f32> = (pos..pos + n).flat_map(|p| [p as f32, p as f32]).collect();
+        let t = Tensor::from_vec(rows, (1, 1, n, 2), &Device::Cpu).unwrap();
+        for layer in 0..2 {
+            state.write(layer, pos, &t, &t).unwrap();
+        }
+        state.commit(&vec![1; n]);
+    }
+
+    fn positions(state: &State, layer: usize, first: usize) -> Vec<usize> {
+        let (k, _) = state.live(layer, first, state.len()).unwrap();
+        k.squeeze(0).unwrap().to_vec2::<f32>().unwrap().iter().map(|r| r[0] as usize).collect()
+    }
+
+    #[test]
+    fn a_sliding_layer_holds_its_window_and_moves_it_to_the_front() {
+        let (window, rows) = (4, window_rows(4));
+        let mut state = windowed(window, 4096);
+        feed(&mut state, rows);
+        assert_eq!(state.window_base(), 0, "the rows are full, nothing moved yet");
+        feed(&mut state, 1);
+        assert_eq!(state.window_base(), rows + 1 - window, "the last window - 1 rows moved to the front");
+        for _ in 0..3 * WINDOW_SLACK {
+            feed(&mut state, 1);
+        }
+        let len = state.len();
+        let base = state.window_base();
+        assert!(len - base <= rows && len - base >= window - 1);
+        assert_eq!(positions(&state, 0, len - window), (len - window..len).collect::<Vec<_>>());
+        assert_eq!(positions(&state, 1, 0), (0..len).collect::<Vec<_>>(), "the global layer keeps every one");
+        assert!(state.live(0, base - 1, len).is_err(), "a position before the base is gone");
+        // The sliding layer's buffers stay at their rows; the global one's grow.
+        let per_row = (2 * 2 * 4) as u64;
+        assert_eq!(state.kv_bytes(), per_row * (state.capacity() + rows) as u64);
+        // A write of more than the slack's worth at once is the caller's to split.
+        assert_eq!(state.max_write(), WINDOW_SLACK + 1);
+        feed(&mut state, WINDOW_SLACK + 1);
+        let len = state.len();
+        assert_eq!(
+            positions(&state, 0, len - WINDOW_SLACK - window),
+            (len - WINDOW_SLACK - window..len).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn truncating_past_the_held_window_empties_the_state() {
+        let window = 4;
+        let mut state = windowed(window, 4096);
+        feed(&mut state, 1000);
+        let base = state.window_base();
+        assert!(base > 0);
+        assert_eq!(state.truncate(base + window), base + window);
+        assert_eq!(state.truncate(base + window - 1), base + window - 1, "the window before the next token is held");
+        assert_eq!(state.truncate(base + window - 2), 0, "it is not: fed again from the start");
+        assert_eq!((state.len(), state.window_base()), (0, 0));
+        // From the start again, the same positions are held as before.
+        feed(&mut state, 300);
+        assert_eq!(positions(&state, 0, 296), vec![296, 297, 298, 299]);
+    }
+
+    #[test]
+    fn a_shift_keeps_the_held_rows_where_the_window_survives() {
+        let window = 4;
+        let mut state = windowed(window, 4096);
+        feed(&mut state, 600);
+        let (len, base) = (state.len(), state.window_base());
+        // Positions before the base: the held rows all move down unchanged.
+        assert!(state.can_shift_out(10, 20));
+        state.shift_out(10, 20, |_, k| Ok(k.clone())).unwrap();
+        assert_eq!((state.len(), state.window_base()), (len - 10, base - 10));
+        let held = positions(&state, 0, state.window_base());
+        assert_eq!(held, (base..len).collect::<Vec<_>>(), "the same rows, now at 10 positions less");
+        assert_eq!(positions(&state, 1, 0).len(), len - 10);
+        // Reaching into the last window: refused.
+        let len = state.len();
+        assert!(!state.can_shift_out(10, len - 1));
+        assert!(state.can_shift_out(0, len), "to nothing: nothing is needed");
+    }
+
+    #[test]
+    fn keeping_every_position_grows_every_layer() {
+        let mut state = windowed(4, 4096);
+        state.keep_every_position();
+        feed(&mut state, 1000);
+        assert_eq!(state.window_base(), 0);
+        assert_eq!(positions(&state, 0, 0), (0..1000).collect::<Vec<_>>());
+        assert_eq!(state.max_write(), usize::MAX);
+    }
 }

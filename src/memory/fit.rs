@@ -5,10 +5,11 @@
 //! usable   = ceiling × 90 %                     (10 % kept for what no model predicts)
 //! fixed    = weights in the heap + runtime overhead + the prefill's per-layer activations
 //!            + a hybrid model's recurrent state and its checkpoints
-//! per_tok  = KV bytes per token + the prefill's attention per token
+//!            + the sliding-window layers' K/V (their window and slack, whatever the length)
+//! per_tok  = KV bytes per token of the other layers + the prefill's attention per token
 //! memory   = (usable − fixed) / per_tok          (dirty memory: what jetsam counts)
 //! resident = (usable − fixed − mapped weights) / per_tok
-//! cap      = the tier's KV allowance / KV bytes per token
+//! cap      = (the tier's KV allowance − the sliding layers' K/V) / KV bytes per token
 //! budget   = min(model context, cap, memory)
 //! ```
 //!
@@ -40,8 +41,12 @@ pub struct ModelFacts {
     /// when touched but not counted by jetsam and dropped by the OS under pressure.
     pub mapped_bytes: u64,
     /// KV cache bytes per token (see [`super::kv_bytes_per_token`]): the attention
-    /// layers' only.
+    /// layers' that keep every position (not the sliding-window layers').
     pub kv_bytes_per_token: u64,
+    /// Bytes of the sliding-window layers' K/V (Gemma's), which hold their window and
+    /// slack at most (`engine::state::window_rows`): fixed per chat, as counted here
+    /// whatever the budget; 0 without such layers.
+    pub window_kv_bytes: u64,
     /// Bytes of the recurrent state of a hybrid model's other layers (short convolutions,
     /// gated delta-net) with its turn checkpoints: fixed per chat whatever its length; 0
     /// for a plain transformer.
@@ -134,6 +139,7 @@ pub fn footprint_at(model: &ModelFacts, budget: usize) -> u64 {
     let scratch = super::prefill_scratch_bytes(PREFILL_CHUNK, &model.prefill, budget);
     super::predicted_footprint(model.weights_bytes, model.kv_bytes_per_token, budget, scratch)
         .saturating_add(model.recurrent_bytes)
+        .saturating_add(model.window_kv_bytes)
 }
 
 /// The fit check: see the module doc for the arithmetic.
@@ -150,7 +156,8 @@ pub fn fit(model: &ModelFacts, tier: RamTier) -> Fit {
     let memory = usize::try_from(usable.saturating_sub(fixed) / per_token).unwrap_or(usize::MAX);
     let with_mapped = fixed.saturating_add(model.mapped_bytes);
     let resident = usize::try_from(usable.saturating_sub(with_mapped) / per_token).unwrap_or(usize::MAX);
-    let cap = usize::try_from(kv_allowance_bytes(tier) / model.kv_bytes_per_token.max(1)).unwrap_or(usize::MAX);
+    let allowance = kv_allowance_bytes(tier).saturating_sub(model.window_kv_bytes);
+    let cap = usize::try_from(allowance / model.kv_bytes_per_token.max(1)).unwrap_or(usize::MAX);
     let (budget, limit) =
         [(model.context, BudgetLimit::ModelContext), (cap, BudgetLimit::TierCap), (memory, BudgetLimit::Memory)]
             .into_iter()
@@ -194,6 +201,7 @@ mod tests {
             weights_bytes,
             mapped_bytes: 0,
             recurrent_bytes: 0,
+            window_kv_bytes: 0,
             kv_bytes_per_token: kv_bytes_per_token(26, 4, 256, 2),
             context: 8192,
             // the heaviest prefill: candle's attention ops over the whole context
@@ -215,6 +223,7 @@ mod tests {
             weights_bytes,
             mapped_bytes: 0,
             recurrent_bytes: 0,
+            window_kv_bytes: 0,
             kv_bytes_per_token: kv_bytes_per_token(24, 32, 64, 2),
             context: 8192,
             prefill: PrefillShape {
@@ -233,6 +242,7 @@ mod tests {
             weights_bytes: 98_362_432,
             mapped_bytes: 0,
             recurrent_bytes: 0,
+            window_kv_bytes: 0,
             kv_bytes_per_token: kv_bytes_per_token(30, 3, 64, 2),
             context: 8192,
             prefill: PrefillShape {

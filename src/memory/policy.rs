@@ -137,6 +137,7 @@ mod tests {
             weights_bytes,
             mapped_bytes: 0,
             recurrent_bytes: 0,
+            window_kv_bytes: 0,
             kv_bytes_per_token: crate::memory::kv_bytes_per_token(30, 3, 64, 2),
             context: 8192,
             prefill: crate::memory::PrefillShape {
@@ -190,6 +191,7 @@ mod tests {
             weights_bytes: 100_000_000,
             mapped_bytes: 0,
             recurrent_bytes: 0,
+            window_kv_bytes: 0,
             kv_bytes_per_token: crate::memory::kv_bytes_per_token(30, 3, 64, 2),
             context: 8192,
             prefill: crate::memory::PrefillShape {

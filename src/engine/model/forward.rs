@@ -44,16 +44,28 @@ impl Model {
         self.logits(&hidden)
     }
 
+    /// The final hidden states of `tokens`, `(n, width)`, in as many calls as the
+    /// sliding-window layers take (see [`State::max_write`]).
     fn forward_hidden(&self, tokens: &[u32], state: &mut State) -> Result<Tensor> {
-        let n = tokens.len();
-        if n == 0 {
+        if tokens.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
-        let pos = state.len();
-        if pos + n > state.max_tokens() {
+        if state.len() + tokens.len() > state.max_tokens() {
             return Err(EngineError::ContextFull { budget: state.max_tokens() });
         }
+        let parts =
+            tokens.chunks(state.max_write()).map(|part| self.forward_part(part, state)).collect::<Result<Vec<_>>>()?;
+        match parts.len() {
+            1 => Ok(parts.into_iter().next().expect("one part")),
+            _ => Ok(Tensor::cat(&parts, 0)?),
+        }
+    }
+
+    fn forward_part(&self, tokens: &[u32], state: &mut State) -> Result<Tensor> {
+        let n = tokens.len();
+        let pos = state.len();
         state.reserve(pos + n)?;
+        state.make_room(n)?;
         let mut x = self.embeddings.lookup(tokens, &self.device)?; // (n, d)
         if let Some(scale) = self.embedding_scale {
             x = (x * scale)?;
@@ -202,7 +214,8 @@ impl Model {
         // The first position a sliding-window layer's queries can see.
         let first = layer.window.map_or(0, |w| (pos + 1).saturating_sub(w));
         let windowed = layer.window.is_some_and(|w| pos + n > w);
-        if let (Some(isa), false) = (self.kernels.isa(), windowed) {
+        let held_from = state.held_from(source);
+        if let (Some(isa), false, 0) = (self.kernels.isa(), windowed, held_from) {
             // On the CPU: plain-Rust kernels instead of a dozen candle ops
             // (sums in another order than candle's gemm, so not with candle's kernels).
             // They divide the scores by √hd: a layer scaled otherwise has its queries
@@ -222,8 +235,7 @@ impl Model {
             let _ = mask.set(attention_mask(n, pos, first, window, self.group(), &self.device)?);
         }
         let mask = mask.get();
-        let (keys, values) = state.live(source, pos + n)?; // (n_kv, L, hd) in f32
-        let (keys, values) = (keys.narrow(1, first, pos + n - first)?, values.narrow(1, first, pos + n - first)?);
+        let (keys, values) = state.live(source, first, pos + n)?; // (n_kv, L, hd) in f32
         let group = self.group();
         let q = q.reshape((c.n_kv_heads, group * n, hd))?;
         // Each step consumes the previous scores so at most two score matrices are alive at
@@ -242,6 +254,10 @@ impl Model {
         if state.is_recurrent() {
             // A recurrent layer's state holds every token it read: nothing to move down.
             return Err(EngineError::Inference(Cause::msg("a recurrent state cannot be shifted: rebuild it")));
+        }
+        if !state.can_shift_out(start, end) {
+            // The sliding-window layers would lack the window before the new end.
+            return Err(EngineError::Inference(Cause::msg("the window would not be held after the shift: rebuild it")));
         }
         let delta = end - start;
         if delta == 0 {

@@ -106,16 +106,22 @@ pub fn header_facts(
     // A hybrid's recurrent layers keep no K/V but a fixed-size state (and its checkpoints);
     // gemma4's last layers none: they read an earlier layer's.
     let memory: Vec<LayerMemory> = plan.memory_over(memory);
-    let kv_bytes_per_token = memory
-        .iter()
-        .zip(plan.layer_head_dims())
-        .filter(|(m, _)| **m == LayerMemory::KeysValues)
-        .map(|(_, head_dim)| 2 * (kv_heads * kv.row_bytes(head_dim)) as u64)
-        .sum();
+    // The sliding-window layers keep their window and slack at most (`State`'s window).
+    let row_bytes = |sliding: bool| -> u64 {
+        memory
+            .iter()
+            .zip(plan.layer_head_dims())
+            .zip(&plan.sliding)
+            .filter(|((m, _), &s)| **m == LayerMemory::KeysValues && (s && window.is_some()) == sliding)
+            .map(|((_, head_dim), _)| 2 * (kv_heads * kv.row_bytes(head_dim)) as u64)
+            .sum()
+    };
+    let window_rows = window.map_or(0, |w| crate::engine::state::window_rows(w).min(context));
     let facts = ModelFacts {
         weights_bytes: heap,
         mapped_bytes: mapped,
-        kv_bytes_per_token,
+        kv_bytes_per_token: row_bytes(false),
+        window_kv_bytes: row_bytes(true) * window_rows as u64,
         recurrent_bytes: (1 + MAX_CHECKPOINTS as u64) * crate::engine::state::recurrent_bytes_of(&memory),
         context,
         prefill: PrefillShape { heads, kv_heads, head_dim, width, ffn, attention },

@@ -342,19 +342,56 @@ impl Model {
         self.positions
     }
 
-    /// Bytes one token occupies in the KV cache with the given element type: its
-    /// attention layers' keys and values.
+    /// Bytes one token adds to the KV cache with the given element type: the keys and
+    /// values of its attention layers that keep every position (a sliding-window layer
+    /// keeps its window only: [`Model::window_kv_bytes`]).
     pub fn kv_bytes_per_token(&self, kv: impl Into<KvDtype>) -> u64 {
-        let kv = kv.into();
+        self.bytes_per_row(kv.into(), false)
+    }
+
+    /// Bytes of one position of the keys and values of the layers with their own that
+    /// slide (`sliding`) or keep every position.
+    fn bytes_per_row(&self, kv: KvDtype, sliding: bool) -> u64 {
         let row_bytes: usize = self
             .layers
             .iter()
             .filter_map(|l| match &l.mixer {
-                Mixer::Attention(a) if a.kv_source.is_none() => Some(kv.row_bytes(a.head_dim)),
+                Mixer::Attention(a) if a.kv_source.is_none() && a.window.is_some() == sliding => {
+                    Some(kv.row_bytes(a.head_dim))
+                }
                 _ => None,
             })
             .sum();
         (2 * row_bytes * self.config.n_kv_heads) as u64
+    }
+
+    /// Bytes the sliding-window layers' keys and values take at most (their window and
+    /// slack, [`super::state::window_rows`], or the model's context if shorter); 0
+    /// without such layers.
+    pub fn window_kv_bytes(&self, kv: impl Into<KvDtype>) -> u64 {
+        match self.config.sliding_window {
+            Some(w) => self.bytes_per_row(kv.into(), true) * super::state::window_rows(w).min(self.positions) as u64,
+            None => 0,
+        }
+    }
+
+    /// Bytes of the K/V a state holds with `tokens` tokens (its capacity): every position
+    /// of a global layer, at most [`super::state::window_rows`] of a sliding-window one.
+    pub fn kv_bytes_at(&self, kv: impl Into<KvDtype>, tokens: usize) -> u64 {
+        let kv = kv.into();
+        let rows = |a: &Attention| match (a.window, self.config.sliding_window) {
+            (Some(_), Some(w)) => tokens.min(super::state::window_rows(w)),
+            _ => tokens,
+        };
+        let bytes: usize = self
+            .layers
+            .iter()
+            .filter_map(|l| match &l.mixer {
+                Mixer::Attention(a) if a.kv_source.is_none() => Some(kv.row_bytes(a.head_dim) * rows(a)),
+                _ => None,
+            })
+            .sum();
+        (2 * bytes * self.config.n_kv_heads) as u64
     }
 
     /// Bytes a state's recurrent layers hold at most: their tensors and
@@ -366,6 +403,7 @@ impl Model {
 
     /// What the fit check needs of this model, with a KV cache of `kv`.
     pub fn facts(&self, kv: impl Into<KvDtype>) -> ModelFacts {
+        let kv = kv.into();
         let c = &self.config;
         let attention =
             super::cpu::attention::prefill_attention(self.kernels, self.device.is_cpu(), c.head_dim, c.sliding_window);
@@ -373,6 +411,7 @@ impl Model {
             weights_bytes: c.heap_weight_bytes,
             mapped_bytes: c.mapped_weight_bytes - c.lookup_table_bytes,
             kv_bytes_per_token: self.kv_bytes_per_token(kv),
+            window_kv_bytes: self.window_kv_bytes(kv),
             recurrent_bytes: self.recurrent_bytes(),
             context: self.max_positions(),
             prefill: PrefillShape {
@@ -389,7 +428,7 @@ impl Model {
     /// A fresh, empty state able to hold up to `max_tokens` (memory is allocated lazily,
     /// in chunks, as the conversation grows).
     pub fn make_state(&self, max_tokens: usize, kv: impl Into<KvDtype>) -> State {
-        State::new(
+        let state = State::new(
             self.config.vocab_size,
             self.layers.iter().map(|l| l.mixer.memory()).collect(),
             self.config.n_kv_heads,
@@ -403,6 +442,17 @@ impl Model {
             max_tokens.min(self.max_positions()),
             kv.into(),
             self.device.clone(),
-        )
+        );
+        // Sliding-window layers keep only their window (a layer reading another's K/V
+        // keeps nothing; its source is of its own kind).
+        let sliding: Vec<bool> = self
+            .layers
+            .iter()
+            .map(|l| matches!(&l.mixer, Mixer::Attention(a) if a.window.is_some() && a.kv_source.is_none()))
+            .collect();
+        match self.config.sliding_window {
+            Some(window) if sliding.contains(&true) => state.with_sliding_window(window, sliding),
+            _ => state,
+        }
     }
 }
