@@ -1,7 +1,8 @@
-//! x86-64 AVX-512 Q4_1 kernel (AVX-512 F/BW/VNNI: Ice Lake, Zen 4 and later): two
-//! 32-value blocks per 512-bit register.
+//! x86-64 AVX-512 kernels (AVX-512 F/BW/VNNI: Ice Lake, Zen 4 and later) for Q4_1, Q4_K,
+//! Q6_K and the signed formats Q8_0, Q4_0, Q5_0: two 32-value blocks per 512-bit register.
+//! Each is described at its type; Q4_1 and Q4_K here.
 //!
-//! Per block pair, for each weight row × activation row of the tile:
+//! Q4_1, per block pair, for each weight row × activation row of the tile:
 //!
 //! ```text
 //!   dot   = vpdpbusd(weight nibbles, activation bytes)     16 × i32, lanes 0-7 block b, 8-15 block b+1
