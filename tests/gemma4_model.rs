@@ -9,7 +9,7 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use pocketchat::engine::model::file_facts;
 use pocketchat::engine::state::LayerMemory;
-use pocketchat::engine::{Kernels, KvDtype, Model};
+use pocketchat::engine::{Kernels, Model};
 
 const TOKENS: [u32; 12] = [5, 17, 200, 3, 99, 42, 7, 255, 256, 1, 64, 128];
 
@@ -255,25 +255,10 @@ fn a_gemma4_chat_with_its_real_vocabulary_matches_a_fresh_prefill_each_turn() {
     assert!(tok.is_stop(end_of_turn[0]), "`<turn|>` ends a reply");
 }
 
-/// A q8_0 KV cache (of the attention layers) decodes token by token as one forward over it
-/// does, with both kernel sets, up to rounding: a row's keys computed in a batch or alone
-/// differ in their last bits, which can move a value to the next q8_0 step. So the two may
-/// differ by no more than quantizing the cache moves the logits at all (one forward over
-/// a q8_0 cache against one over an f32 cache).
+/// A q8_0 KV cache decodes token by token as one forward over it does, up to what
+/// quantizing the cache moves the logits (`common::assert_q8_0_cache_decodes_as_one_forward`).
 #[test]
 fn a_q8_0_cache_decodes_token_by_token_as_one_forward() {
     let dir = tempfile::tempdir().unwrap();
-    let path = tiny(dir.path());
-    for kernels in [Kernels::Candle, Kernels::Fast] {
-        let model = Model::load(&path, &Device::Cpu, kernels, |_| {}).unwrap();
-        let all = |kv: KvDtype| model.forward_all(&TOKENS, &mut model.make_state(64, kv)).unwrap();
-        let (q8_0, f32) = (all(KvDtype::Q8_0), all(KvDtype::F32));
-        let mut state = model.make_state(64, KvDtype::Q8_0);
-        let steps: Vec<candle_core::Tensor> =
-            TOKENS.iter().map(|&t| model.forward(&[t], &mut state).unwrap()).collect();
-        let steps = candle_core::Tensor::stack(&steps, 0).unwrap();
-        let (diff, quantization) = (common::relative_diff(&steps, &q8_0), common::relative_diff(&q8_0, &f32));
-        println!("{kernels:?}: token by token {diff}, q8_0 against f32 {quantization} of the largest logit");
-        assert!(diff <= quantization, "{kernels:?}: token by token the logits differ by {diff} of the largest");
-    }
+    common::assert_q8_0_cache_decodes_as_one_forward(&tiny(dir.path()), &TOKENS);
 }

@@ -253,6 +253,26 @@ pub fn assert_decodes_as_one_forward(path: &Path, tokens: &[u32], prefill: usize
     }
 }
 
+/// A q8_0 KV cache (of the attention layers) decodes `tokens` one at a time as one
+/// forward over it does, with both kernel sets, up to rounding: a row's keys computed in a
+/// batch or alone differ in their last bits, which can move a value to the next q8_0 step.
+/// So the two may differ by no more than quantizing the cache moves the logits at all (one
+/// forward over a q8_0 cache against one over an f32 cache).
+pub fn assert_q8_0_cache_decodes_as_one_forward(path: &Path, tokens: &[u32]) {
+    use pocketchat::engine::{Kernels, KvDtype, Model};
+    for kernels in [Kernels::Candle, Kernels::Fast] {
+        let model = Model::load(path, &Device::Cpu, kernels, |_| {}).unwrap();
+        let all = |kv: KvDtype| model.forward_all(tokens, &mut model.make_state(64, kv)).unwrap();
+        let (q8_0, f32) = (all(KvDtype::Q8_0), all(KvDtype::F32));
+        let mut state = model.make_state(64, KvDtype::Q8_0);
+        let steps: Vec<Tensor> = tokens.iter().map(|&t| model.forward(&[t], &mut state).unwrap()).collect();
+        let steps = Tensor::stack(&steps, 0).unwrap();
+        let (diff, quantization) = (relative_diff(&steps, &q8_0), relative_diff(&q8_0, &f32));
+        println!("{kernels:?}: token by token {diff}, q8_0 against f32 {quantization} of the largest logit");
+        assert!(diff <= quantization, "{kernels:?}: token by token the logits differ by {diff} of the largest");
+    }
+}
+
 /// The tiny files' random weights: xorshift64 values spread over (-scale, scale), one fixed
 /// sequence per seed (the files' sha256 are in the llama.cpp fixture).
 pub struct Xorshift(pub u64);
