@@ -305,6 +305,8 @@ def main():
         same = ours[0].get("first_generated_ids") == theirs[0].get("first_generated_ids")
         print(f"first generated ids: pocketchat {ours[0].get('first_generated_ids')}, "
               f"llama.cpp {theirs[0].get('first_generated_ids')} ({'same' if same else 'DIFFERENT'})")
+    if theirs and theirs[0].get("cpu_features"):
+        print(f"llama.cpp's CPU kernels: {theirs[0]['cpu_features']}")
     own = col(ours, "peak_rss_bytes")
     if own is not None:
         print(f"pocketchat's own peak_rss_bytes {own / 1e6:.1f} MB, kv {fmt(col(ours, 'kv_bytes'), 'MB')} MB")
@@ -331,6 +333,7 @@ def main():
             "python_baseline_rss_file_mb": mb(baseline.get("RssFile")),
             "same_first_ids": (ours_k[0].get("first_generated_ids") == theirs[0].get("first_generated_ids"))
             if ours_k and theirs else None,
+            "llamacpp_cpu_features": theirs[0].get("cpu_features") if theirs else None,
         })
     if a.json:
         print(json.dumps({**dict(variants), "llama.cpp": theirs, "llama.cpp turns": their_turns}))
