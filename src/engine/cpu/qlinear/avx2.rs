@@ -16,7 +16,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use super::blocks::{
-    drive, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel, QK, QK_K,
+    drive, ActScale, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel, QK, QK_K,
 };
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
@@ -42,6 +42,28 @@ impl DotU8I8 for Vnni {
     #[inline(always)]
     unsafe fn dot(u: __m256i, s: __m256i) -> __m256i {
         _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
+    }
+}
+
+/// `acc + sum(scale · (u · s))` over pairs of byte products: the K-quant sub-block sums
+/// with the weights' integer sub-block scales (i16) applied before they leave integers.
+/// `u` are at most 6-bit (0..=63), so a pair of products fits an i16 (2 · 63 · 127).
+trait ScaledDot {
+    unsafe fn scaled_dot(acc: __m256i, u: __m256i, s: __m256i, scale: __m256i) -> __m256i;
+}
+
+impl ScaledDot for Madd {
+    #[inline(always)]
+    unsafe fn scaled_dot(acc: __m256i, u: __m256i, s: __m256i, scale: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale))
+    }
+}
+
+/// AVX-VNNI `vpdpwssd` does the `madd` and the add in one.
+impl ScaledDot for Vnni {
+    #[inline(always)]
+    unsafe fn scaled_dot(acc: __m256i, u: __m256i, s: __m256i, scale: __m256i) -> __m256i {
+        _mm256_dpwssd_avx_epi32(acc, _mm256_maddubs_epi16(u, s), scale)
     }
 }
 
@@ -307,10 +329,6 @@ impl TileKernel for Q6K {
 
 pub(super) struct Q4K<D>(PhantomData<D>);
 
-/// Where sub-block `j`'s factor sits in the 8 lanes of [`q4k_act_scales`]'s output: the
-/// unpacking shuffle leaves them in the order 0, 1, 4, 5, 2, 3, 6, 7 (its own inverse).
-const Q4K_LANE: [usize; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
-
 /// [`BlockQ4K::scales_mins`] in one register, computed there: the eight 6-bit scales in
 /// bytes 0..8, the mins in 8..16.
 #[inline(always)]
@@ -328,7 +346,8 @@ pub(super) unsafe fn q4k_scales_mins(blk: *const BlockQ4K) -> __m128i {
     _mm_or_si128(low, _mm_and_si128(_mm_srli_epi16::<2>(top), _mm_set1_epi8(0x30)))
 }
 
-/// A super-block's eight `d * sc_j` and eight `dmin * m_j`, in the lane order `Q4K_LANE`.
+/// A super-block's eight `d * sc_j` and eight `dmin * m_j`, in the lane order of
+/// [`q4k_act_scales`].
 #[inline(always)]
 unsafe fn q4k_weight_scales(blk: *const BlockQ4K) -> (__m256, __m256) {
     let order = _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15);
@@ -340,7 +359,7 @@ unsafe fn q4k_weight_scales(blk: *const BlockQ4K) -> (__m256, __m256) {
 }
 
 /// The `d_a` and `s_a` of a super-block's eight activation blocks, in the lane order
-/// `Q4K_LANE`.
+/// 0, 1, 4, 5, 2, 3, 6, 7 (what the unpacking shuffle leaves).
 #[inline(always)]
 unsafe fn q4k_act_scales(ds: *const [f32; 2]) -> (__m256, __m256) {
     // [d0 s0 d1 s1 | d2 s2 d3 s3] and [d4 s4 d5 s5 | d6 s6 d7 s7]
@@ -348,7 +367,7 @@ unsafe fn q4k_act_scales(ds: *const [f32; 2]) -> (__m256, __m256) {
     (_mm256_shuffle_ps::<0b10_00_10_00>(v0, v1), _mm256_shuffle_ps::<0b11_01_11_01>(v0, v1))
 }
 
-impl<D: DotU8I8> TileKernel for Q4K<D> {
+impl<D: ScaledDot> TileKernel for Q4K<D> {
     type Block = BlockQ4K;
     const BLOCKS_PER: usize = QK_K / QK;
 
@@ -365,44 +384,60 @@ impl<D: DotU8I8> TileKernel for Q4K<D> {
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         let lead = prefetch_lead(&w);
         for b in 0..nb {
-            // d_w * sc_j * d_a per weight row, activation row and sub-block (lane order
-            // `Q4K_LANE`), read back one at a time as broadcasts
-            let mut scale = [[[0f32; 8]; C]; R];
-            let mut wsc = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
+            // the activations share one d over the super-block (`ActScale::SuperBlock`)
+            let da: [f32; C] = std::array::from_fn(|c| (*ds[c].add(b * Self::BLOCKS_PER))[0]);
+            let mut dw = [0f32; R];
+            // sub-block scales as i16, sc_0..sc_7 in both 128-bit halves
+            let mut sc16 = [_mm256_setzero_si256(); R];
+            let mut wmin = [_mm256_setzero_ps(); R];
             for r in 0..R {
                 let blk = w[r].add(b);
                 let p = (blk as *const i8).wrapping_add(lead);
                 _mm_prefetch::<_MM_HINT_T0>(p);
                 _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
                 _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128));
-                wsc[r] = q4k_weight_scales(blk);
+                sc16[r] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(q4k_scales_mins(blk)));
+                wmin[r] = q4k_weight_scales(blk).1;
+                dw[r] = _mm_cvtss_f32(load_f16_pair(blk as *const u8));
             }
             for c in 0..C {
-                let (da, sa) = q4k_act_scales(ds[c].add(b * Self::BLOCKS_PER));
+                let (_, sa) = q4k_act_scales(ds[c].add(b * Self::BLOCKS_PER));
                 for r in 0..R {
-                    _mm256_storeu_ps(scale[r][c].as_mut_ptr(), _mm256_mul_ps(wsc[r].0, da));
-                    acc[r][c] = _mm256_fnmadd_ps(wsc[r].1, sa, acc[r][c]);
+                    acc[r][c] = _mm256_fnmadd_ps(wmin[r], sa, acc[r][c]);
                 }
             }
+            let mut isum = [[_mm256_setzero_si256(); C]; R];
             for g in 0..QK_K / 64 {
+                // i16 lane j of every 128-bit half: sub-blocks 2g and 2g + 1's scales
+                let (pick0, pick1) = (
+                    _mm256_set1_epi16(0x0100 + 0x0202 * 2 * g as i16),
+                    _mm256_set1_epi16(0x0100 + 0x0202 * (2 * g as i16 + 1)),
+                );
                 let mut lo = [_mm256_setzero_si256(); R];
                 let mut hi = [_mm256_setzero_si256(); R];
+                let mut s0 = [_mm256_setzero_si256(); R];
+                let mut s1 = [_mm256_setzero_si256(); R];
                 for r in 0..R {
                     let raw = _mm256_loadu_si256((*w[r].add(b)).qs.as_ptr().add(QK * g) as *const __m256i);
                     lo[r] = _mm256_and_si256(raw, mask);
                     hi[r] = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), mask);
+                    s0[r] = _mm256_shuffle_epi8(sc16[r], pick0);
+                    s1[r] = _mm256_shuffle_epi8(sc16[r], pick1);
                 }
                 for c in 0..C {
                     let a = qs[c].add(b * QK_K + 2 * QK * g);
                     let (a0, a1) =
                         (_mm256_loadu_si256(a as *const __m256i), _mm256_loadu_si256(a.add(QK) as *const __m256i));
                     for r in 0..R {
-                        let (s0, s1) = (scale[r][c][Q4K_LANE[2 * g]], scale[r][c][Q4K_LANE[2 * g + 1]]);
-                        let p0 = _mm256_cvtepi32_ps(D::dot(lo[r], a0));
-                        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(s0), p0, acc[r][c]);
-                        let p1 = _mm256_cvtepi32_ps(D::dot(hi[r], a1));
-                        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(s1), p1, acc[r][c]);
+                        isum[r][c] = D::scaled_dot(isum[r][c], lo[r], a0, s0[r]);
+                        isum[r][c] = D::scaled_dot(isum[r][c], hi[r], a1, s1[r]);
                     }
+                }
+            }
+            for r in 0..R {
+                for c in 0..C {
+                    let f = _mm256_set1_ps(dw[r] * da[c]);
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][c]), f, acc[r][c]);
                 }
             }
         }
@@ -551,54 +586,79 @@ pub(super) unsafe fn q6_k_rows(
 /// AVX2 twin of [`super::scalar::quantize_row`], bit-identical to it: same `amax`, same
 /// `d` and `1 / d` computed in scalar f32, products `x * id` rounded half away from zero.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn quantize_row(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], with_sum: bool) {
+pub(super) unsafe fn quantize_row(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], with_sum: bool, scale: ActScale) {
     debug_assert_eq!(x.len(), qs.len());
     debug_assert_eq!(x.len(), ds.len() * QK);
+    let per = scale.values() / QK;
+    for (span, ds) in ds.chunks_exact_mut(per).enumerate() {
+        let first = span * per;
+        let mut amax = 0f32;
+        for b in first..first + per {
+            amax = amax.max(block_amax(x.as_ptr().add(b * QK)));
+        }
+        for (b, ds) in (first..).zip(ds.iter_mut()) {
+            *ds = quantize_block(x.as_ptr().add(b * QK), amax, qs.as_mut_ptr().add(b * QK), with_sum);
+        }
+    }
+}
+
+/// The 32 values at `xp` as four registers.
+#[inline(always)]
+unsafe fn load_block(xp: *const f32) -> [__m256; 4] {
+    [_mm256_loadu_ps(xp), _mm256_loadu_ps(xp.add(8)), _mm256_loadu_ps(xp.add(16)), _mm256_loadu_ps(xp.add(24))]
+}
+
+/// The largest magnitude of the 32 values at `xp`.
+#[inline(always)]
+unsafe fn block_amax(xp: *const f32) -> f32 {
+    let sign = _mm256_set1_ps(-0.0);
+    let v = load_block(xp);
+    let a01 = _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1]));
+    let a23 = _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3]));
+    let a = _mm256_max_ps(a01, a23);
+    let a = _mm_max_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
+    let a = _mm_max_ps(a, _mm_movehl_ps(a, a));
+    let a = _mm_max_ss(a, _mm_movehdup_ps(a));
+    _mm_cvtss_f32(a)
+}
+
+/// The 32 values at `xp` quantized with the `amax` of their span into `qp`; returns
+/// `(d, s)` (see [`super::scalar::quantize_row`]).
+#[inline(always)]
+unsafe fn quantize_block(xp: *const f32, amax: f32, qp: *mut i8, with_sum: bool) -> [f32; 2] {
     let sign = _mm256_set1_ps(-0.0);
     let half = _mm256_set1_ps(0.5);
     let one = _mm256_set1_ps(1.0);
     let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    for (b, ds) in ds.iter_mut().enumerate() {
-        let xp = x.as_ptr().add(b * QK);
-        let v =
-            [_mm256_loadu_ps(xp), _mm256_loadu_ps(xp.add(8)), _mm256_loadu_ps(xp.add(16)), _mm256_loadu_ps(xp.add(24))];
-        let a01 = _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1]));
-        let a23 = _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3]));
-        let a = _mm256_max_ps(a01, a23);
-        let a = _mm_max_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
-        let a = _mm_max_ps(a, _mm_movehl_ps(a, a));
-        let a = _mm_max_ss(a, _mm_movehdup_ps(a));
-        let amax = _mm_cvtss_f32(a);
-
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        let idv = _mm256_set1_ps(id);
-        let mut qi = [_mm256_setzero_si256(); 4];
-        for j in 0..4 {
-            let p = _mm256_mul_ps(v[j], idv);
-            // round half away from zero: trunc, then step away when |frac| >= 0.5
-            let t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            let frac = _mm256_andnot_ps(sign, _mm256_sub_ps(p, t));
-            let step = _mm256_or_ps(_mm256_and_ps(p, sign), one);
-            let r = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(frac, half, _CMP_GE_OQ), step));
-            qi[j] = _mm256_cvttps_epi32(r);
-        }
-        let sum = if with_sum {
-            let s = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
-            let s = _mm_add_epi32(_mm256_extracti128_si256(s, 1), _mm256_castsi256_si128(s));
-            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
-            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
-            _mm_cvtsi128_si32(s)
-        } else {
-            0
-        };
-        let p01 = _mm256_packs_epi32(qi[0], qi[1]);
-        let p23 = _mm256_packs_epi32(qi[2], qi[3]);
-        let p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), perm);
-        _mm256_storeu_si256(qs.as_mut_ptr().add(b * QK) as *mut __m256i, p);
-
-        let dh = half::f16::from_f32(d);
-        let s = if with_sum { (half::f16::from_f32(sum as f32) * dh).to_f32() } else { 0.0 };
-        *ds = [dh.to_f32(), s];
+    let v = load_block(xp);
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let idv = _mm256_set1_ps(id);
+    let mut qi = [_mm256_setzero_si256(); 4];
+    for j in 0..4 {
+        let p = _mm256_mul_ps(v[j], idv);
+        // round half away from zero: trunc, then step away when |frac| >= 0.5
+        let t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        let frac = _mm256_andnot_ps(sign, _mm256_sub_ps(p, t));
+        let step = _mm256_or_ps(_mm256_and_ps(p, sign), one);
+        let r = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(frac, half, _CMP_GE_OQ), step));
+        qi[j] = _mm256_cvttps_epi32(r);
     }
+    let sum = if with_sum {
+        let s = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+        let s = _mm_add_epi32(_mm256_extracti128_si256(s, 1), _mm256_castsi256_si128(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+        _mm_cvtsi128_si32(s)
+    } else {
+        0
+    };
+    let p01 = _mm256_packs_epi32(qi[0], qi[1]);
+    let p23 = _mm256_packs_epi32(qi[2], qi[3]);
+    let p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), perm);
+    _mm256_storeu_si256(qp as *mut __m256i, p);
+
+    let dh = half::f16::from_f32(d);
+    let s = if with_sum { (half::f16::from_f32(sum as f32) * dh).to_f32() } else { 0.0 };
+    [dh.to_f32(), s]
 }

@@ -113,6 +113,28 @@ impl BlockQ4K {
     }
 }
 
+/// Over how many values an activation row's 8-bit scale `d` is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActScale {
+    /// One `d` per 32-value block (ggml's Q8_0 / Q8_1): the finest rounding.
+    Block,
+    /// One `d` per 256 values, repeated in each of their eight blocks (ggml's Q8_K, what
+    /// llama.cpp multiplies K-quant weights by): the K-quant kernels then sum a whole
+    /// super-block's sub-block products, scaled by the weights' integer sub-block scales,
+    /// in integers and convert to f32 once per super-block instead of once per 32 values.
+    SuperBlock,
+}
+
+impl ActScale {
+    /// Values that share one `d`.
+    pub fn values(self) -> usize {
+        match self {
+            ActScale::Block => QK,
+            ActScale::SuperBlock => QK_K,
+        }
+    }
+}
+
 /// `m` activation rows of `k = nb * 32` values, quantized once per forward:
 ///
 /// ```text

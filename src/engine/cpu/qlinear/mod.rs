@@ -60,7 +60,7 @@ mod neon;
 #[cfg(test)]
 mod tests;
 
-use blocks::{Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, QK, QK_K};
+use blocks::{ActScale, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, QK, QK_K};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Result, Tensor};
 pub(crate) use repack::growth_bytes;
@@ -74,14 +74,15 @@ use crate::engine::cpu::kernels::{Isa, Kernels};
 use crate::engine::cpu::pool::{self, SendPtr};
 
 impl Isa {
-    fn quantize_row(self, x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], with_sum: bool) {
+    fn quantize_row(self, x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], act: ActFormat) {
+        let ActFormat { with_sum, scale } = act;
         match self {
             // SAFETY: `Isa::detect` only returns instruction sets this CPU supports.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => unsafe { avx2::quantize_row(x, qs, ds, with_sum) },
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => unsafe { avx2::quantize_row(x, qs, ds, with_sum, scale) },
             #[cfg(target_arch = "aarch64")]
-            Isa::Neon | Isa::NeonDot => unsafe { neon::quantize_row(x, qs, ds, with_sum) },
-            _ => scalar::quantize_row(x, qs, ds, with_sum),
+            Isa::Neon | Isa::NeonDot => unsafe { neon::quantize_row(x, qs, ds, with_sum, scale) },
+            _ => scalar::quantize_row(x, qs, ds, with_sum, scale),
         }
     }
 
@@ -225,6 +226,34 @@ impl Kind {
     /// Q8_1 activations carry `s = d * sum(q)` for the Q4_1 offset and Q4_K min terms.
     fn with_sum(self) -> bool {
         matches!(self, Kind::Q4_1 | Kind::Q4K)
+    }
+    /// The K-quants take activations with one scale per super-block (see [`ActScale`]).
+    fn act_scale(self) -> ActScale {
+        match self {
+            Kind::Q4K | Kind::Q6K => ActScale::SuperBlock,
+            Kind::Q4_1 | Kind::Q8_0 | Kind::Q4_0 | Kind::Q5_0 => ActScale::Block,
+        }
+    }
+}
+
+/// How a forward quantizes its input once for all the layers that read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ActFormat {
+    with_sum: bool,
+    scale: ActScale,
+}
+
+impl ActFormat {
+    /// The input format of layers of `kinds`, which share one [`Kind::act_scale`]: with
+    /// sums if any needs them (the others ignore them).
+    fn for_kinds(mut kinds: impl Iterator<Item = Kind>) -> ActFormat {
+        let first = kinds.next().expect("at least one layer");
+        let mut act = ActFormat { with_sum: first.with_sum(), scale: first.act_scale() };
+        for kind in kinds {
+            assert_eq!(kind.act_scale(), act.scale, "layers fused over one input take the same scales");
+            act.with_sum |= kind.with_sum();
+        }
+        act
     }
 }
 
@@ -407,8 +436,12 @@ impl QLinear {
             Some(Backend::Ours { isa, .. }) => *isa,
             _ => return layers.iter().map(|l| l.forward(x)).collect(),
         };
+        // one quantized input serves them all only where they take the same scales (Q8_0
+        // and Q4_1 share theirs; the K-quants take one per super-block)
         let same = layers.iter().all(|l| {
-            matches!(l.backend, Backend::Ours { isa: i, .. } if i == isa) && l.in_features == layers[0].in_features
+            matches!(l.backend, Backend::Ours { isa: i, .. } if i == isa)
+                && l.in_features == layers[0].in_features
+                && l.kind().act_scale() == layers[0].kind().act_scale()
         });
         if !same || !x.device().is_cpu() {
             return layers.iter().map(|l| l.forward(x)).collect();
@@ -571,10 +604,10 @@ fn matmul_many(layers: &[&QLinear], isa: Isa, x: &[f32], m: usize, dsts: &mut [V
     }
     let weights: Vec<SendPtr<u8>> = datas.iter().map(|d| SendPtr(d.as_ptr() as *mut u8)).collect();
     let dst_ptrs: Vec<SendPtr<f32>> = dsts.iter_mut().map(|d| SendPtr(d.as_mut_ptr())).collect();
-    let with_sum = layers.iter().any(|l| l.kind().with_sum());
+    let act = ActFormat::for_kinds(layers.iter().map(|l| l.kind()));
 
     with_scratch(m * k, m * nb, |qs, ds| {
-        quantize_rows(isa, with_sum, x, k, qs, ds);
+        quantize_rows(isa, act, x, k, qs, ds);
         let acts = Acts { qs: &*qs, ds: &*ds, m, nb };
         let run = |range: std::ops::Range<usize>| {
             for (j, rows) in units.rows_of(range) {
@@ -682,7 +715,7 @@ impl DecodeRows {
         let k = x.len();
         let nb = k / QK;
         let (mut qs, mut ds) = (vec![0i8; k], vec![[0f32; 2]; nb]);
-        isa.quantize_row(x, &mut qs, &mut ds, layers.iter().any(|l| l.kind().with_sum()));
+        isa.quantize_row(x, &mut qs, &mut ds, ActFormat::for_kinds(layers.iter().map(|l| l.kind())));
         let mut owned = Vec::with_capacity(layers.len());
         for l in layers {
             assert_eq!(l.in_features, k);
@@ -733,12 +766,12 @@ impl pool::Detachable for DecodeRows {
 }
 
 /// Quantizes `x`'s rows into `qs`/`ds`, across the pool when there are many.
-fn quantize_rows(isa: Isa, with_sum: bool, x: &[f32], k: usize, qs: &mut [i8], ds: &mut [[f32; 2]]) {
+fn quantize_rows(isa: Isa, act: ActFormat, x: &[f32], k: usize, qs: &mut [i8], ds: &mut [[f32; 2]]) {
     let m = x.len() / k;
     let nb = k / QK;
     if x.len() < PAR_MIN_QUANT || m == 1 {
         for ((x, qs), ds) in x.chunks_exact(k).zip(qs.chunks_exact_mut(k)).zip(ds.chunks_exact_mut(nb)) {
-            isa.quantize_row(x, qs, ds, with_sum);
+            isa.quantize_row(x, qs, ds, act);
         }
         return;
     }
@@ -752,7 +785,7 @@ fn quantize_rows(isa: Isa, with_sum: bool, x: &[f32], k: usize, qs: &mut [i8], d
                     std::slice::from_raw_parts_mut(ds_ptr.get().add(i * nb), nb),
                 )
             };
-            isa.quantize_row(&x[i * k..(i + 1) * k], qs, ds, with_sum);
+            isa.quantize_row(&x[i * k..(i + 1) * k], qs, ds, act);
         }
     });
 }

@@ -14,7 +14,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use super::blocks::{
-    drive, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel, QK, QK_K,
+    drive, ActScale, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel, QK, QK_K,
 };
 use std::arch::aarch64::*;
 use std::marker::PhantomData;
@@ -513,33 +513,46 @@ pub(super) unsafe fn q6_k_rows(
 /// NEON twin of [`super::scalar::quantize_row`], bit-identical to it (`vrndaq_f32` rounds
 /// half away from zero, as `f32::round` does).
 #[target_feature(enable = "neon")]
-pub(super) unsafe fn quantize_row(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], with_sum: bool) {
+pub(super) unsafe fn quantize_row(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], with_sum: bool, scale: ActScale) {
     debug_assert_eq!(x.len(), qs.len());
     debug_assert_eq!(x.len(), ds.len() * QK);
-    for (b, ds) in ds.iter_mut().enumerate() {
-        let xp = x.as_ptr().add(b * QK);
-        let v: [float32x4_t; 8] = std::array::from_fn(|j| vld1q_f32(xp.add(4 * j)));
-        let mut a = vabsq_f32(v[0]);
-        for vj in &v[1..] {
-            a = vmaxq_f32(a, vabsq_f32(*vj));
+    let per = scale.values() / QK;
+    for (span, ds) in ds.chunks_exact_mut(per).enumerate() {
+        let first = span * per;
+        let mut amax = 0f32;
+        for b in first..first + per {
+            let xp = x.as_ptr().add(b * QK);
+            let mut a = vabsq_f32(vld1q_f32(xp));
+            for j in 1..8 {
+                a = vmaxq_f32(a, vabsq_f32(vld1q_f32(xp.add(4 * j))));
+            }
+            amax = amax.max(vmaxvq_f32(a));
         }
-        let amax = vmaxvq_f32(a);
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        let q: [int32x4_t; 8] = std::array::from_fn(|j| vcvtq_s32_f32(vrndaq_f32(vmulq_n_f32(v[j], id))));
-        let sum = if with_sum {
-            let s = q.iter().fold(vdupq_n_s32(0), |s, qj| vaddq_s32(s, *qj));
-            vaddvq_s32(s)
-        } else {
-            0
-        };
-        let h: [int16x8_t; 4] = std::array::from_fn(|j| vcombine_s16(vmovn_s32(q[2 * j]), vmovn_s32(q[2 * j + 1])));
-        let qp = qs.as_mut_ptr().add(b * QK);
-        vst1q_s8(qp, vcombine_s8(vmovn_s16(h[0]), vmovn_s16(h[1])));
-        vst1q_s8(qp.add(16), vcombine_s8(vmovn_s16(h[2]), vmovn_s16(h[3])));
-
-        let dh = half::f16::from_f32(d);
-        let s = if with_sum { (half::f16::from_f32(sum as f32) * dh).to_f32() } else { 0.0 };
-        *ds = [dh.to_f32(), s];
+        for (b, ds) in (first..).zip(ds.iter_mut()) {
+            *ds = quantize_block(x.as_ptr().add(b * QK), amax, qs.as_mut_ptr().add(b * QK), with_sum);
+        }
     }
+}
+
+/// The 32 values at `xp` quantized with the `amax` of their span into `qp`; returns
+/// `(d, s)` (see [`super::scalar::quantize_row`]).
+#[inline(always)]
+unsafe fn quantize_block(xp: *const f32, amax: f32, qp: *mut i8, with_sum: bool) -> [f32; 2] {
+    let v: [float32x4_t; 8] = std::array::from_fn(|j| vld1q_f32(xp.add(4 * j)));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let q: [int32x4_t; 8] = std::array::from_fn(|j| vcvtq_s32_f32(vrndaq_f32(vmulq_n_f32(v[j], id))));
+    let sum = if with_sum {
+        let s = q.iter().fold(vdupq_n_s32(0), |s, qj| vaddq_s32(s, *qj));
+        vaddvq_s32(s)
+    } else {
+        0
+    };
+    let h: [int16x8_t; 4] = std::array::from_fn(|j| vcombine_s16(vmovn_s32(q[2 * j]), vmovn_s32(q[2 * j + 1])));
+    vst1q_s8(qp, vcombine_s8(vmovn_s16(h[0]), vmovn_s16(h[1])));
+    vst1q_s8(qp.add(16), vcombine_s8(vmovn_s16(h[2]), vmovn_s16(h[3])));
+
+    let dh = half::f16::from_f32(d);
+    let s = if with_sum { (half::f16::from_f32(sum as f32) * dh).to_f32() } else { 0.0 };
+    [dh.to_f32(), s]
 }

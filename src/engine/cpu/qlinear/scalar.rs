@@ -4,31 +4,41 @@
 //! Q4_K and Q6_K (which candle multiplies against 256-value Q8_K activations) are the plain
 //! formulas against our 32-value activations.
 
-use super::blocks::{BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel, QK, QK_K};
+use super::blocks::{ActScale, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel, QK, QK_K};
 use half::f16;
 
 /// Quantizes one row to Q8_1 exactly as candle's `BlockQ8_1::from_float` (ggml's
 /// `quantize_row_q8_1_ref`): `d = amax / 127`, `q = round(x / d)` (half away from zero),
 /// `s = f16(f16(sum q) * f16(d))`. With `with_sum == false` this is Q8_0 (`s = 0`).
-pub fn quantize_row(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], with_sum: bool) {
+/// [`ActScale::SuperBlock`] takes `amax` over each 256 values instead of each 32, so the
+/// eight blocks of a super-block share one `d` (as ggml's Q8_K does).
+pub fn quantize_row(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], with_sum: bool, scale: ActScale) {
     debug_assert_eq!(x.len(), qs.len());
     debug_assert_eq!(x.len(), ds.len() * QK);
-    for ((x, q), ds) in x.chunks_exact(QK).zip(qs.chunks_exact_mut(QK)).zip(ds.iter_mut()) {
+    let span = scale.values();
+    for ((x, q), ds) in x.chunks_exact(span).zip(qs.chunks_exact_mut(span)).zip(ds.chunks_exact_mut(span / QK)) {
         let mut amax = 0f32;
         for &v in x {
             amax = amax.max(v.abs());
         }
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        let dh = f16::from_f32(d);
-        let mut sum = 0i32;
-        for (q, &v) in q.iter_mut().zip(x) {
-            *q = (v * id).round() as i8;
-            sum += *q as i32;
+        for ((x, q), ds) in x.chunks_exact(QK).zip(q.chunks_exact_mut(QK)).zip(ds.iter_mut()) {
+            *ds = quantize_block(x, amax, q, with_sum);
         }
-        let s = if with_sum { (f16::from_f32(sum as f32) * dh).to_f32() } else { 0.0 };
-        *ds = [dh.to_f32(), s];
     }
+}
+
+/// One block of [`quantize_row`] with the `amax` of its span: returns `(d, s)`.
+fn quantize_block(x: &[f32], amax: f32, q: &mut [i8], with_sum: bool) -> [f32; 2] {
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let dh = f16::from_f32(d);
+    let mut sum = 0i32;
+    for (q, &v) in q.iter_mut().zip(x) {
+        *q = (v * id).round() as i8;
+        sum += *q as i32;
+    }
+    let s = if with_sum { (f16::from_f32(sum as f32) * dh).to_f32() } else { 0.0 };
+    [dh.to_f32(), s]
 }
 
 /// A portable tile kernel over a row dot product `$dot(weight blocks, quants, scales)`.

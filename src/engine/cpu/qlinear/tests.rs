@@ -112,10 +112,44 @@ fn quantization_rows(rng: &mut Rng) -> Vec<Vec<f32>> {
 }
 
 fn our_quantize(isa: Isa, x: &[f32], with_sum: bool) -> (Vec<i8>, Vec<[f32; 2]>) {
+    quantize_scaled(isa, x, ActFormat { with_sum, scale: ActScale::Block })
+}
+
+fn quantize_scaled(isa: Isa, x: &[f32], act: ActFormat) -> (Vec<i8>, Vec<[f32; 2]>) {
     let mut qs = vec![0i8; x.len()];
     let mut ds = vec![[0f32; 2]; x.len() / QK];
-    isa.quantize_row(x, &mut qs, &mut ds, with_sum);
+    isa.quantize_row(x, &mut qs, &mut ds, act);
     (qs, ds)
+}
+
+/// Activations with one scale per 256 values: every instruction set's bit for bit the
+/// scalar one's, one `d` per super-block, quants within ±127 with the span's largest
+/// magnitude at ±127, and `s` the block's own `d * sum(q)`.
+#[test]
+fn super_block_quantization_is_one_scale_per_256() {
+    let mut rng = Rng(0x5eed_0010);
+    // eight 96-value rows make three super-blocks, each with the rows' ties, zeros,
+    // huge and tiny values
+    for x in quantization_rows(&mut rng).chunks_exact(8).map(|rows| rows.concat()) {
+        for with_sum in [false, true] {
+            let act = ActFormat { with_sum, scale: ActScale::SuperBlock };
+            let (qs, ds) = quantize_scaled(Isa::Scalar, &x, act);
+            for isa in Isa::all_supported() {
+                assert_eq!(quantize_scaled(isa, &x, act), (qs.clone(), ds.clone()), "{isa:?}");
+            }
+            for (sb, (q, ds)) in qs.chunks_exact(QK_K).zip(ds.chunks_exact(QK_K / QK)).enumerate() {
+                assert!(ds.iter().all(|d| d[0] == ds[0][0]), "super-block {sb}: one d");
+                let amax = x[sb * QK_K..][..QK_K].iter().fold(0f32, |a, v| a.max(v.abs()));
+                let top = q.iter().map(|&v| (v as i32).abs()).max().unwrap();
+                assert!(top == if amax > 0.0 { 127 } else { 0 }, "super-block {sb}: largest |q| {top}");
+                for (b, d) in ds.iter().enumerate() {
+                    let sum: i32 = q[b * QK..][..QK].iter().map(|&v| v as i32).sum();
+                    let s = (half::f16::from_f32(sum as f32) * half::f16::from_f32(d[0])).to_f32();
+                    assert_eq!(d[1], if with_sum { s } else { 0.0 }, "super-block {sb} block {b}: s");
+                }
+            }
+        }
+    }
 }
 
 #[test]
@@ -293,9 +327,9 @@ fn q4_k_mins_only(w: &QTensor) -> QTensor {
 ///   from `exact` by the f16 rounding of `s_a = d_a * sum(q_a)` in the min term (relative
 ///   2^-11 of that term, measured up to 3e-4 of the largest output): within 1e-3;
 /// - `float`: `w` times the activations as they were, which adds the activations' 8-bit
-///   rounding (measured 5e-3 to 1.4e-2 with this test's outlier channels): no further off
-///   than candle's own Q4_K kernel, which rounds the activations per 256 values (Q8_K;
-///   measured 9e-3 to 3e-2).
+///   rounding. Ours and candle's kernel both round them with one scale per 256 values
+///   (ours `amax / 127`, candle's Q8_K `max / -128`), measured 9e-3 to 3e-2 with this
+///   test's outlier channels: within 10 % of candle's.
 #[test]
 fn q4_k_scalar_matches_candles_dequantized_weights() {
     let mut rng = Rng(0x5eed_000d);
@@ -311,7 +345,8 @@ fn q4_k_scalar_matches_candles_dequantized_weights() {
             let xs = random_acts(&mut rng, m, k);
             let (mut xq, mut s) = (vec![], vec![]);
             for row in xs.chunks(k) {
-                let (qs, ds) = our_quantize(Isa::Scalar, row, true);
+                let (qs, ds) =
+                    quantize_scaled(Isa::Scalar, row, ActFormat { with_sum: true, scale: ActScale::SuperBlock });
                 xq.extend(qs.iter().enumerate().map(|(i, &q)| q as f32 * ds[i / QK][0]));
                 s.extend(ds.iter().map(|d| d[1]));
             }
@@ -329,7 +364,7 @@ fn q4_k_scalar_matches_candles_dequantized_weights() {
             );
             assert!(err_exact <= 1e-5, "Q4_K n={n} k={k} m={m}: {err_exact:e} against the same math");
             assert!(err_rounded <= 1e-3, "Q4_K n={n} k={k} m={m}: {err_rounded:e} against d * q activations");
-            assert!(err_float <= err_candle, "Q4_K n={n} k={k} m={m}: {err_float:e}, candle {err_candle:e}");
+            assert!(err_float <= 1.1 * err_candle, "Q4_K n={n} k={k} m={m}: {err_float:e}, candle {err_candle:e}");
         }
     }
 }
@@ -413,11 +448,10 @@ fn q4_0_and_q5_0_match_reference() {
     }
 }
 
-/// Q6_K against candle's dequantized weights times the input as our kernels see it (its
-/// Q8_0 quantization, dequantized), in f32: equal to float rounding. Against the f32 input
-/// itself the difference is that 8-bit quantization of the activations: measured 0.5–1.5 %
-/// of the largest output, about half of what candle's own Q6_K kernel shows (its Q8_K
-/// activations take one scale per 256 values, ours one per 32); allowed: 2 %.
+/// Q6_K against candle's dequantized weights times the input as our kernels see it (one
+/// scale per 256 values, dequantized), in f32: equal to float rounding. Against the f32
+/// input itself the difference is that 8-bit quantization of the activations, the same
+/// granularity as candle's own Q6_K kernel (Q8_K): within 10 % of its error.
 #[test]
 fn q6_k_matches_dequantized_matmul() {
     let mut rng = Rng(0x5eed_000d);
@@ -431,9 +465,11 @@ fn q6_k_matches_dequantized_matmul() {
             let xs = random_acts(&mut rng, m, k);
             let mut seen = vec![0f32; m * k];
             for (x, y) in xs.chunks_exact(k).zip(seen.chunks_exact_mut(k)) {
-                let mut a = vec![k_quants::BlockQ8_0::zeros(); k / QK];
-                k_quants::BlockQ8_0::from_float(x, &mut a);
-                k_quants::BlockQ8_0::to_float(&a, y);
+                let (qs, ds) =
+                    quantize_scaled(Isa::Scalar, x, ActFormat { with_sum: false, scale: ActScale::SuperBlock });
+                for (i, (y, q)) in y.iter_mut().zip(qs).enumerate() {
+                    *y = q as f32 * ds[i / QK][0];
+                }
             }
             let x = tensor(xs, &[m, k]);
             let scalar = forward_with(&lin, Isa::Scalar, &x);
@@ -442,7 +478,10 @@ fn q6_k_matches_dequantized_matmul() {
             let exact = x.matmul(&dense_t).unwrap();
             let (err, err_candle) = (rel_err(&scalar, &exact), rel_err(&candle_forward(&w, &x), &exact));
             eprintln!("Q6_K {n}x{k} m={m}: against f32 input {err:.1e}, candle's kernel {err_candle:.1e}");
-            assert!(err <= 2e-2, "Q6_K scalar n={n} k={k} m={m}: rel err {err:e} against the f32 input");
+            assert!(
+                err <= 1.1 * err_candle,
+                "Q6_K scalar n={n} k={k} m={m}: {err:e} against the f32 input, candle {err_candle:e}"
+            );
             let err = rel_err(&lin.forward(&x).unwrap(), &scalar);
             assert!(err <= 1e-5, "Q6_K fast n={n} k={k} m={m}: rel err {err:e} against scalar");
         }
@@ -476,7 +515,8 @@ fn real_gguf_tensors_match_candle() {
 }
 
 /// Gemma 3 270M's Q4_K matrices (attention outputs, k = 1024; half the FFN downs,
-/// k = 2048; the rest of its matrices have rows of 640) run in the file's layout, closer to the f32 product than candle's kernel.
+/// k = 2048; the rest of its matrices have rows of 640) run in the file's layout, as near
+/// the f32 product as candle's kernel (both round the input per 256 values; within 10 %).
 #[test]
 fn real_q4_k_tensors_run_in_place_and_match_candle() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/models/gemma-3-270m-q4_k_m.gguf");
@@ -498,7 +538,7 @@ fn real_q4_k_tensors_run_in_place_and_match_candle() {
             let ours = lin.forward(&x).unwrap();
             let (err, err_candle) = (rel_err(&ours, &float), rel_err(&candle_forward(&w, &x), &float));
             eprintln!("{name} {:?} m={m}: rel err {err:.1e} (candle {err_candle:.1e})", w.shape());
-            assert!(err <= err_candle, "{name} m={m}: {err:e}, candle {err_candle:e}");
+            assert!(err <= 1.1 * err_candle, "{name} m={m}: {err:e}, candle {err_candle:e}");
             for isa in Isa::all_supported() {
                 let err = rel_err(&forward_with(&lin, isa, &x), &forward_with(&lin, Isa::Scalar, &x));
                 assert!(err <= 1e-5, "{name} {isa:?} m={m}: {err:e} from the scalar kernel");
@@ -610,14 +650,20 @@ fn concurrent_callers_get_their_own_results() {
 #[test]
 fn forward_many_equals_separate_forwards() {
     let mut rng = Rng(0x5eed_000a);
-    let k = 576;
+    let k = 768;
     let q = QLinear::new(random_weight(&mut rng, 576, k, GgmlDType::Q4_1), Kernels::Fast).unwrap();
     let kp = QLinear::new(random_weight(&mut rng, 192, k, GgmlDType::Q4_1), Kernels::Fast).unwrap();
     let v = QLinear::new(random_weight(&mut rng, 200, k, GgmlDType::Q8_0), Kernels::Fast).unwrap();
     let other = QLinear::new(random_weight(&mut rng, 64, k, GgmlDType::Q4_0), Kernels::Fast).unwrap();
+    // K-quants, whose input takes one scale per super-block: fused among themselves, and
+    // mixed with the others (then each group quantizes its own)
+    let kq = QLinear::new(random_weight(&mut rng, 96, k, GgmlDType::Q4K), Kernels::Fast).unwrap();
+    let k6 = QLinear::new(random_weight(&mut rng, 40, k, GgmlDType::Q6K), Kernels::Fast).unwrap();
     for m in [1, 2, 7, 33] {
         let x = tensor(random_acts(&mut rng, m, k), &[1, m, k]);
-        for layers in [vec![&q, &kp, &v], vec![&kp], vec![&v, &q], vec![&q, &other, &kp]] {
+        let groups =
+            [vec![&q, &kp, &v], vec![&kp], vec![&v, &q], vec![&q, &other, &kp], vec![&kq, &k6], vec![&q, &kq, &v, &k6]];
+        for layers in groups {
             let fused = QLinear::forward_many(&layers, &x).unwrap();
             assert_eq!(fused.len(), layers.len());
             for (l, y) in layers.iter().zip(&fused) {
@@ -634,22 +680,31 @@ fn a_decode_job_gives_the_same_outputs_whatever_ranges_compute_them() {
     use crate::engine::cpu::pool::Detachable;
     let mut rng = Rng(0x5eed_000b);
     let k = 768;
-    let layers = [
+    let block_scaled = [
         QLinear::new(random_weight(&mut rng, 200, k, GgmlDType::Q8_0), Kernels::Fast).unwrap(),
         QLinear::new(random_weight(&mut rng, 37, k, GgmlDType::Q4_1), Kernels::Fast).unwrap(),
-        QLinear::new(random_weight(&mut rng, 21, k, GgmlDType::Q6K), Kernels::Fast).unwrap(),
+        QLinear::new(random_weight(&mut rng, 21, k, GgmlDType::Q4_0), Kernels::Fast).unwrap(),
         QLinear::new(random_weight(&mut rng, 576, k, GgmlDType::Q5_0), Kernels::Fast).unwrap(),
     ];
-    let refs: Vec<&QLinear> = layers.iter().collect();
+    let super_block_scaled = [
+        QLinear::new(random_weight(&mut rng, 200, k, GgmlDType::Q4K), Kernels::Fast).unwrap(),
+        QLinear::new(random_weight(&mut rng, 37, k, GgmlDType::Q6K), Kernels::Fast).unwrap(),
+        QLinear::new(random_weight(&mut rng, 21, k, GgmlDType::Q4K), Kernels::Fast).unwrap(),
+        QLinear::new(random_weight(&mut rng, 576, k, GgmlDType::Q6K), Kernels::Fast).unwrap(),
+    ];
     let x = random_acts(&mut rng, 1, k);
-    for isa in Isa::all_supported() {
+    for (layers, isa) in [&block_scaled, &super_block_scaled]
+        .into_iter()
+        .flat_map(|layers| Isa::all_supported().into_iter().map(move |isa| (layers, isa)))
+    {
+        let refs: Vec<&QLinear> = layers.iter().collect();
         let job = DecodeRows::new(&refs, isa, &x).unwrap();
         assert_eq!(job.outputs(), 200 + 37 + 21 + 576);
         let mut whole = vec![f32::NAN; job.outputs()];
         job.compute(0..job.items(), &mut whole);
         // each layer's outputs, in order
         let mut at = 0;
-        for l in &layers {
+        for l in layers {
             let alone = forward_with(l, isa, &tensor(x.clone(), &[1, k]));
             let alone: Vec<f32> = alone.flatten_all().unwrap().to_vec1().unwrap();
             assert_eq!(whole[at..at + l.out_features()], alone[..], "{isa:?}");
