@@ -49,21 +49,32 @@ impl DotU8I8 for Vnni {
 /// with the weights' integer sub-block scales (i16) applied before they leave integers.
 /// `u` are at most 6-bit (0..=63), so a pair of products fits an i16 (2 · 63 · 127).
 trait ScaledDot {
-    unsafe fn scaled_dot(acc: __m256i, u: __m256i, s: __m256i, scale: __m256i) -> __m256i;
+    /// `acc` plus the scaled pair sums of `maddubs(u, s)`.
+    #[inline(always)]
+    unsafe fn scaled_dot(acc: __m256i, u: __m256i, s: __m256i, scale: __m256i) -> __m256i {
+        Self::scaled(acc, _mm256_maddubs_epi16(u, s), scale)
+    }
+    /// The same of `maddubs(u, s) - less` (pair sums of `less` were taken from `s` alike).
+    #[inline(always)]
+    unsafe fn scaled_dot_less(acc: __m256i, u: __m256i, s: __m256i, less: __m256i, scale: __m256i) -> __m256i {
+        Self::scaled(acc, _mm256_sub_epi16(_mm256_maddubs_epi16(u, s), less), scale)
+    }
+    /// `acc + madd(pairs, scale)`.
+    unsafe fn scaled(acc: __m256i, pairs: __m256i, scale: __m256i) -> __m256i;
 }
 
 impl ScaledDot for Madd {
     #[inline(always)]
-    unsafe fn scaled_dot(acc: __m256i, u: __m256i, s: __m256i, scale: __m256i) -> __m256i {
-        _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale))
+    unsafe fn scaled(acc: __m256i, pairs: __m256i, scale: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, scale))
     }
 }
 
 /// AVX-VNNI `vpdpwssd` does the `madd` and the add in one.
 impl ScaledDot for Vnni {
     #[inline(always)]
-    unsafe fn scaled_dot(acc: __m256i, u: __m256i, s: __m256i, scale: __m256i) -> __m256i {
-        _mm256_dpwssd_avx_epi32(acc, _mm256_maddubs_epi16(u, s), scale)
+    unsafe fn scaled(acc: __m256i, pairs: __m256i, scale: __m256i) -> __m256i {
+        _mm256_dpwssd_avx_epi32(acc, pairs, scale)
     }
 }
 
@@ -264,9 +275,9 @@ impl<W: SignedBlock, D: DotU8I8> TileKernel for Signed<W, D> {
 ///   p32  = madd(p16, [sc_a x 8, sc_b x 8])       8 x i32: lanes 0-3 the first 16 values
 ///   acc += f32(p32) * d * d_a
 /// ```
-pub(super) struct Q6K;
+pub(super) struct Q6K<D>(PhantomData<D>);
 
-impl TileKernel for Q6K {
+impl<D: ScaledDot> TileKernel for Q6K<D> {
     type Block = BlockQ6K;
     const BLOCKS_PER: usize = 8;
 
@@ -284,36 +295,45 @@ impl TileKernel for Q6K {
         let spread = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         let lead = prefetch_lead(&w);
-        for b in 0..nb {
-            let (sb, j) = (b / 8, b % 8);
-            let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
-            let (ql_shift, qh_shift) = (_mm_cvtsi32_si128(ql_shift as i32), _mm_cvtsi32_si128(qh_shift as i32));
-            let mut qx = [_mm256_setzero_si256(); R];
-            let mut sc = [_mm256_setzero_si256(); R];
-            let mut dw = [_mm256_setzero_ps(); R];
-            for r in 0..R {
-                let blk = w[r].add(sb);
-                // 8 blocks' prefetches 27 bytes apart touch every line of the 210 bytes
-                _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(lead + 27 * j));
-                let ql = (*blk).ql.as_ptr().add(ql_at);
-                let lo = _mm256_and_si256(_mm256_srl_epi16(_mm256_loadu_si256(ql as *const __m256i), ql_shift), low4);
-                let qh = _mm256_loadu_si256((*blk).qh.as_ptr().add(qh_at) as *const __m256i);
-                let hi = _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, qh_shift), low2));
-                qx[r] = _mm256_or_si256(lo, hi);
-                let pair = std::ptr::read_unaligned((*blk).scales.as_ptr().add(2 * j) as *const u16);
-                sc[r] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_cvtsi32_si128(pair as i32), spread));
-                // F16C, not `half`'s to_f32: that is a call with a run-time CPU check
-                let d = std::ptr::read_unaligned(&(*blk).d as *const _ as *const u16) as i32;
-                dw[r] = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
-            }
-            for c in 0..C {
-                let qy = _mm256_loadu_si256(qs[c].add(b * QK) as *const __m256i);
-                let off = _mm256_maddubs_epi16(offset, qy);
-                let dy = _mm256_broadcast_ss(&*(ds[c].add(b) as *const f32));
+        for sb in 0..nb / Self::BLOCKS_PER {
+            // the activations share one d over the super-block (`ActScale::SuperBlock`)
+            let da: [f32; C] = std::array::from_fn(|c| (*ds[c].add(sb * Self::BLOCKS_PER))[0]);
+            let mut isum = [[_mm256_setzero_si256(); C]; R];
+            for j in 0..Self::BLOCKS_PER {
+                let b = sb * Self::BLOCKS_PER + j;
+                let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
+                let (ql_shift, qh_shift) = (_mm_cvtsi32_si128(ql_shift as i32), _mm_cvtsi32_si128(qh_shift as i32));
+                let mut qx = [_mm256_setzero_si256(); R];
+                let mut sc = [_mm256_setzero_si256(); R];
                 for r in 0..R {
-                    let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(qx[r], qy), off);
-                    let p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, sc[r]));
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dy), p, acc[r][c]);
+                    let blk = w[r].add(sb);
+                    // 8 blocks' prefetches 27 bytes apart touch every line of the 210 bytes
+                    _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(lead + 27 * j));
+                    let ql = (*blk).ql.as_ptr().add(ql_at);
+                    let lo =
+                        _mm256_and_si256(_mm256_srl_epi16(_mm256_loadu_si256(ql as *const __m256i), ql_shift), low4);
+                    let qh = _mm256_loadu_si256((*blk).qh.as_ptr().add(qh_at) as *const __m256i);
+                    let hi = _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, qh_shift), low2));
+                    qx[r] = _mm256_or_si256(lo, hi);
+                    let pair = std::ptr::read_unaligned((*blk).scales.as_ptr().add(2 * j) as *const u16);
+                    sc[r] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_cvtsi32_si128(pair as i32), spread));
+                }
+                for c in 0..C {
+                    let qy = _mm256_loadu_si256(qs[c].add(b * QK) as *const __m256i);
+                    // q - 32 against the activations: the products of q, less 32 times theirs
+                    let off = _mm256_maddubs_epi16(offset, qy);
+                    for r in 0..R {
+                        isum[r][c] = D::scaled_dot_less(isum[r][c], qx[r], qy, off, sc[r]);
+                    }
+                }
+            }
+            for r in 0..R {
+                // F16C, not `half`'s to_f32: that is a call with a run-time CPU check
+                let d = std::ptr::read_unaligned(&(*w[r].add(sb)).d as *const _ as *const u16) as i32;
+                let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
+                for c in 0..C {
+                    let f = _mm256_set1_ps(dw * da[c]);
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][c]), f, acc[r][c]);
                 }
             }
         }
@@ -381,70 +401,61 @@ impl<D: ScaledDot> TileKernel for Q4K<D> {
         // `nb` counts 32-value blocks; the loops below walk super-blocks.
         let nb = nb / Self::BLOCKS_PER;
         let mask = _mm256_set1_epi8(0x0F);
-        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        // f32 sums, touched once per super-block: kept in memory so that the registers
+        // hold the integer sums of the sub-block loop
+        let mut acc = [[[0f32; 8]; C]; R];
         let lead = prefetch_lead(&w);
         for b in 0..nb {
             // the activations share one d over the super-block (`ActScale::SuperBlock`)
             let da: [f32; C] = std::array::from_fn(|c| (*ds[c].add(b * Self::BLOCKS_PER))[0]);
             let mut dw = [0f32; R];
-            // sub-block scales as i16, sc_0..sc_7 in both 128-bit halves
-            let mut sc16 = [_mm256_setzero_si256(); R];
-            let mut wmin = [_mm256_setzero_ps(); R];
+            // sub-block scales as i16, read back one at a time as broadcasts
+            let mut sc16 = [[0i16; 8]; R];
             for r in 0..R {
                 let blk = w[r].add(b);
                 let p = (blk as *const i8).wrapping_add(lead);
                 _mm_prefetch::<_MM_HINT_T0>(p);
                 _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
                 _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128));
-                sc16[r] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(q4k_scales_mins(blk)));
-                wmin[r] = q4k_weight_scales(blk).1;
+                _mm_storeu_si128(sc16[r].as_mut_ptr() as *mut __m128i, _mm_cvtepu8_epi16(q4k_scales_mins(blk)));
                 dw[r] = _mm_cvtss_f32(load_f16_pair(blk as *const u8));
-            }
-            for c in 0..C {
-                let (_, sa) = q4k_act_scales(ds[c].add(b * Self::BLOCKS_PER));
-                for r in 0..R {
-                    acc[r][c] = _mm256_fnmadd_ps(wmin[r], sa, acc[r][c]);
+                let wmin = q4k_weight_scales(blk).1;
+                for c in 0..C {
+                    let (_, sa) = q4k_act_scales(ds[c].add(b * Self::BLOCKS_PER));
+                    let a = acc[r][c].as_mut_ptr();
+                    _mm256_storeu_ps(a, _mm256_fnmadd_ps(wmin, sa, _mm256_loadu_ps(a)));
                 }
             }
             let mut isum = [[_mm256_setzero_si256(); C]; R];
-            for g in 0..QK_K / 64 {
-                // i16 lane j of every 128-bit half: sub-blocks 2g and 2g + 1's scales
-                let (pick0, pick1) = (
-                    _mm256_set1_epi16(0x0100 + 0x0202 * 2 * g as i16),
-                    _mm256_set1_epi16(0x0100 + 0x0202 * (2 * g as i16 + 1)),
-                );
-                let mut lo = [_mm256_setzero_si256(); R];
-                let mut hi = [_mm256_setzero_si256(); R];
-                let mut s0 = [_mm256_setzero_si256(); R];
-                let mut s1 = [_mm256_setzero_si256(); R];
+            for j in 0..QK_K / QK {
+                // sub-block j: the low (even j) or high nibbles of the 32 bytes at 32 * (j / 2)
+                let mut qx = [_mm256_setzero_si256(); R];
+                let mut sc = [_mm256_setzero_si256(); R];
                 for r in 0..R {
-                    let raw = _mm256_loadu_si256((*w[r].add(b)).qs.as_ptr().add(QK * g) as *const __m256i);
-                    lo[r] = _mm256_and_si256(raw, mask);
-                    hi[r] = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), mask);
-                    s0[r] = _mm256_shuffle_epi8(sc16[r], pick0);
-                    s1[r] = _mm256_shuffle_epi8(sc16[r], pick1);
+                    let raw = _mm256_loadu_si256((*w[r].add(b)).qs.as_ptr().add(QK * (j / 2)) as *const __m256i);
+                    let raw = if j % 2 == 0 { raw } else { _mm256_srli_epi16::<4>(raw) };
+                    qx[r] = _mm256_and_si256(raw, mask);
+                    sc[r] = _mm256_set1_epi16(sc16[r][j]);
                 }
                 for c in 0..C {
-                    let a = qs[c].add(b * QK_K + 2 * QK * g);
-                    let (a0, a1) =
-                        (_mm256_loadu_si256(a as *const __m256i), _mm256_loadu_si256(a.add(QK) as *const __m256i));
+                    let a = _mm256_loadu_si256(qs[c].add(b * QK_K + QK * j) as *const __m256i);
                     for r in 0..R {
-                        isum[r][c] = D::scaled_dot(isum[r][c], lo[r], a0, s0[r]);
-                        isum[r][c] = D::scaled_dot(isum[r][c], hi[r], a1, s1[r]);
+                        isum[r][c] = D::scaled_dot(isum[r][c], qx[r], a, sc[r]);
                     }
                 }
             }
             for r in 0..R {
                 for c in 0..C {
                     let f = _mm256_set1_ps(dw[r] * da[c]);
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][c]), f, acc[r][c]);
+                    let a = acc[r][c].as_mut_ptr();
+                    _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][c]), f, _mm256_loadu_ps(a)));
                 }
             }
         }
         let mut out = [[0f32; C]; R];
         for r in 0..R {
             for c in 0..C {
-                out[r][c] = hsum(acc[r][c]);
+                out[r][c] = hsum(_mm256_loadu_ps(acc[r][c].as_ptr()));
             }
         }
         out
@@ -580,7 +591,19 @@ pub(super) unsafe fn q6_k_rows(
     dst: *mut f32,
     ldd: usize,
 ) {
-    drive::<Q6K>(w, nb, rows, acts, dst, ldd)
+    drive::<Q6K<Madd>>(w, nb, rows, acts, dst, ldd)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(super) unsafe fn q6_k_rows_vnni(
+    w: *const BlockQ6K,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    drive::<Q6K<Vnni>>(w, nb, rows, acts, dst, ldd)
 }
 
 /// AVX2 twin of [`super::scalar::quantize_row`], bit-identical to it: same `amax`, same

@@ -136,7 +136,9 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q6K) => avx512::q6_k_rows(w6k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
-            (Isa::Avx2 | Isa::AvxVnni, Kind::Q6K) => avx2::q6_k_rows(w6k, nb, rows, acts, dst, ldd),
+            (Isa::Avx2, Kind::Q6K) => avx2::q6_k_rows(w6k, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::AvxVnni, Kind::Q6K) => avx2::q6_k_rows_vnni(w6k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "aarch64")]
             (Isa::Neon, Kind::Q4_1) => neon::q4_1_rows(w41, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "aarch64")]
