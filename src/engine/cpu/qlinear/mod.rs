@@ -7,7 +7,8 @@
 //! `engine::weights`), and hands every other case to candle's [`QMatMul`]:
 //!
 //! ```text
-//! x (m x k, f32) --quantize each row once--> Q8_1 / Q8_0 rows  (ggml's rounding, bit-exact)
+//! x (m x k, f32) --quantize each row once--> Q8_1 / Q8_0 rows  (ggml's rounding, bit-exact;
+//!                                            one scale per 256 values for the K-quants)
 //!                                               |
 //! W (n x k, GGUF blocks) -- rows split across the engine's pool (`engine::cpu::pool`, large
 //!                           matmuls only; decode as a detached job, `DecodeRows`)
@@ -30,12 +31,16 @@
 //! different order; see the tests).
 //!
 //! The K-quants are read in the file's own layout (super-blocks of 256 values) against
-//! the same 32-value activations: a Q4_K sub-block `j` gives
+//! activations in the same 32-value blocks, whose scale `d_a` is taken over 256 values
+//! (`ActScale::SuperBlock`, the granularity of ggml's Q8_K, which llama.cpp and candle
+//! use for these weights): a Q4_K sub-block `j` gives
 //! `d * sc_j * d_a * sum(q * a) - dmin * m_j * s_a`, a Q6_K block of 32 values
-//! `d * d_a * (sc_a * dot(first 16) + sc_b * dot(second 16))`. Candle instead quantizes the
-//! activations per 256 values (Q8_K), so the two agree to the activations' 8-bit rounding,
-//! not bit for bit; ours is the finer of the two. A layer is a weight's rows of
-//! `nb = k / 32` activation blocks whatever its kind; `Kind::row_bytes` gives a row's bytes.
+//! `d * d_a * (sc_a * dot(first 16) + sc_b * dot(second 16))`. With one `d_a` per
+//! super-block the AVX2 kernels sum `sc_j * sum(q * a)` over the whole super-block in
+//! integers and convert to f32 once. Candle's Q8_K rounds `max / -128` where ours rounds
+//! `amax / 127`, so the two agree to that rounding, not bit for bit. A layer is a weight's
+//! rows of `nb = k / 32` activation blocks whatever its kind; `Kind::row_bytes` gives a
+//! row's bytes.
 //!
 //! Only Q5_1 is rewritten when the layer is built, as Q8_0 (to 8-bit rounding; `repack`).
 //! F32, F16 and BF16 weights are read in place by `float` (candle would keep an f32 copy
