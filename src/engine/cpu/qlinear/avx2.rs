@@ -427,6 +427,7 @@ impl<D: ScaledDot> TileKernel for Q4K<D> {
                 }
             }
             let mut isum = [[_mm256_setzero_si256(); C]; R];
+            #[allow(clippy::needless_range_loop)] // j also places the quants
             for j in 0..QK_K / QK {
                 // sub-block j: the low (even j) or high nibbles of the 32 bytes at 32 * (j / 2)
                 let mut qx = [_mm256_setzero_si256(); R];
