@@ -162,25 +162,53 @@ fn greedy_decoding_equals_candle_transformers_and_answers_paris() {
 
 /// Gemma 3 270M Q4_K_M (the base model) on our kernels (its attention outputs and half its
 /// FFN downs are Q4_K, the other FFN downs Q6_K, most other matrices Q5_0 and Q8_0, all
-/// read in the file's layout) and on candle's: the same greedy continuation until a near-tie. Measured: "The capital of
-/// France is" agrees for 11 tokens, then ours repeats "It is the capital of the country of
-/// France" where candle's goes on "It is the largest city in France" (this base model's
-/// logits are close there; the kernels sum in other orders and round the activations per
-/// 32 values where candle's Q4_K and Q8_0 kernels round them per 256).
+/// read in the file's layout) and on candle's, both fed candle's greedy continuation: at
+/// every step our pick is a token candle scores within 0.2 of its best, and candle's ten
+/// best logits are ours within 1.0 (measured: 0.119 and 0.72, on logits near 20; candle's
+/// own kernels are as far from llama.cpp's, `bench/logits_vs_llamacpp.py`). Free-running
+/// greedy paths part at the first near-tie and compare nothing after it: on "The capital
+/// of France is" llama.cpp itself scores " country" 16.056 against " United" 16.025 at the
+/// fifth step (the kernels sum in other orders and round the activations with other
+/// formulas).
 #[test]
-fn gemma_q4_k_m_greedy_tokens_equal_on_our_kernels_and_candles() {
+fn gemma_q4_k_m_next_tokens_equal_on_our_kernels_and_candles() {
     let path = pocketchat::catalog::models_dir().join("gemma-3-270m-q4_k_m.gguf");
     assert!(path.is_file(), "{} is missing: run `scripts/fetch-model.sh gemma-3-270m-q4_k_m`", path.display());
     let (content, _) = read_gguf(&path).unwrap();
     let tok = TextTokenizer::from_gguf(&content).unwrap();
     let load = |kernels| Model::load(&path, &Device::Cpu, kernels, |_| {}).unwrap();
     let (candle, fast) = (load(Kernels::Candle), load(Kernels::Fast));
+    let logits = |t: Tensor| -> Vec<f32> { t.flatten_all().unwrap().to_vec1().unwrap() };
+    let argmax = |v: &[f32]| (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b])).unwrap();
     for text in ["<bos>The capital of France is", "<bos>Here is a short poem about the sea:\n"] {
         let prompt = tok.encode(text).unwrap();
-        let (theirs, ours) = (greedy(&candle, &prompt, 32), greedy(&fast, &prompt, 32));
-        let same = ours.iter().zip(&theirs).take_while(|(a, b)| a == b).count();
-        println!("{text:?}: {same} of 32 equal; ours {:?}", tok.decode(&ours).unwrap());
-        assert!(same >= 8, "{text:?}: {same} equal; ours {:?}, candle's {:?}", tok.decode(&ours), tok.decode(&theirs));
+        let (mut theirs_state, mut ours_state) =
+            (candle.make_state(prompt.len() + 33, DType::F32), fast.make_state(prompt.len() + 33, DType::F32));
+        let (mut theirs, mut ours) = (
+            logits(candle.forward(&prompt, &mut theirs_state).unwrap()),
+            logits(fast.forward(&prompt, &mut ours_state).unwrap()),
+        );
+        let (mut path, mut worst_pick, mut worst_diff, mut other_picks) = (vec![], 0f32, 0f32, 0);
+        for _ in 0..32 {
+            let (best, ours_best) = (argmax(&theirs), argmax(&ours));
+            // over the ten tokens candle scores highest
+            let mut order: Vec<usize> = (0..theirs.len()).collect();
+            order.select_nth_unstable_by(10, |&a, &b| theirs[b].total_cmp(&theirs[a]));
+            let diff = order[..10].iter().map(|&t| (theirs[t] - ours[t]).abs()).fold(0f32, f32::max);
+            worst_diff = worst_diff.max(diff);
+            worst_pick = worst_pick.max(theirs[best] - theirs[ours_best]);
+            other_picks += (best != ours_best) as usize;
+            path.push(best as u32);
+            theirs = logits(candle.forward(&[best as u32], &mut theirs_state).unwrap());
+            ours = logits(fast.forward(&[best as u32], &mut ours_state).unwrap());
+        }
+        println!(
+            "{text:?}: {other_picks} of 32 picks differ, by at most {worst_pick:.3} of candle's logit; \
+             candle's top ten logits within {worst_diff:.3}; candle's path {:?}",
+            tok.decode(&path).unwrap()
+        );
+        assert!(worst_pick <= 0.2, "{text:?}: our pick is {worst_pick} below candle's best");
+        assert!(worst_diff <= 1.0, "{text:?}: candle's top ten logits differ by up to {worst_diff}");
     }
 }
 
