@@ -313,15 +313,19 @@ pub(super) unsafe fn signed_rows<B: SignedBlock>(
     drive::<Signed<B>>(w, nb, rows, acts, dst, ldd)
 }
 
-/// Q6_K tiles against Q8_0 activations, two 32-value blocks (`2p`, `2p + 1` of a
+/// Q6_K tiles against 8-bit activations, two 32-value blocks (`2p`, `2p + 1` of a
 /// super-block) per register: their low bits are 64 consecutive `ql` bytes under one
 /// nibble shift, their high bits the same 32 `qh` bytes under shifts 2 apart, and their
 /// four 16-value scales four consecutive bytes of `scales`. With `q` in 0..=63:
 ///
 /// ```text
 ///   dot   = vpdpbusd(-vpdpbusd(32, a), q, a)           16 × i32 of Σ (q - 32) · a, 4 values a lane
-///   acc  += f32(dot) · (d · sc spread over the lanes of its 16 values) · (d_a of the block)
+///   acc  += f32(dot) · (d · sc · d_a, spread over the lanes of its 16 values)
 /// ```
+///
+/// The activations share one `d_a` over a super-block (`ActScale::SuperBlock`), so the
+/// sixteen `d · sc · d_a` of a weight row and activation row are computed once per
+/// super-block and each pair only spreads them.
 struct Q6K;
 
 impl TileKernel for Q6K {
@@ -339,8 +343,6 @@ impl TileKernel for Q6K {
         let low4 = _mm512_set1_epi8(0x0F);
         let low2 = _mm512_set1_epi8(0x03);
         let offset = _mm512_set1_epi8(32);
-        // lanes 0-7 take element 0 (block 2p's d_a), lanes 8-15 element 2 (block 2p+1's)
-        let act_spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
         // pair p's four 16-value scales, four lanes each, out of a super-block's sixteen
         let scale_spread: [__m512i; 4] = std::array::from_fn(|p| {
             let s = 4 * p as i32;
@@ -366,8 +368,10 @@ impl TileKernel for Q6K {
         let mut acc = [[_mm512_setzero_ps(); C]; R];
         let lead = prefetch_lead(&w);
         for sb in 0..nb / Self::BLOCKS_PER {
-            // d · scale of the super-block's sixteen 16-value groups, per weight row
-            let mut scales = [_mm512_setzero_ps(); R];
+            // d · scale · d_a of the super-block's sixteen 16-value groups, per weight row
+            // and activation row (the activations share one d_a over the super-block,
+            // `ActScale::SuperBlock`), read back by the pairs below as memory operands
+            let mut factors = [[[0f32; 16]; C]; R];
             for r in 0..R {
                 let blk = w[r].add(sb);
                 let sc =
@@ -375,7 +379,11 @@ impl TileKernel for Q6K {
                 let d = _mm_cvtph_ps(_mm_cvtsi32_si128(
                     std::ptr::read_unaligned(&(*blk).d as *const _ as *const u16) as i32
                 ));
-                scales[r] = _mm512_mul_ps(sc, _mm512_broadcastss_ps(d));
+                let scales = _mm512_mul_ps(sc, _mm512_broadcastss_ps(d));
+                for c in 0..C {
+                    let da = _mm512_set1_ps((*ds[c].add(sb * Self::BLOCKS_PER))[0]);
+                    _mm512_storeu_ps(factors[r][c].as_mut_ptr(), _mm512_mul_ps(scales, da));
+                }
             }
             for (p, spread) in scale_spread.iter().enumerate() {
                 let j = 2 * p;
@@ -388,7 +396,6 @@ impl TileKernel for Q6K {
                 let (first, second) = (qh_shift, qh_shift + 2);
                 let qh_shifts = _mm512_setr_epi64(first, first, first, first, second, second, second, second);
                 let mut qx = [_mm512_setzero_si512(); R];
-                let mut wsc = [_mm512_setzero_ps(); R];
                 for r in 0..R {
                     let blk = w[r].add(sb);
                     // four pairs' prefetches 52 bytes apart, and the last byte, touch every
@@ -403,7 +410,6 @@ impl TileKernel for Q6K {
                         _mm512_broadcast_i64x4(_mm256_loadu_si256((*blk).qh.as_ptr().add(qh_at) as *const __m256i));
                     let hi = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi64(qh, qh_shifts), low2));
                     qx[r] = _mm512_or_si512(lo, hi);
-                    wsc[r] = _mm512_permutexvar_ps(*spread, scales[r]);
                 }
                 for c in 0..C {
                     let qy = _mm512_loadu_si512(qs[c].add(b * QK) as *const __m512i);
@@ -411,13 +417,10 @@ impl TileKernel for Q6K {
                         _mm512_setzero_si512(),
                         _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, qy),
                     );
-                    let da = _mm512_permutexvar_ps(
-                        act_spread,
-                        _mm512_zextps128_ps512(_mm_loadu_ps(ds[c].add(b) as *const f32)),
-                    );
                     for r in 0..R {
                         let dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(neg_off, qx[r], qy));
-                        acc[r][c] = _mm512_fmadd_ps(dot, _mm512_mul_ps(wsc[r], da), acc[r][c]);
+                        let f = _mm512_permutexvar_ps(*spread, _mm512_loadu_ps(factors[r][c].as_ptr()));
+                        acc[r][c] = _mm512_fmadd_ps(dot, f, acc[r][c]);
                     }
                 }
             }
