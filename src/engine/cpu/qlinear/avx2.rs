@@ -7,11 +7,15 @@
 //! `m * s` rides along in a 128-bit accumulator: one `mul` of the packed `(d_w, m_w)` pair
 //! with the packed `(d_a, s_a)` pair gives both the scale and the offset product.
 //!
-//! Q4_K is read in the file's layout: a 64-value group's 32 bytes are masked into the
-//! low-nibble sub-block and shifted and masked into the high-nibble one, each against the
-//! 32 activation bytes under it. The eight `d * sc_j * d_a` factors of a super-block are
-//! computed with one multiply per weight row and activation row, and the eight
-//! `dmin * m_j * s_a` offsets subtracted from the accumulator's lanes with one more.
+//! Q4_K and Q6_K are read in the file's layout against activations with one scale per
+//! super-block (`ActScale::SuperBlock`), so a super-block's products stay in integers:
+//! per 32-value sub-block, `maddubs` gives pair sums that `madd` (or AVX-VNNI's
+//! `vpdpwssd`) multiplies by the sub-block's integer scale and adds up, and the sum is
+//! converted and multiplied by `d_w * d_a` once per super-block. Q4_K's 64-value group
+//! bytes are masked into the low-nibble sub-block and shifted and masked into the
+//! high-nibble one; its eight `dmin * m_j * s_a` offsets are subtracted from the f32
+//! sum's lanes with one multiply-add per super-block; Q6_K's `q - 32` is the pair sums
+//! of `q` less 32 times the activations' (`maddubs(32, a)`, once per activation block).
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -463,149 +467,42 @@ impl<D: ScaledDot> TileKernel for Q4K<D> {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q4k_rows(
-    w: *const BlockQ4K,
-    nb: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    drive::<Q4K<Madd>>(w, nb, rows, acts, dst, ldd)
+/// `pub(super) unsafe fn $name(...)`: [`drive`] with tile kernel `$kernel`, compiled for
+/// AVX2 + FMA + F16C (`avx2`) or with AVX-VNNI as well (`vnni`).
+macro_rules! entry {
+    ($name:ident, avx2, $kernel:ty, $block:ty) => {
+        entry!(@ "avx2,fma,f16c", $name, $kernel, $block);
+    };
+    ($name:ident, vnni, $kernel:ty, $block:ty) => {
+        entry!(@ "avx2,fma,f16c,avxvnni", $name, $kernel, $block);
+    };
+    (@ $features:literal, $name:ident, $kernel:ty, $block:ty) => {
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $name(
+            w: *const $block,
+            nb: usize,
+            rows: std::ops::Range<usize>,
+            acts: &Acts<'_>,
+            dst: *mut f32,
+            ldd: usize,
+        ) {
+            drive::<$kernel>(w, nb, rows, acts, dst, ldd)
+        }
+    };
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub(super) unsafe fn q4k_rows_vnni(
-    w: *const BlockQ4K,
-    nb: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    drive::<Q4K<Vnni>>(w, nb, rows, acts, dst, ldd)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q4_1_rows(
-    w: *const BlockQ4_1,
-    nb: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    drive::<Q4_1<Madd>>(w, nb, rows, acts, dst, ldd)
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub(super) unsafe fn q4_1_rows_vnni(
-    w: *const BlockQ4_1,
-    nb: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    drive::<Q4_1<Vnni>>(w, nb, rows, acts, dst, ldd)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q8_0_rows(
-    w: *const BlockQ8_0,
-    nb: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    drive::<Signed<BlockQ8_0, Madd>>(w, nb, rows, acts, dst, ldd)
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub(super) unsafe fn q8_0_rows_vnni(
-    w: *const BlockQ8_0,
-    nb: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    drive::<Signed<BlockQ8_0, Vnni>>(w, nb, rows, acts, dst, ldd)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q4_0_rows(
-    w: *const BlockQ4_0,
-    nb: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    drive::<Signed<BlockQ4_0, Madd>>(w, nb, rows, acts, dst, ldd)
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub(super) unsafe fn q4_0_rows_vnni(
-    w: *const BlockQ4_0,
-    nb: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    drive::<Signed<BlockQ4_0, Vnni>>(w, nb, rows, acts, dst, ldd)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q5_0_rows(
-    w: *const BlockQ5_0,
-    nb: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    drive::<Signed<BlockQ5_0, Madd>>(w, nb, rows, acts, dst, ldd)
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub(super) unsafe fn q5_0_rows_vnni(
-    w: *const BlockQ5_0,
-    nb: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    drive::<Signed<BlockQ5_0, Vnni>>(w, nb, rows, acts, dst, ldd)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q6_k_rows(
-    w: *const BlockQ6K,
-    nb: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    drive::<Q6K<Madd>>(w, nb, rows, acts, dst, ldd)
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub(super) unsafe fn q6_k_rows_vnni(
-    w: *const BlockQ6K,
-    nb: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    drive::<Q6K<Vnni>>(w, nb, rows, acts, dst, ldd)
-}
+entry!(q4k_rows, avx2, Q4K<Madd>, BlockQ4K);
+entry!(q4k_rows_vnni, vnni, Q4K<Vnni>, BlockQ4K);
+entry!(q4_1_rows, avx2, Q4_1<Madd>, BlockQ4_1);
+entry!(q4_1_rows_vnni, vnni, Q4_1<Vnni>, BlockQ4_1);
+entry!(q8_0_rows, avx2, Signed<BlockQ8_0, Madd>, BlockQ8_0);
+entry!(q8_0_rows_vnni, vnni, Signed<BlockQ8_0, Vnni>, BlockQ8_0);
+entry!(q4_0_rows, avx2, Signed<BlockQ4_0, Madd>, BlockQ4_0);
+entry!(q4_0_rows_vnni, vnni, Signed<BlockQ4_0, Vnni>, BlockQ4_0);
+entry!(q5_0_rows, avx2, Signed<BlockQ5_0, Madd>, BlockQ5_0);
+entry!(q5_0_rows_vnni, vnni, Signed<BlockQ5_0, Vnni>, BlockQ5_0);
+entry!(q6_k_rows, avx2, Q6K<Madd>, BlockQ6K);
+entry!(q6_k_rows_vnni, vnni, Q6K<Vnni>, BlockQ6K);
 
 /// AVX2 twin of [`super::scalar::quantize_row`], bit-identical to it: same `amax`, same
 /// `d` and `1 / d` computed in scalar f32, products `x * id` rounded half away from zero.
