@@ -238,7 +238,7 @@ impl<W: SignedBlock, D: DotU8I8> TileKernel for Signed<W, D> {
         for b in 0..nb {
             let mut qx = [_mm256_setzero_si256(); R];
             let mut ax = [_mm256_setzero_si256(); R];
-            let mut dw = [_mm_setzero_ps(); R];
+            let mut dw = [_mm256_setzero_ps(); R];
             for r in 0..R {
                 let blk = w[r].add(b);
                 _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(lead));
@@ -246,16 +246,15 @@ impl<W: SignedBlock, D: DotU8I8> TileKernel for Signed<W, D> {
                 ax[r] = _mm256_sign_epi8(qx[r], qx[r]);
                 // every block starts with d; lane 1 (the next two bytes read as f16) is
                 // never used
-                dw[r] = load_f16_pair(blk as *const u8);
+                dw[r] = _mm256_broadcastss_ps(load_f16_pair(blk as *const u8));
             }
             for c in 0..C {
                 let qy = _mm256_loadu_si256(qs[c].add(b * QK) as *const __m256i);
-                let dy = _mm_load_ss(ds[c].add(b) as *const f32);
+                let dy = _mm256_broadcast_ss(&*(ds[c].add(b) as *const f32));
                 for r in 0..R {
                     // |x| * (y * sign(x)) == x * y
                     let p = _mm256_cvtepi32_ps(D::dot(ax[r], _mm256_sign_epi8(qy, qx[r])));
-                    let scale = _mm256_broadcastss_ps(_mm_mul_ss(dw[r], dy));
-                    acc[r][c] = _mm256_fmadd_ps(scale, p, acc[r][c]);
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dy), p, acc[r][c]);
                 }
             }
         }
@@ -269,16 +268,18 @@ impl<W: SignedBlock, D: DotU8I8> TileKernel for Signed<W, D> {
     }
 }
 
-/// Q6_K tiles against Q8_0 activations. Per 32-value block, for each weight row:
+/// Q6_K tiles against activations with one scale per super-block. Per 32-value block, for
+/// each weight row:
 ///
 /// ```text
 ///   q    = low nibbles | high bits << 4          32 bytes, 0..=63
 ///   p16  = maddubs(q, a) - maddubs(32, a)        16 x i16 pair sums of (q - 32) * a, exact
 ///                                                (|.| <= 2 * 63 * 127); the second term is
 ///                                                the activation's, shared by all rows
-///   p32  = madd(p16, [sc_a x 8, sc_b x 8])       8 x i32: lanes 0-3 the first 16 values
-///   acc += f32(p32) * d * d_a
+///   isum += madd(p16, [sc_a x 8, sc_b x 8])      8 x i32: lanes 0-3 the first 16 values
 /// ```
+///
+/// and per super-block `acc += f32(isum) * d * d_a`.
 pub(super) struct Q6K<D>(PhantomData<D>);
 
 impl<D: ScaledDot> TileKernel for Q6K<D> {
