@@ -468,42 +468,18 @@ impl<D: ScaledDot> TileKernel for Q4K<D> {
     }
 }
 
-/// `pub(super) unsafe fn $name(...)`: [`drive`] with tile kernel `$kernel`, compiled for
-/// AVX2 + FMA + F16C (`avx2`) or with AVX-VNNI as well (`vnni`).
-macro_rules! entry {
-    ($name:ident, avx2, $kernel:ty, $block:ty) => {
-        entry!(@ "avx2,fma,f16c", $name, $kernel, $block);
-    };
-    ($name:ident, vnni, $kernel:ty, $block:ty) => {
-        entry!(@ "avx2,fma,f16c,avxvnni", $name, $kernel, $block);
-    };
-    (@ $features:literal, $name:ident, $kernel:ty, $block:ty) => {
-        #[target_feature(enable = $features)]
-        pub(super) unsafe fn $name(
-            w: *const $block,
-            nb: usize,
-            rows: std::ops::Range<usize>,
-            acts: &Acts<'_>,
-            dst: *mut f32,
-            ldd: usize,
-        ) {
-            drive::<$kernel>(w, nb, rows, acts, dst, ldd)
-        }
-    };
-}
-
-entry!(q4k_rows, avx2, Q4K<Madd>, BlockQ4K);
-entry!(q4k_rows_vnni, vnni, Q4K<Vnni>, BlockQ4K);
-entry!(q4_1_rows, avx2, Q4_1<Madd>, BlockQ4_1);
-entry!(q4_1_rows_vnni, vnni, Q4_1<Vnni>, BlockQ4_1);
-entry!(q8_0_rows, avx2, Signed<BlockQ8_0, Madd>, BlockQ8_0);
-entry!(q8_0_rows_vnni, vnni, Signed<BlockQ8_0, Vnni>, BlockQ8_0);
-entry!(q4_0_rows, avx2, Signed<BlockQ4_0, Madd>, BlockQ4_0);
-entry!(q4_0_rows_vnni, vnni, Signed<BlockQ4_0, Vnni>, BlockQ4_0);
-entry!(q5_0_rows, avx2, Signed<BlockQ5_0, Madd>, BlockQ5_0);
-entry!(q5_0_rows_vnni, vnni, Signed<BlockQ5_0, Vnni>, BlockQ5_0);
-entry!(q6_k_rows, avx2, Q6K<Madd>, BlockQ6K);
-entry!(q6_k_rows_vnni, vnni, Q6K<Vnni>, BlockQ6K);
+tile_entry!(avx2, q4k_rows, Q4K<Madd>, BlockQ4K);
+tile_entry!(vnni, q4k_rows_vnni, Q4K<Vnni>, BlockQ4K);
+tile_entry!(avx2, q4_1_rows, Q4_1<Madd>, BlockQ4_1);
+tile_entry!(vnni, q4_1_rows_vnni, Q4_1<Vnni>, BlockQ4_1);
+tile_entry!(avx2, q8_0_rows, Signed<BlockQ8_0, Madd>, BlockQ8_0);
+tile_entry!(vnni, q8_0_rows_vnni, Signed<BlockQ8_0, Vnni>, BlockQ8_0);
+tile_entry!(avx2, q4_0_rows, Signed<BlockQ4_0, Madd>, BlockQ4_0);
+tile_entry!(vnni, q4_0_rows_vnni, Signed<BlockQ4_0, Vnni>, BlockQ4_0);
+tile_entry!(avx2, q5_0_rows, Signed<BlockQ5_0, Madd>, BlockQ5_0);
+tile_entry!(vnni, q5_0_rows_vnni, Signed<BlockQ5_0, Vnni>, BlockQ5_0);
+tile_entry!(avx2, q6_k_rows, Q6K<Madd>, BlockQ6K);
+tile_entry!(vnni, q6_k_rows_vnni, Q6K<Vnni>, BlockQ6K);
 
 /// AVX2 twin of [`super::scalar::quantize_row`], bit-identical to it: same `amax`, same
 /// `d` and `1 / d` computed in scalar f32, products `x * id` rounded half away from zero.

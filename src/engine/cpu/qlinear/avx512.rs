@@ -45,24 +45,6 @@ unsafe fn sums<const R: usize, const C: usize>(acc: [[__m512; C]; R]) -> [[f32; 
     out
 }
 
-/// `pub(super) unsafe fn $name(...)`: [`drive`] with tile kernel `$kernel`, compiled for
-/// AVX-512 F/BW/VNNI.
-macro_rules! entry {
-    ($name:ident, $kernel:ty, $block:ty) => {
-        #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-        pub(super) unsafe fn $name(
-            w: *const $block,
-            nb: usize,
-            rows: std::ops::Range<usize>,
-            acts: &Acts<'_>,
-            dst: *mut f32,
-            ldd: usize,
-        ) {
-            drive::<$kernel>(w, nb, rows, acts, dst, ldd)
-        }
-    };
-}
-
 struct Q4_1;
 
 /// `[d, m]` of block `b` and `[d, m]` of block `b + 1` (zeros when `pair` is false), as
@@ -145,7 +127,7 @@ impl TileKernel for Q4_1 {
     }
 }
 
-entry!(q4_1_rows, Q4_1, BlockQ4_1);
+tile_entry!(avx512, q4_1_rows, Q4_1, BlockQ4_1);
 
 struct Q4K;
 
@@ -225,7 +207,7 @@ impl TileKernel for Q4K {
     }
 }
 
-entry!(q4k_rows, Q4K, BlockQ4K);
+tile_entry!(avx512, q4k_rows, Q4K, BlockQ4K);
 
 /// Signed-weight tiles (Q8_0, Q4_0, Q5_0) against Q8_0 activations, two blocks per
 /// register. `vpdpbusd` multiplies unsigned by signed bytes, so per weight row the quants
@@ -429,4 +411,4 @@ impl TileKernel for Q6K {
     }
 }
 
-entry!(q6_k_rows, Q6K, BlockQ6K);
+tile_entry!(avx512, q6_k_rows, Q6K, BlockQ6K);

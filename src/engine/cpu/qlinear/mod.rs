@@ -50,6 +50,35 @@
 //! supports, detected at run time), `portable` (the scalar kernel) or `candle` (always
 //! candle's `QMatMul`).
 
+/// `pub(super) unsafe fn $name(...)`: [`blocks::drive`] with tile kernel `$kernel`, compiled
+/// for one x86-64 instruction set: `avx2` (AVX2 + FMA + F16C), `vnni` (and AVX-VNNI) or
+/// `avx512` (AVX-512 F/BW/VNNI). The kernel files import `drive` and `Acts`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! tile_entry {
+    (avx2, $name:ident, $kernel:ty, $block:ty) => {
+        tile_entry!(@ "avx2,fma,f16c", $name, $kernel, $block);
+    };
+    (vnni, $name:ident, $kernel:ty, $block:ty) => {
+        tile_entry!(@ "avx2,fma,f16c,avxvnni", $name, $kernel, $block);
+    };
+    (avx512, $name:ident, $kernel:ty, $block:ty) => {
+        tile_entry!(@ "avx512f,avx512bw,avx512vnni,avx2,fma,f16c", $name, $kernel, $block);
+    };
+    (@ $features:literal, $name:ident, $kernel:ty, $block:ty) => {
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $name(
+            w: *const $block,
+            nb: usize,
+            rows: std::ops::Range<usize>,
+            acts: &Acts<'_>,
+            dst: *mut f32,
+            ldd: usize,
+        ) {
+            drive::<$kernel>(w, nb, rows, acts, dst, ldd)
+        }
+    };
+}
+
 pub(crate) mod blocks;
 mod float;
 mod repack;
