@@ -53,12 +53,13 @@ impl Model {
         if state.len() + tokens.len() > state.max_tokens() {
             return Err(EngineError::ContextFull { budget: state.max_tokens() });
         }
-        let parts =
-            tokens.chunks(state.max_write()).map(|part| self.forward_part(part, state)).collect::<Result<Vec<_>>>()?;
-        match parts.len() {
-            1 => Ok(parts.into_iter().next().expect("one part")),
-            _ => Ok(Tensor::cat(&parts, 0)?),
+        let step = state.max_write();
+        if tokens.len() <= step {
+            // every decode step and most prefills: one call, nothing to gather
+            return self.forward_part(tokens, state);
         }
+        let parts = tokens.chunks(step).map(|part| self.forward_part(part, state)).collect::<Result<Vec<_>>>()?;
+        Ok(Tensor::cat(&parts, 0)?)
     }
 
     fn forward_part(&self, tokens: &[u32], state: &mut State) -> Result<Tensor> {
