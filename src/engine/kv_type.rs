@@ -72,6 +72,12 @@ impl KvDtype {
         }
     }
 
+    /// The cache type whose tensors are of `dtype` (the inverse of
+    /// [`KvDtype::storage_dtype`]).
+    pub fn of_storage(dtype: DType) -> Option<KvDtype> {
+        [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0].into_iter().find(|kv| kv.storage_dtype() == dtype)
+    }
+
     /// Elements of [`KvDtype::storage_dtype`] one row of `head_dim` values takes.
     pub fn row_width(self, head_dim: usize) -> usize {
         match self {

@@ -94,7 +94,7 @@ pub(crate) fn try_attention(q: &Tensor, k: &Tensor, v: &Tensor, pos: usize, isa:
     }
     let (one, n_heads, n, head_dim) = q.dims4().ok()?;
     let (one_k, n_kv_heads, capacity, row) = k.dims4().ok()?;
-    let kv = if k.dtype() == DType::U8 { KvDtype::Q8_0 } else { KvDtype::from(k.dtype()) };
+    let kv = KvDtype::of_storage(k.dtype())?;
     if one != 1 || one_k != 1 || row != kv.row_width(head_dim) || v.dims() != k.dims() || !fused_head_dim(head_dim) {
         return None;
     }
