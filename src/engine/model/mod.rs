@@ -379,19 +379,8 @@ impl Model {
     /// of a global layer, at most [`super::state::window_rows`] of a sliding-window one.
     pub fn kv_bytes_at(&self, kv: impl Into<KvDtype>, tokens: usize) -> u64 {
         let kv = kv.into();
-        let rows = |a: &Attention| match (a.window, self.config.sliding_window) {
-            (Some(_), Some(w)) => tokens.min(super::state::window_rows(w)),
-            _ => tokens,
-        };
-        let bytes: usize = self
-            .layers
-            .iter()
-            .filter_map(|l| match &l.mixer {
-                Mixer::Attention(a) if a.kv_source.is_none() => Some(kv.row_bytes(a.head_dim) * rows(a)),
-                _ => None,
-            })
-            .sum();
-        (2 * bytes * self.config.n_kv_heads) as u64
+        let sliding_rows = self.config.sliding_window.map_or(tokens, |w| tokens.min(super::state::window_rows(w)));
+        self.bytes_per_row(kv, false) * tokens as u64 + self.bytes_per_row(kv, true) * sliding_rows as u64
     }
 
     /// Bytes a state's recurrent layers hold at most: their tensors and
