@@ -6,10 +6,10 @@
 //!
 //! Per 32-value block the dot product is split into two 16-lane halves (low and high
 //! nibbles for Q4_1), giving four i32 partial sums that are scaled and accumulated in f32.
-//! Q4_K is read in the file's layout: a 64-value group's 32 bytes, masked and shifted,
-//! are its two sub-blocks; the eight `d * sc_j * d_a` factors of a super-block take two
-//! vector multiplies per weight row and activation row, and the `dmin * m_j * s_a`
-//! offsets are subtracted from the accumulator's lanes with two more.
+//! Q4_K and Q6_K keep a super-block in integers: the activations share one scale over its
+//! 256 values (`ActScale::SuperBlock`), so each sub-block's dot product is multiplied by
+//! its integer scale and summed in i32, and only the super-block's sum is converted and
+//! scaled in f32.
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -231,9 +231,11 @@ impl<W: SignedBlock, D: DotI8> TileKernel for Signed<W, D> {
     }
 }
 
-/// Q6_K tiles against Q8_0 activations: per 32-value block, the weight quants less 32 as
-/// signed bytes, each 16-value half's dot product times its scale in i32, then
-/// `acc += f32(sum) * d * d_a`.
+/// Q6_K tiles against Q8_0 activations, a super-block at a time: per 32-value block, the
+/// weight quants less 32 as signed bytes, and each 16-value half's dot product times its
+/// 6-bit scale, summed in i32 over the super-block; then, once per super-block,
+/// `acc += f32(sum) * d * d_a`. (The activations share one `d_a` over a super-block,
+/// `ActScale::SuperBlock`. |sum| per lane stays under 8 · 2 · 4 · 32 · 127 · 128 < 2^31.)
 pub(super) struct Q6K<D>(PhantomData<D>);
 
 impl<D: DotI8> TileKernel for Q6K<D> {
@@ -248,34 +250,40 @@ impl<D: DotI8> TileKernel for Q6K<D> {
         nb: usize,
     ) -> [[f32; C]; R] {
         let mut acc = [[vdupq_n_f32(0.0); C]; R];
-        for b in 0..nb {
-            let (sb, j) = (b / 8, b % 8);
-            let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
-            // right shifts as negative left shifts
-            let (ql_shift, qh_shift) = (vdupq_n_s8(-(ql_shift as i8)), vdupq_n_s8(-(qh_shift as i8)));
-            let mut x = [[vdupq_n_s8(0); 2]; R];
-            let mut sc = [[0i32; 2]; R];
-            let mut dw = [0f32; R];
-            for r in 0..R {
-                let blk = &*w[r].add(sb);
-                for (h, x) in x[r].iter_mut().enumerate() {
-                    let ql = vld1q_u8(blk.ql.as_ptr().add(ql_at + 16 * h));
-                    let qh = vld1q_u8(blk.qh.as_ptr().add(qh_at + 16 * h));
-                    let lo = vandq_u8(vshlq_u8(ql, ql_shift), vdupq_n_u8(0x0F));
-                    let hi = vshlq_n_u8::<4>(vandq_u8(vshlq_u8(qh, qh_shift), vdupq_n_u8(3)));
-                    *x = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hi)), vdupq_n_s8(32));
+        for sb in 0..nb / Self::BLOCKS_PER {
+            let mut sum = [[vdupq_n_s32(0); C]; R];
+            for j in 0..Self::BLOCKS_PER {
+                let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
+                // right shifts as negative left shifts
+                let (ql_shift, qh_shift) = (vdupq_n_s8(-(ql_shift as i8)), vdupq_n_s8(-(qh_shift as i8)));
+                let mut x = [[vdupq_n_s8(0); 2]; R];
+                let mut sc = [[0i32; 2]; R];
+                for r in 0..R {
+                    let blk = &*w[r].add(sb);
+                    for (h, x) in x[r].iter_mut().enumerate() {
+                        let ql = vld1q_u8(blk.ql.as_ptr().add(ql_at + 16 * h));
+                        let qh = vld1q_u8(blk.qh.as_ptr().add(qh_at + 16 * h));
+                        let lo = vandq_u8(vshlq_u8(ql, ql_shift), vdupq_n_u8(0x0F));
+                        let hi = vshlq_n_u8::<4>(vandq_u8(vshlq_u8(qh, qh_shift), vdupq_n_u8(3)));
+                        *x = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hi)), vdupq_n_s8(32));
+                    }
+                    sc[r] = [blk.scales[2 * j] as i32, blk.scales[2 * j + 1] as i32];
                 }
-                sc[r] = [blk.scales[2 * j] as i32, blk.scales[2 * j + 1] as i32];
-                dw[r] = blk.d.to_f32();
+                let b = sb * Self::BLOCKS_PER + j;
+                for c in 0..C {
+                    let y0 = vld1q_s8(qs[c].add(b * QK));
+                    let y1 = vld1q_s8(qs[c].add(b * QK + QK / 2));
+                    for r in 0..R {
+                        sum[r][c] = vmlaq_n_s32(sum[r][c], D::dot16(x[r][0], y0), sc[r][0]);
+                        sum[r][c] = vmlaq_n_s32(sum[r][c], D::dot16(x[r][1], y1), sc[r][1]);
+                    }
+                }
             }
             for c in 0..C {
-                let y0 = vld1q_s8(qs[c].add(b * QK));
-                let y1 = vld1q_s8(qs[c].add(b * QK + QK / 2));
-                let dy = (*ds[c].add(b))[0];
+                let da = (*ds[c].add(sb * Self::BLOCKS_PER))[0];
                 for r in 0..R {
-                    let s = vmulq_n_s32(D::dot16(x[r][0], y0), sc[r][0]);
-                    let s = vmlaq_n_s32(s, D::dot16(x[r][1], y1), sc[r][1]);
-                    acc[r][c] = vfmaq_n_f32(acc[r][c], vcvtq_f32_s32(s), dw[r] * dy);
+                    let dw = (*w[r].add(sb)).d.to_f32();
+                    acc[r][c] = vfmaq_n_f32(acc[r][c], vcvtq_f32_s32(sum[r][c]), dw * da);
                 }
             }
         }
@@ -289,6 +297,17 @@ impl<D: DotI8> TileKernel for Q6K<D> {
     }
 }
 
+/// Q4_K tiles against Q8_0 activations, in the file's layout: a 64-value group's 32 bytes,
+/// masked and shifted, are its two sub-blocks. Each sub-block's dot product times its
+/// 6-bit scale `sc_j` is summed in i32 over the super-block, and once per super-block
+///
+/// ```text
+///   acc += f32(sum) · d · d_a  -  Σ_j dmin · m_j · s_a_j
+/// ```
+///
+/// (the activations share one `d_a` over a super-block, `ActScale::SuperBlock`; the
+/// offsets take two vector multiply-subtracts). |sum| per lane stays under
+/// 8 · 8 · 15 · 127 · 63 < 2^31.
 pub(super) struct Q4K<D>(PhantomData<D>);
 
 /// Eight 6-bit values (bytes) times `x`, as two f32 vectors.
@@ -314,27 +333,26 @@ impl<D: DotI8> TileKernel for Q4K<D> {
         let mask = vdupq_n_u8(0x0F);
         let mut acc = [[vdupq_n_f32(0.0); C]; R];
         for b in 0..nb {
-            // d_w * sc_j * d_a per weight row, activation row and sub-block j
-            let mut scale = [[[0f32; 8]; C]; R];
-            let mut dsc = [[vdupq_n_f32(0.0); 2]; R];
+            let mut sc = [[0i32; 8]; R];
             let mut dmn = [[vdupq_n_f32(0.0); 2]; R];
             for r in 0..R {
                 let blk = &*w[r].add(b);
-                let sm = vld1q_u8(blk.scales_mins().as_ptr());
-                dsc[r] = scaled_bytes(vget_low_u8(sm), blk.d.to_f32());
-                dmn[r] = scaled_bytes(vget_high_u8(sm), blk.dmin.to_f32());
+                let sm = blk.scales_mins();
+                for (j, s) in sc[r].iter_mut().enumerate() {
+                    *s = sm[j] as i32;
+                }
+                dmn[r] = scaled_bytes(vld1_u8(sm.as_ptr().add(8)), blk.dmin.to_f32());
             }
             for c in 0..C {
                 let p = ds[c].add(b * Self::BLOCKS_PER) as *const f32;
-                // (d_a, s_a) of sub-blocks 0..4 and 4..8, deinterleaved
+                // (d_a, s_a) of sub-blocks 0..4 and 4..8, deinterleaved: the s_a
                 let (lo, hi) = (vld2q_f32(p), vld2q_f32(p.add(8)));
                 for r in 0..R {
-                    vst1q_f32(scale[r][c].as_mut_ptr(), vmulq_f32(dsc[r][0], lo.0));
-                    vst1q_f32(scale[r][c].as_mut_ptr().add(4), vmulq_f32(dsc[r][1], hi.0));
                     acc[r][c] = vfmsq_f32(acc[r][c], dmn[r][0], lo.1);
                     acc[r][c] = vfmsq_f32(acc[r][c], dmn[r][1], hi.1);
                 }
             }
+            let mut sum = [[vdupq_n_s32(0); C]; R];
             for g in 0..QK_K / 64 {
                 let mut lo = [[vdupq_n_s8(0); 2]; R];
                 let mut hi = [[vdupq_n_s8(0); 2]; R];
@@ -348,11 +366,16 @@ impl<D: DotI8> TileKernel for Q4K<D> {
                     let a = qs[c].add(b * QK_K + 2 * QK * g);
                     let y: [int8x16_t; 4] = std::array::from_fn(|i| vld1q_s8(a.add(16 * i)));
                     for r in 0..R {
-                        let p0 = vcvtq_f32_s32(D::dot(lo[r][0], y[0], lo[r][1], y[1]));
-                        acc[r][c] = vfmaq_n_f32(acc[r][c], p0, scale[r][c][2 * g]);
-                        let p1 = vcvtq_f32_s32(D::dot(hi[r][0], y[2], hi[r][1], y[3]));
-                        acc[r][c] = vfmaq_n_f32(acc[r][c], p1, scale[r][c][2 * g + 1]);
+                        sum[r][c] = vmlaq_n_s32(sum[r][c], D::dot(lo[r][0], y[0], lo[r][1], y[1]), sc[r][2 * g]);
+                        sum[r][c] = vmlaq_n_s32(sum[r][c], D::dot(hi[r][0], y[2], hi[r][1], y[3]), sc[r][2 * g + 1]);
                     }
+                }
+            }
+            for c in 0..C {
+                let da = (*ds[c].add(b * Self::BLOCKS_PER))[0];
+                for r in 0..R {
+                    let dw = (*w[r].add(b)).d.to_f32();
+                    acc[r][c] = vfmaq_n_f32(acc[r][c], vcvtq_f32_s32(sum[r][c]), dw * da);
                 }
             }
         }
