@@ -19,6 +19,36 @@ use super::blocks::{
 use std::arch::aarch64::*;
 use std::marker::PhantomData;
 
+/// `h` as f32, with FCVT: base ARMv8 floating point, one instruction. (`half` asks at run
+/// time, on every call, whether the CPU has FEAT_FP16, which neither aarch64-apple-ios nor
+/// aarch64-unknown-linux-gnu enables at compile time, and converts in software without it:
+/// tens of instructions per block scale.)
+#[inline(always)]
+unsafe fn f32_of(h: half::f16) -> f32 {
+    let out: f32;
+    std::arch::asm!(
+        "fcvt {out:s}, {h:h}",
+        out = lateout(vreg) out,
+        h = in(vreg) h.to_bits() as i16,
+        options(pure, nomem, nostack, preserves_flags)
+    );
+    out
+}
+
+/// `x` rounded to the nearest f16 (ties to even, as `half::f16::from_f32`) and back, with
+/// two FCVTs.
+#[inline(always)]
+unsafe fn round_f16(x: f32) -> f32 {
+    let out: f32;
+    std::arch::asm!(
+        "fcvt {x:h}, {x:s}",
+        "fcvt {x:s}, {x:h}",
+        x = inout(vreg) x => out,
+        options(pure, nomem, nostack, preserves_flags)
+    );
+    out
+}
+
 /// Four i32 partial sums of `a . b` over 32 signed bytes given as two 16-byte halves.
 trait DotI8 {
     unsafe fn dot(a0: int8x16_t, b0: int8x16_t, a1: int8x16_t, b1: int8x16_t) -> int32x4_t;
@@ -105,8 +135,8 @@ impl<D: DotI8> TileKernel for Q4_1<D> {
                 let raw = vld1q_u8(blk.qs.as_ptr());
                 lo[r] = vreinterpretq_s8_u8(vandq_u8(raw, mask));
                 hi[r] = vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw));
-                dw[r] = blk.d.to_f32();
-                mw[r] = blk.m.to_f32();
+                dw[r] = f32_of(blk.d);
+                mw[r] = f32_of(blk.m);
             }
             for c in 0..C {
                 let y0 = vld1q_s8(qs[c].add(b * QK));
@@ -134,7 +164,7 @@ impl<D: DotI8> TileKernel for Q4_1<D> {
 pub(super) trait SignedBlock {
     type Block;
     unsafe fn quants(blk: &Self::Block) -> (int8x16_t, int8x16_t);
-    fn scale(blk: &Self::Block) -> f32;
+    unsafe fn scale(blk: &Self::Block) -> f32;
 }
 
 impl SignedBlock for BlockQ8_0 {
@@ -144,8 +174,8 @@ impl SignedBlock for BlockQ8_0 {
         (vld1q_s8(blk.qs.as_ptr()), vld1q_s8(blk.qs.as_ptr().add(QK / 2)))
     }
     #[inline(always)]
-    fn scale(blk: &BlockQ8_0) -> f32 {
-        blk.d.to_f32()
+    unsafe fn scale(blk: &BlockQ8_0) -> f32 {
+        f32_of(blk.d)
     }
 }
 
@@ -161,8 +191,8 @@ impl SignedBlock for BlockQ4_0 {
         )
     }
     #[inline(always)]
-    fn scale(blk: &BlockQ4_0) -> f32 {
-        blk.d.to_f32()
+    unsafe fn scale(blk: &BlockQ4_0) -> f32 {
+        f32_of(blk.d)
     }
 }
 
@@ -183,8 +213,8 @@ impl SignedBlock for BlockQ5_0 {
         )
     }
     #[inline(always)]
-    fn scale(blk: &BlockQ5_0) -> f32 {
-        blk.d.to_f32()
+    unsafe fn scale(blk: &BlockQ5_0) -> f32 {
+        f32_of(blk.d)
     }
 }
 
@@ -279,11 +309,11 @@ impl<D: DotI8> TileKernel for Q6K<D> {
                     }
                 }
             }
+            let dw: [f32; R] = std::array::from_fn(|r| f32_of((*w[r].add(sb)).d));
             for c in 0..C {
                 let da = (*ds[c].add(sb * Self::BLOCKS_PER))[0];
                 for r in 0..R {
-                    let dw = (*w[r].add(sb)).d.to_f32();
-                    acc[r][c] = vfmaq_n_f32(acc[r][c], vcvtq_f32_s32(sum[r][c]), dw * da);
+                    acc[r][c] = vfmaq_n_f32(acc[r][c], vcvtq_f32_s32(sum[r][c]), dw[r] * da);
                 }
             }
         }
@@ -335,13 +365,15 @@ impl<D: DotI8> TileKernel for Q4K<D> {
         for b in 0..nb {
             let mut sc = [[0i32; 8]; R];
             let mut dmn = [[vdupq_n_f32(0.0); 2]; R];
+            let mut dw = [0f32; R];
             for r in 0..R {
                 let blk = &*w[r].add(b);
+                dw[r] = f32_of(blk.d);
                 let sm = blk.scales_mins();
                 for (j, s) in sc[r].iter_mut().enumerate() {
                     *s = sm[j] as i32;
                 }
-                dmn[r] = scaled_bytes(vld1_u8(sm.as_ptr().add(8)), blk.dmin.to_f32());
+                dmn[r] = scaled_bytes(vld1_u8(sm.as_ptr().add(8)), f32_of(blk.dmin));
             }
             for c in 0..C {
                 let p = ds[c].add(b * Self::BLOCKS_PER) as *const f32;
@@ -374,8 +406,7 @@ impl<D: DotI8> TileKernel for Q4K<D> {
             for c in 0..C {
                 let da = (*ds[c].add(b * Self::BLOCKS_PER))[0];
                 for r in 0..R {
-                    let dw = (*w[r].add(b)).d.to_f32();
-                    acc[r][c] = vfmaq_n_f32(acc[r][c], vcvtq_f32_s32(sum[r][c]), dw * da);
+                    acc[r][c] = vfmaq_n_f32(acc[r][c], vcvtq_f32_s32(sum[r][c]), dw[r] * da);
                 }
             }
         }
@@ -575,7 +606,8 @@ unsafe fn quantize_block(xp: *const f32, amax: f32, qp: *mut i8, with_sum: bool)
     vst1q_s8(qp, vcombine_s8(vmovn_s16(h[0]), vmovn_s16(h[1])));
     vst1q_s8(qp.add(16), vcombine_s8(vmovn_s16(h[2]), vmovn_s16(h[3])));
 
-    let dh = half::f16::from_f32(d);
-    let s = if with_sum { (half::f16::from_f32(sum as f32) * dh).to_f32() } else { 0.0 };
-    [dh.to_f32(), s]
+    // as ggml stores them: d in f16, and s = f16(f16(sum) · d)
+    let dh = round_f16(d);
+    let s = if with_sum { round_f16(round_f16(sum as f32) * dh) } else { 0.0 };
+    [dh, s]
 }
