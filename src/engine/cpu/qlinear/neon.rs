@@ -363,27 +363,8 @@ impl<D: DotI8> TileKernel for Q4K<D> {
         let mask = vdupq_n_u8(0x0F);
         let mut acc = [[vdupq_n_f32(0.0); C]; R];
         for b in 0..nb {
-            let mut sc = [[0i32; 8]; R];
-            let mut dmn = [[vdupq_n_f32(0.0); 2]; R];
-            let mut dw = [0f32; R];
-            for r in 0..R {
-                let blk = &*w[r].add(b);
-                dw[r] = f32_of(blk.d);
-                let sm = blk.scales_mins();
-                for (j, s) in sc[r].iter_mut().enumerate() {
-                    *s = sm[j] as i32;
-                }
-                dmn[r] = scaled_bytes(vld1_u8(sm.as_ptr().add(8)), f32_of(blk.dmin));
-            }
-            for c in 0..C {
-                let p = ds[c].add(b * Self::BLOCKS_PER) as *const f32;
-                // (d_a, s_a) of sub-blocks 0..4 and 4..8, deinterleaved: the s_a
-                let (lo, hi) = (vld2q_f32(p), vld2q_f32(p.add(8)));
-                for r in 0..R {
-                    acc[r][c] = vfmsq_f32(acc[r][c], dmn[r][0], lo.1);
-                    acc[r][c] = vfmsq_f32(acc[r][c], dmn[r][1], hi.1);
-                }
-            }
+            // each weight row's scales and mins, unpacked
+            let sm: [[u8; 16]; R] = std::array::from_fn(|r| (*w[r].add(b)).scales_mins());
             let mut sum = [[vdupq_n_s32(0); C]; R];
             for g in 0..QK_K / 64 {
                 let mut lo = [[vdupq_n_s8(0); 2]; R];
@@ -398,15 +379,24 @@ impl<D: DotI8> TileKernel for Q4K<D> {
                     let a = qs[c].add(b * QK_K + 2 * QK * g);
                     let y: [int8x16_t; 4] = std::array::from_fn(|i| vld1q_s8(a.add(16 * i)));
                     for r in 0..R {
-                        sum[r][c] = vmlaq_n_s32(sum[r][c], D::dot(lo[r][0], y[0], lo[r][1], y[1]), sc[r][2 * g]);
-                        sum[r][c] = vmlaq_n_s32(sum[r][c], D::dot(hi[r][0], y[2], hi[r][1], y[3]), sc[r][2 * g + 1]);
+                        let (sc0, sc1) = (sm[r][2 * g] as i32, sm[r][2 * g + 1] as i32);
+                        sum[r][c] = vmlaq_n_s32(sum[r][c], D::dot(lo[r][0], y[0], lo[r][1], y[1]), sc0);
+                        sum[r][c] = vmlaq_n_s32(sum[r][c], D::dot(hi[r][0], y[2], hi[r][1], y[3]), sc1);
                     }
                 }
             }
-            for c in 0..C {
-                let da = (*ds[c].add(b * Self::BLOCKS_PER))[0];
-                for r in 0..R {
-                    acc[r][c] = vfmaq_n_f32(acc[r][c], vcvtq_f32_s32(sum[r][c]), dw[r] * da);
+            // the scaled sums, less the offsets Σ dmin · m_j · s_a_j (computed here, after
+            // the groups, so that nothing of them stays live across the groups' registers)
+            for r in 0..R {
+                let blk = &*w[r].add(b);
+                let (dw, dmn) = (f32_of(blk.d), scaled_bytes(vld1_u8(sm[r].as_ptr().add(8)), f32_of(blk.dmin)));
+                for c in 0..C {
+                    let p = ds[c].add(b * Self::BLOCKS_PER) as *const f32;
+                    // (d_a, s_a) of sub-blocks 0..4 and 4..8, deinterleaved
+                    let (lo, hi) = (vld2q_f32(p), vld2q_f32(p.add(8)));
+                    acc[r][c] = vfmsq_f32(acc[r][c], dmn[0], lo.1);
+                    acc[r][c] = vfmsq_f32(acc[r][c], dmn[1], hi.1);
+                    acc[r][c] = vfmaq_n_f32(acc[r][c], vcvtq_f32_s32(sum[r][c]), dw * vgetq_lane_f32::<0>(lo.0));
                 }
             }
         }
