@@ -261,12 +261,49 @@ impl<W: SignedBlock, D: DotI8> TileKernel for Signed<W, D> {
     }
 }
 
-/// Q6_K tiles against Q8_0 activations, a super-block at a time: per 32-value block, the
-/// weight quants less 32 as signed bytes, and each 16-value half's dot product times its
-/// 6-bit scale, summed in i32 over the super-block; then, once per super-block,
-/// `acc += f32(sum) * d * d_a`. (The activations share one `d_a` over a super-block,
-/// `ActScale::SuperBlock`. |sum| per lane stays under 8 · 2 · 4 · 32 · 127 · 128 < 2^31.)
+/// Q6_K tiles against Q8_0 activations, 64 values (two 32-value blocks) at a time. Within
+/// each 128-value half of a super-block, blocks `2p` and `2p + 1` take their low four bits
+/// from the same 64 `ql` bytes (low nibbles for p = 0, high for p = 1) and their top two
+/// from the same 32 `qh` bytes, so one shift-and-insert (`vsliq_n_u8`) per 16 values
+/// rebuilds the quants. Their four 16-value dot products, pairwise added twice, are one
+/// vector of four sums whose four scales are consecutive bytes of `scales`:
+///
+/// ```text
+///   sum  += [dot_0, dot_1, dot_2, dot_3] · [sc_4p', …, sc_4p'+3]     i32, per super-block
+///   acc  += f32(sum) · d · d_a                                        once per super-block
+/// ```
+///
+/// (The activations share one `d_a` over a super-block, `ActScale::SuperBlock`. |sum| per
+/// lane stays under 16 · 16 · 32 · 127 · 128 < 2^31.)
 pub(super) struct Q6K<D>(PhantomData<D>);
+
+/// The 64 quants less 32 of blocks `2P`, `2P + 1` of half `h` of `blk`, as four 16-byte
+/// vectors in the order of their activations.
+#[inline(always)]
+unsafe fn q6k_pair<const P: usize>(blk: &BlockQ6K, h: usize) -> [int8x16_t; 4] {
+    let (ql, qh) = (blk.ql.as_ptr().add(64 * h), blk.qh.as_ptr().add(32 * h));
+    let three = vdupq_n_u8(3);
+    let (h0, h1) = (vld1q_u8(qh), vld1q_u8(qh.add(16)));
+    let low: [uint8x16_t; 4] = std::array::from_fn(|i| vld1q_u8(ql.add(16 * i)));
+    let q = if P == 0 {
+        // low nibbles; top bits 0-1 (block 2P) and 2-3 (block 2P + 1) of qh
+        [
+            vsliq_n_u8::<4>(low[0], vandq_u8(h0, three)),
+            vsliq_n_u8::<4>(low[1], vandq_u8(h1, three)),
+            vsliq_n_u8::<4>(low[2], vandq_u8(vshrq_n_u8::<2>(h0), three)),
+            vsliq_n_u8::<4>(low[3], vandq_u8(vshrq_n_u8::<2>(h1), three)),
+        ]
+    } else {
+        // high nibbles; top bits 4-5 and 6-7
+        [
+            vsliq_n_u8::<4>(vshrq_n_u8::<4>(low[0]), vandq_u8(vshrq_n_u8::<4>(h0), three)),
+            vsliq_n_u8::<4>(vshrq_n_u8::<4>(low[1]), vandq_u8(vshrq_n_u8::<4>(h1), three)),
+            vsliq_n_u8::<4>(vshrq_n_u8::<4>(low[2]), vshrq_n_u8::<6>(h0)),
+            vsliq_n_u8::<4>(vshrq_n_u8::<4>(low[3]), vshrq_n_u8::<6>(h1)),
+        ]
+    };
+    q.map(|v| vsubq_s8(vreinterpretq_s8_u8(v), vdupq_n_s8(32)))
+}
 
 impl<D: DotI8> TileKernel for Q6K<D> {
     type Block = BlockQ6K;
@@ -281,34 +318,38 @@ impl<D: DotI8> TileKernel for Q6K<D> {
     ) -> [[f32; C]; R] {
         let mut acc = [[vdupq_n_f32(0.0); C]; R];
         for sb in 0..nb / Self::BLOCKS_PER {
-            let mut sum = [[vdupq_n_s32(0); C]; R];
-            for j in 0..Self::BLOCKS_PER {
-                let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
-                // right shifts as negative left shifts
-                let (ql_shift, qh_shift) = (vdupq_n_s8(-(ql_shift as i8)), vdupq_n_s8(-(qh_shift as i8)));
-                let mut x = [[vdupq_n_s8(0); 2]; R];
-                let mut sc = [[0i32; 2]; R];
-                for r in 0..R {
-                    let blk = &*w[r].add(sb);
-                    for (h, x) in x[r].iter_mut().enumerate() {
-                        let ql = vld1q_u8(blk.ql.as_ptr().add(ql_at + 16 * h));
-                        let qh = vld1q_u8(blk.qh.as_ptr().add(qh_at + 16 * h));
-                        let lo = vandq_u8(vshlq_u8(ql, ql_shift), vdupq_n_u8(0x0F));
-                        let hi = vshlq_n_u8::<4>(vandq_u8(vshlq_u8(qh, qh_shift), vdupq_n_u8(3)));
-                        *x = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hi)), vdupq_n_s8(32));
-                    }
-                    sc[r] = [blk.scales[2 * j] as i32, blk.scales[2 * j + 1] as i32];
-                }
-                let b = sb * Self::BLOCKS_PER + j;
-                for c in 0..C {
-                    let y0 = vld1q_s8(qs[c].add(b * QK));
-                    let y1 = vld1q_s8(qs[c].add(b * QK + QK / 2));
-                    for r in 0..R {
-                        sum[r][c] = vmlaq_n_s32(sum[r][c], D::dot16(x[r][0], y0), sc[r][0]);
-                        sum[r][c] = vmlaq_n_s32(sum[r][c], D::dot16(x[r][1], y1), sc[r][1]);
-                    }
-                }
+            // each weight row's sixteen scales as i32, read back four at a time
+            let mut sc = [[0i32; 16]; R];
+            for r in 0..R {
+                let bytes = vld1q_s8((*w[r].add(sb)).scales.as_ptr());
+                let (lo, hi) = (vmovl_s8(vget_low_s8(bytes)), vmovl_high_s8(bytes));
+                let p = sc[r].as_mut_ptr();
+                vst1q_s32(p, vmovl_s16(vget_low_s16(lo)));
+                vst1q_s32(p.add(4), vmovl_high_s16(lo));
+                vst1q_s32(p.add(8), vmovl_s16(vget_low_s16(hi)));
+                vst1q_s32(p.add(12), vmovl_high_s16(hi));
             }
+            let mut sum = [[vdupq_n_s32(0); C]; R];
+            macro_rules! pair {
+                ($h:literal, $p:literal) => {{
+                    let x: [[int8x16_t; 4]; R] = std::array::from_fn(|r| q6k_pair::<$p>(&*w[r].add(sb), $h));
+                    // blocks 4h + 2p and 4h + 2p + 1 of the super-block: 64 activation bytes
+                    let at = sb * QK_K + 128 * $h + 64 * $p;
+                    for c in 0..C {
+                        let y: [int8x16_t; 4] = std::array::from_fn(|i| vld1q_s8(qs[c].add(at + 16 * i)));
+                        for r in 0..R {
+                            let first = vpaddq_s32(D::dot16(x[r][0], y[0]), D::dot16(x[r][1], y[1]));
+                            let second = vpaddq_s32(D::dot16(x[r][2], y[2]), D::dot16(x[r][3], y[3]));
+                            let scales = vld1q_s32(sc[r].as_ptr().add(8 * $h + 4 * $p));
+                            sum[r][c] = vmlaq_s32(sum[r][c], vpaddq_s32(first, second), scales);
+                        }
+                    }
+                }};
+            }
+            pair!(0, 0);
+            pair!(0, 1);
+            pair!(1, 0);
+            pair!(1, 1);
             let dw: [f32; R] = std::array::from_fn(|r| f32_of((*w[r].add(sb)).d));
             for c in 0..C {
                 let da = (*ds[c].add(sb * Self::BLOCKS_PER))[0];
