@@ -35,7 +35,9 @@ bin=$(cd "$repo" && cargo bench --target "$target" --no-default-features --bench
 # The instructions of a run of `count` calls.
 insns() {
   local cpu=$1 tensor=$2 m=$3 count=$4 kernels=$5
-  qemu-aarch64 -cpu "$cpu" -L "$sysroot" -plugin "$plugin" "$bin" "$model" "$tensor" "$m" "$count" "$kernels" 2>&1 |
+  # one thread for candle too: the plugin's counter is not atomic, and qemu runs guest
+  # threads on host threads at once, so a second thread would lose counts
+  RAYON_NUM_THREADS=1 qemu-aarch64 -cpu "$cpu" -L "$sysroot" -plugin "$plugin" "$bin" "$model" "$tensor" "$m" "$count" "$kernels" 2>&1 |
     awk '/^insns /{print $2} / calls, kernels /{sub(/.* kernels /,""); print > "/dev/stderr"}'
 }
 

@@ -5,11 +5,15 @@
 //! with inline assembly, as candle does.
 //!
 //! Per 32-value block the dot product is split into two 16-lane halves (low and high
-//! nibbles for Q4_1), giving four i32 partial sums that are scaled and accumulated in f32.
-//! Q4_K and Q6_K keep a super-block in integers: the activations share one scale over its
-//! 256 values (`ActScale::SuperBlock`), so each sub-block's dot product is multiplied by
-//! its integer scale and summed in i32, and only the super-block's sum is converted and
-//! scaled in f32.
+//! nibbles for Q4_1), giving four i32 partial sums; four blocks' sums, pairwise added, are
+//! converted and scaled in f32 by one instruction each. Q4_K and Q6_K keep a super-block in
+//! integers: the activations share one scale over its 256 values (`ActScale::SuperBlock`),
+//! so each sub-block's dot product is multiplied by its integer scale and summed in i32,
+//! and only the super-block's sum is converted and scaled in f32. f16 scales convert with
+//! FCVT/FCVTL, which base ARMv8 has.
+//!
+//! Speed here is counted in instructions under qemu (`bench/neon_insns.sh`): there is no
+//! ARM machine to time them on.
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -110,76 +114,61 @@ impl DotI8 for Mull {
     }
 }
 
-pub(super) struct Q4_1<D>(PhantomData<D>);
+/// A 32-value block format: its quants as bytes (two 16-byte halves, in the order of the
+/// activation bytes; signed, or Q4_1's 0..=15) under an f16 scale `d` that starts the block
+/// (`w = d · q`), and for Q4_1 an f16 offset `m` right after it (`w = d · q + m`).
+pub(super) trait Block32 {
+    type Block;
+    /// Whether the block has the offset `m` (at byte 2).
+    const MIN: bool = false;
+    unsafe fn quants(blk: &Self::Block) -> (int8x16_t, int8x16_t);
+}
 
-impl<D: DotI8> TileKernel for Q4_1<D> {
+const _: () = assert!(std::mem::offset_of!(BlockQ4_1, m) == 2);
+
+/// The f16 at byte `at` of four consecutive blocks of `stride` bytes from `p`, as f32:
+/// four lane loads and one FCVTL (base ARMv8 Advanced SIMD).
+#[inline(always)]
+unsafe fn f16x4(p: *const u8, stride: usize, at: usize) -> float32x4_t {
+    let h = vld1_dup_u16(p.add(at) as *const u16);
+    let h = vld1_lane_u16::<1>(p.add(stride + at) as *const u16, h);
+    let h = vld1_lane_u16::<2>(p.add(2 * stride + at) as *const u16, h);
+    let h = vld1_lane_u16::<3>(p.add(3 * stride + at) as *const u16, h);
+    let out: float32x4_t;
+    std::arch::asm!(
+        "fcvtl {out:v}.4s, {h:v}.4h",
+        out = lateout(vreg) out,
+        h = in(vreg) h,
+        options(pure, nomem, nostack, preserves_flags)
+    );
+    out
+}
+
+/// The f16 at byte `at` of the block at `p`, as f32.
+#[inline(always)]
+unsafe fn f16_at(p: *const u8, at: usize) -> f32 {
+    f32_of(half::f16::from_bits(std::ptr::read_unaligned(p.add(at) as *const u16)))
+}
+
+impl Block32 for BlockQ4_1 {
     type Block = BlockQ4_1;
-
+    const MIN: bool = true;
     #[inline(always)]
-    unsafe fn tile<const R: usize, const C: usize>(
-        w: [*const BlockQ4_1; R],
-        qs: [*const i8; C],
-        ds: [*const [f32; 2]; C],
-        nb: usize,
-    ) -> [[f32; C]; R] {
-        let mask = vdupq_n_u8(0x0F);
-        let mut acc = [[vdupq_n_f32(0.0); C]; R];
-        let mut ms = [[0f32; C]; R];
-        for b in 0..nb {
-            let mut lo = [vdupq_n_s8(0); R];
-            let mut hi = [vdupq_n_s8(0); R];
-            let mut dw = [0f32; R];
-            let mut mw = [0f32; R];
-            for r in 0..R {
-                let blk = &*w[r].add(b);
-                let raw = vld1q_u8(blk.qs.as_ptr());
-                lo[r] = vreinterpretq_s8_u8(vandq_u8(raw, mask));
-                hi[r] = vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw));
-                dw[r] = f32_of(blk.d);
-                mw[r] = f32_of(blk.m);
-            }
-            for c in 0..C {
-                let y0 = vld1q_s8(qs[c].add(b * QK));
-                let y1 = vld1q_s8(qs[c].add(b * QK + QK / 2));
-                let [dy, sy] = *ds[c].add(b);
-                for r in 0..R {
-                    let p = vcvtq_f32_s32(D::dot(lo[r], y0, hi[r], y1));
-                    acc[r][c] = vfmaq_n_f32(acc[r][c], p, dw[r] * dy);
-                    ms[r][c] += mw[r] * sy;
-                }
-            }
-        }
-        let mut out = [[0f32; C]; R];
-        for r in 0..R {
-            for c in 0..C {
-                out[r][c] = vaddvq_f32(acc[r][c]) + ms[r][c];
-            }
-        }
-        out
+    unsafe fn quants(blk: &BlockQ4_1) -> (int8x16_t, int8x16_t) {
+        let raw = vld1q_u8(blk.qs.as_ptr());
+        (vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0F))), vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw)))
     }
 }
 
-/// A weight format whose 32-value blocks unpack to signed bytes `q` (two 16-byte halves, in
-/// the order of the activation bytes) under one f16 scale `d`: `w = d * q`.
-pub(super) trait SignedBlock {
-    type Block;
-    unsafe fn quants(blk: &Self::Block) -> (int8x16_t, int8x16_t);
-    unsafe fn scale(blk: &Self::Block) -> f32;
-}
-
-impl SignedBlock for BlockQ8_0 {
+impl Block32 for BlockQ8_0 {
     type Block = BlockQ8_0;
     #[inline(always)]
     unsafe fn quants(blk: &BlockQ8_0) -> (int8x16_t, int8x16_t) {
         (vld1q_s8(blk.qs.as_ptr()), vld1q_s8(blk.qs.as_ptr().add(QK / 2)))
     }
-    #[inline(always)]
-    unsafe fn scale(blk: &BlockQ8_0) -> f32 {
-        f32_of(blk.d)
-    }
 }
 
-impl SignedBlock for BlockQ4_0 {
+impl Block32 for BlockQ4_0 {
     type Block = BlockQ4_0;
     #[inline(always)]
     unsafe fn quants(blk: &BlockQ4_0) -> (int8x16_t, int8x16_t) {
@@ -190,13 +179,9 @@ impl SignedBlock for BlockQ4_0 {
             vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw)), eight),
         )
     }
-    #[inline(always)]
-    unsafe fn scale(blk: &BlockQ4_0) -> f32 {
-        f32_of(blk.d)
-    }
 }
 
-impl SignedBlock for BlockQ5_0 {
+impl Block32 for BlockQ5_0 {
     type Block = BlockQ5_0;
     /// The fifth bits: byte `i` of a half tests bit `i` of its 16 bits of `qh`.
     #[inline(always)]
@@ -212,16 +197,21 @@ impl SignedBlock for BlockQ5_0 {
             vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8::<4>(raw), fifth(h2, h3))), sixteen),
         )
     }
-    #[inline(always)]
-    unsafe fn scale(blk: &BlockQ5_0) -> f32 {
-        f32_of(blk.d)
-    }
 }
 
-/// Signed-weight tiles (Q8_0, Q4_0, Q5_0) against Q8_0 activations.
-pub(super) struct Signed<W, D>(PhantomData<(W, D)>);
+/// Tiles of 32-value block formats (Q4_1, Q8_0, Q4_0, Q5_0) against Q8_0 activations, four
+/// blocks at a time. Each block's dot product is four i32 partial sums; pairwise adding
+/// the four blocks' twice gives one vector of the four blocks' sums, which one convert and
+/// one multiply-add scale:
+///
+/// ```text
+///   acc += f32([dot_0, dot_1, dot_2, dot_3]) · [d_w · d_a]_0..4  (+ [m_w]_0..4 · [s_a]_0..4 for Q4_1)
+/// ```
+///
+/// The last `nb % 4` blocks go one at a time.
+pub(super) struct Blocks<W, D>(PhantomData<(W, D)>);
 
-impl<W: SignedBlock, D: DotI8> TileKernel for Signed<W, D> {
+impl<W: Block32, D: DotI8> TileKernel for Blocks<W, D> {
     type Block = W::Block;
 
     #[inline(always)]
@@ -231,30 +221,73 @@ impl<W: SignedBlock, D: DotI8> TileKernel for Signed<W, D> {
         ds: [*const [f32; 2]; C],
         nb: usize,
     ) -> [[f32; C]; R] {
+        let stride = std::mem::size_of::<W::Block>();
         let mut acc = [[vdupq_n_f32(0.0); C]; R];
-        for b in 0..nb {
-            let mut x0 = [vdupq_n_s8(0); R];
-            let mut x1 = [vdupq_n_s8(0); R];
-            let mut dw = [0f32; R];
-            for r in 0..R {
-                let blk = &*w[r].add(b);
-                (x0[r], x1[r]) = W::quants(blk);
-                dw[r] = W::scale(blk);
+        let mut b = 0;
+        while b + 4 <= nb {
+            // after block i: `one` holds block 0's (2's) sums, `sums` the pairwise sums so far
+            let mut one = [[vdupq_n_s32(0); C]; R];
+            let mut sums = [[vdupq_n_s32(0); C]; R];
+            // (a macro, so that each block's step is its own straight-line code)
+            macro_rules! block {
+                ($i:literal) => {{
+                    let x: [(int8x16_t, int8x16_t); R] = std::array::from_fn(|r| W::quants(&*w[r].add(b + $i)));
+                    for c in 0..C {
+                        let y = qs[c].add((b + $i) * QK);
+                        let (y0, y1) = (vld1q_s8(y), vld1q_s8(y.add(QK / 2)));
+                        for r in 0..R {
+                            let dot = D::dot(x[r].0, y0, x[r].1, y1);
+                            match $i {
+                                0 | 2 => one[r][c] = dot,
+                                1 => sums[r][c] = vpaddq_s32(one[r][c], dot),
+                                _ => sums[r][c] = vpaddq_s32(sums[r][c], vpaddq_s32(one[r][c], dot)),
+                            }
+                        }
+                    }
+                }};
             }
+            block!(0);
+            block!(1);
+            block!(2);
+            block!(3);
+            let dw: [float32x4_t; R] = std::array::from_fn(|r| f16x4(w[r].add(b) as *const u8, stride, 0));
+            let mw: [float32x4_t; R] =
+                std::array::from_fn(
+                    |r| if W::MIN { f16x4(w[r].add(b) as *const u8, stride, 2) } else { vdupq_n_f32(0.0) },
+                );
             for c in 0..C {
-                let y0 = vld1q_s8(qs[c].add(b * QK));
-                let y1 = vld1q_s8(qs[c].add(b * QK + QK / 2));
-                let dy = (*ds[c].add(b))[0];
+                // (d_a, s_a) of the four blocks, deinterleaved
+                let da = vld2q_f32(ds[c].add(b) as *const f32);
                 for r in 0..R {
-                    let p = vcvtq_f32_s32(D::dot(x0[r], y0, x1[r], y1));
-                    acc[r][c] = vfmaq_n_f32(acc[r][c], p, dw[r] * dy);
+                    acc[r][c] = vfmaq_f32(acc[r][c], vcvtq_f32_s32(sums[r][c]), vmulq_f32(dw[r], da.0));
+                    if W::MIN {
+                        acc[r][c] = vfmaq_f32(acc[r][c], mw[r], da.1);
+                    }
                 }
             }
+            b += 4;
+        }
+        let mut tail = [[0f32; C]; R];
+        while b < nb {
+            let x: [(int8x16_t, int8x16_t); R] = std::array::from_fn(|r| W::quants(&*w[r].add(b)));
+            let dw: [f32; R] = std::array::from_fn(|r| f16_at(w[r].add(b) as *const u8, 0));
+            let mw: [f32; R] = std::array::from_fn(|r| if W::MIN { f16_at(w[r].add(b) as *const u8, 2) } else { 0.0 });
+            for c in 0..C {
+                let y = qs[c].add(b * QK);
+                let (y0, y1) = (vld1q_s8(y), vld1q_s8(y.add(QK / 2)));
+                let [dy, sy] = *ds[c].add(b);
+                for r in 0..R {
+                    let p = vcvtq_f32_s32(D::dot(x[r].0, y0, x[r].1, y1));
+                    acc[r][c] = vfmaq_n_f32(acc[r][c], p, dw[r] * dy);
+                    tail[r][c] += mw[r] * sy;
+                }
+            }
+            b += 1;
         }
         let mut out = [[0f32; C]; R];
         for r in 0..R {
             for c in 0..C {
-                out[r][c] = vaddvq_f32(acc[r][c]);
+                out[r][c] = vaddvq_f32(acc[r][c]) + tail[r][c];
             }
         }
         out
@@ -484,7 +517,7 @@ pub(super) unsafe fn q4_1_rows_dot(
     dst: *mut f32,
     ldd: usize,
 ) {
-    drive::<Q4_1<Sdot>>(w, nb, rows, acts, dst, ldd)
+    drive::<Blocks<BlockQ4_1, Sdot>>(w, nb, rows, acts, dst, ldd)
 }
 
 #[target_feature(enable = "neon")]
@@ -496,7 +529,7 @@ pub(super) unsafe fn q4_1_rows(
     dst: *mut f32,
     ldd: usize,
 ) {
-    drive::<Q4_1<Mull>>(w, nb, rows, acts, dst, ldd)
+    drive::<Blocks<BlockQ4_1, Mull>>(w, nb, rows, acts, dst, ldd)
 }
 
 #[target_feature(enable = "neon,dotprod")]
@@ -508,7 +541,7 @@ pub(super) unsafe fn q8_0_rows_dot(
     dst: *mut f32,
     ldd: usize,
 ) {
-    drive::<Signed<BlockQ8_0, Sdot>>(w, nb, rows, acts, dst, ldd)
+    drive::<Blocks<BlockQ8_0, Sdot>>(w, nb, rows, acts, dst, ldd)
 }
 
 #[target_feature(enable = "neon")]
@@ -520,7 +553,7 @@ pub(super) unsafe fn q8_0_rows(
     dst: *mut f32,
     ldd: usize,
 ) {
-    drive::<Signed<BlockQ8_0, Mull>>(w, nb, rows, acts, dst, ldd)
+    drive::<Blocks<BlockQ8_0, Mull>>(w, nb, rows, acts, dst, ldd)
 }
 
 #[target_feature(enable = "neon,dotprod")]
@@ -532,7 +565,7 @@ pub(super) unsafe fn q4_0_rows_dot(
     dst: *mut f32,
     ldd: usize,
 ) {
-    drive::<Signed<BlockQ4_0, Sdot>>(w, nb, rows, acts, dst, ldd)
+    drive::<Blocks<BlockQ4_0, Sdot>>(w, nb, rows, acts, dst, ldd)
 }
 
 #[target_feature(enable = "neon")]
@@ -544,7 +577,7 @@ pub(super) unsafe fn q4_0_rows(
     dst: *mut f32,
     ldd: usize,
 ) {
-    drive::<Signed<BlockQ4_0, Mull>>(w, nb, rows, acts, dst, ldd)
+    drive::<Blocks<BlockQ4_0, Mull>>(w, nb, rows, acts, dst, ldd)
 }
 
 #[target_feature(enable = "neon,dotprod")]
@@ -556,7 +589,7 @@ pub(super) unsafe fn q5_0_rows_dot(
     dst: *mut f32,
     ldd: usize,
 ) {
-    drive::<Signed<BlockQ5_0, Sdot>>(w, nb, rows, acts, dst, ldd)
+    drive::<Blocks<BlockQ5_0, Sdot>>(w, nb, rows, acts, dst, ldd)
 }
 
 #[target_feature(enable = "neon")]
@@ -568,7 +601,7 @@ pub(super) unsafe fn q5_0_rows(
     dst: *mut f32,
     ldd: usize,
 ) {
-    drive::<Signed<BlockQ5_0, Mull>>(w, nb, rows, acts, dst, ldd)
+    drive::<Blocks<BlockQ5_0, Mull>>(w, nb, rows, acts, dst, ldd)
 }
 
 #[target_feature(enable = "neon,dotprod")]

@@ -229,13 +229,15 @@ fn q4_1_matches_candle() {
 fn every_instruction_set_agrees_with_scalar() {
     let mut rng = Rng(0x5eed_0004);
     for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q5_0, GgmlDType::Q6K] {
-        // weight rows: whole decode and prefill tiles, and every remainder of them
-        let shapes = if dtype == GgmlDType::Q6K {
-            [(576, 512), (37, 256), (6, 768), (3, 1024)]
+        // weight rows: whole decode and prefill tiles, and every remainder of them; for the
+        // 32-value formats, rows of every remainder of four blocks (NEON's step) with and
+        // without whole steps
+        let shapes: &[(usize, usize)] = if dtype == GgmlDType::Q6K {
+            &[(576, 512), (37, 256), (6, 768), (3, 1024)]
         } else {
-            [(576, 576), (37, 96), (6, 64), (3, 32)]
+            &[(576, 576), (37, 160), (6, 224), (3, 128), (5, 96), (2, 32)]
         };
-        for (n, k) in shapes {
+        for &(n, k) in shapes {
             let w = random_weight(&mut rng, n, k, dtype);
             let lin = QLinear::new(w, Kernels::Fast).unwrap();
             assert_eq!(lin.dtype(), dtype, "read in the file's layout");
