@@ -183,19 +183,22 @@ impl Block32 for BlockQ4_0 {
 
 impl Block32 for BlockQ5_0 {
     type Block = BlockQ5_0;
-    /// The fifth bits: byte `i` of a half tests bit `i` of its 16 bits of `qh`.
+    /// The fifth bits: the four `qh` bytes spread so that byte `i` of each half holds the
+    /// `qh` byte of its bit, tested against bit `i % 8`; a quant is its nibble less 16 where
+    /// the bit is clear.
     #[inline(always)]
     unsafe fn quants(blk: &BlockQ5_0) -> (int8x16_t, int8x16_t) {
         let raw = vld1q_u8(blk.qs.as_ptr());
-        let bits = vld1q_u8([1u8, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128].as_ptr());
-        let fifth =
-            |lo: u8, hi: u8| vandq_u8(vtstq_u8(vcombine_u8(vdup_n_u8(lo), vdup_n_u8(hi)), bits), vdupq_n_u8(16));
-        let [h0, h1, h2, h3] = blk.qh;
-        let sixteen = vdupq_n_s8(16);
-        (
-            vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(raw, vdupq_n_u8(0x0F)), fifth(h0, h1))), sixteen),
-            vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8::<4>(raw), fifth(h2, h3))), sixteen),
-        )
+        let qh = vreinterpretq_u8_u32(vdupq_n_u32(std::ptr::read_unaligned(blk.qh.as_ptr() as *const u32)));
+        let bits = vreinterpretq_u8_u64(vdupq_n_u64(0x8040_2010_0804_0201));
+        let spread = |first: u64| {
+            let idx = vreinterpretq_u8_u64(vcombine_u64(vdup_n_u64(first), vdup_n_u64(first + 0x0101_0101_0101_0101)));
+            vtstq_u8(vqtbl1q_u8(qh, idx), bits)
+        };
+        let sixteen = vdupq_n_u8(16);
+        let less =
+            |nibbles: uint8x16_t, set: uint8x16_t| vreinterpretq_s8_u8(vsubq_u8(nibbles, vbicq_u8(sixteen, set)));
+        (less(vandq_u8(raw, vdupq_n_u8(0x0F)), spread(0)), less(vshrq_n_u8::<4>(raw), spread(0x0202_0202_0202_0202)))
     }
 }
 
