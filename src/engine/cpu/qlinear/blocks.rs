@@ -92,10 +92,10 @@ const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
 
 impl BlockQ4K {
     /// The eight 6-bit scales (bytes 0..8) and the eight mins (bytes 8..16), in sub-block
-    /// order: ggml's `get_scale_min_k4` for all eight at once, in 32-bit words. (The x86
-    /// kernels do the same in a vector register: `avx2::q4k_scales_mins`.)
-    #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
-    #[inline(always)]
+    /// order: ggml's `get_scale_min_k4` for all eight at once, in 32-bit words: the
+    /// reference for the kernels, which do the same in a vector register
+    /// (`avx2::q4k_scales_mins`, `neon::q4k_scales_mins`).
+    #[cfg(test)]
     pub fn scales_mins(&self) -> [u8; 16] {
         const LOW6: u32 = 0x3f3f_3f3f;
         const LOW4: u32 = 0x0f0f_0f0f;

@@ -417,6 +417,28 @@ impl<D: DotI8> TileKernel for Q6K<D> {
 /// 8 · 8 · 15 · 127 · 63 < 2^31.
 pub(super) struct Q4K<D>(PhantomData<D>);
 
+/// [`BlockQ4K::scales_mins`] in one register, computed there (as `avx2::q4k_scales_mins`):
+/// the eight 6-bit scales in bytes 0..8, the mins in 8..16.
+#[inline(always)]
+pub(super) unsafe fn q4k_scales_mins(blk: *const BlockQ4K) -> uint8x16_t {
+    const LOW: [u8; 16] = [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11];
+    // 0xFF: out of the table, a zero byte
+    const TOP: [u8; 16] = [0xFF, 0xFF, 0xFF, 0xFF, 0, 1, 2, 3, 0xFF, 0xFF, 0xFF, 0xFF, 4, 5, 6, 7];
+    const KEEP: [u8; 16] = [63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0];
+    const KEEP_SHIFTED: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15];
+    // the 12 bytes q0..q12 of `scales` (and 4 bytes of `qs`, unused)
+    let q = vld1q_u8((*blk).scales.as_ptr());
+    // scales 0..4: q0..4 & 63; 4..8: (q8..12 & 15) | (q0..4 >> 6) << 4
+    // mins 0..4:   q4..8 & 63; 4..8: (q8..12 >> 4) | (q4..8 >> 6) << 4
+    let low = vqtbl1q_u8(q, vld1q_u8(LOW.as_ptr()));
+    let top = vqtbl1q_u8(q, vld1q_u8(TOP.as_ptr()));
+    let low = vorrq_u8(
+        vandq_u8(low, vld1q_u8(KEEP.as_ptr())),
+        vandq_u8(vshrq_n_u8::<4>(low), vld1q_u8(KEEP_SHIFTED.as_ptr())),
+    );
+    vorrq_u8(low, vshlq_n_u8::<4>(vshrq_n_u8::<6>(top)))
+}
+
 /// Eight 6-bit values (bytes) times `x`, as two f32 vectors.
 #[inline(always)]
 unsafe fn scaled_bytes(v: uint8x8_t, x: f32) -> [float32x4_t; 2] {
@@ -440,8 +462,11 @@ impl<D: DotI8> TileKernel for Q4K<D> {
         let mask = vdupq_n_u8(0x0F);
         let mut acc = [[vdupq_n_f32(0.0); C]; R];
         for b in 0..nb {
-            // each weight row's scales and mins, unpacked
-            let sm: [[u8; 16]; R] = std::array::from_fn(|r| (*w[r].add(b)).scales_mins());
+            // each weight row's scales and mins, unpacked, read back as bytes
+            let mut sm = [[0u8; 16]; R];
+            for r in 0..R {
+                vst1q_u8(sm[r].as_mut_ptr(), q4k_scales_mins(w[r].add(b)));
+            }
             let mut sum = [[vdupq_n_s32(0); C]; R];
             for g in 0..QK_K / 64 {
                 let mut lo = [[vdupq_n_s8(0); 2]; R];
@@ -466,13 +491,14 @@ impl<D: DotI8> TileKernel for Q4K<D> {
             // the groups, so that nothing of them stays live across the groups' registers)
             for r in 0..R {
                 let blk = &*w[r].add(b);
-                let (dw, dmn) = (f32_of(blk.d), scaled_bytes(vld1_u8(sm[r].as_ptr().add(8)), f32_of(blk.dmin)));
+                // -dmin · m_j, so that the offsets are multiply-adds
+                let (dw, dmn) = (f32_of(blk.d), scaled_bytes(vld1_u8(sm[r].as_ptr().add(8)), -f32_of(blk.dmin)));
                 for c in 0..C {
                     let p = ds[c].add(b * Self::BLOCKS_PER) as *const f32;
                     // (d_a, s_a) of sub-blocks 0..4 and 4..8, deinterleaved
                     let (lo, hi) = (vld2q_f32(p), vld2q_f32(p.add(8)));
-                    acc[r][c] = vfmsq_f32(acc[r][c], dmn[0], lo.1);
-                    acc[r][c] = vfmsq_f32(acc[r][c], dmn[1], hi.1);
+                    acc[r][c] = vfmaq_f32(acc[r][c], dmn[0], lo.1);
+                    acc[r][c] = vfmaq_f32(acc[r][c], dmn[1], hi.1);
                     acc[r][c] = vfmaq_n_f32(acc[r][c], vcvtq_f32_s32(sum[r][c]), dw * vgetq_lane_f32::<0>(lo.0));
                 }
             }

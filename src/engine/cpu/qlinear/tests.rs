@@ -306,6 +306,13 @@ fn q4_k_scales_and_mins_unpack_as_ggml_does() {
             unsafe { unpack(&blk, &mut x86) };
             assert_eq!(x86, sm, "scales {:?}", blk.scales);
         }
+        #[cfg(target_arch = "aarch64")]
+        {
+            let mut arm = [0u8; 16];
+            // SAFETY: NEON is part of every aarch64 CPU.
+            unsafe { std::arch::aarch64::vst1q_u8(arm.as_mut_ptr(), neon::q4k_scales_mins(&blk)) };
+            assert_eq!(arm, sm, "scales {:?}", blk.scales);
+        }
     }
 }
 
