@@ -41,7 +41,7 @@ insns() {
     awk '/^insns /{print $2} / calls, kernels /{sub(/.* kernels /,""); print > "/dev/stderr"}'
 }
 
-printf 'commit\ttensor\tm\tkernels\tcpu\tinsns_per_call\tinsns_per_1000_macs\n'
+printf 'commit\tmodel\ttensor\tm\tkernels\tcpu\tinsns_per_call\tinsns_per_1000_macs\n'
 commit=$(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD -- src || echo +)
 for tensor in "$@"; do
   weights=$(python3 - "$model" "$tensor" <<'PY'
@@ -57,7 +57,7 @@ PY
       three=$(insns "$cpu" "$tensor" "$m" 3 "$kernels" 2>"$CARGO_TARGET_DIR/neon_insns.kernels")
       per_call=$(( (three - one) / 2 ))
       per_kmac=$(python3 -c "print(f'{$per_call * 1000 / ($weights * $m):.1f}')")
-      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$commit" "$tensor" "$m" "$(cat "$CARGO_TARGET_DIR/neon_insns.kernels")" \
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$commit" "$(basename "$model")" "$tensor" "$m" "$(cat "$CARGO_TARGET_DIR/neon_insns.kernels")" \
         "$cpu" "$per_call" "$per_kmac"
     done
   done

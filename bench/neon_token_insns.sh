@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Instructions per prompt token and per generated token of a whole model on pocketchat's
+# aarch64 build, counted under qemu (see bench/neon_insns.sh for why counts, not times):
+#
+#   bench/neon_token_insns.sh MODEL.gguf > OUT.tsv
+#
+# `pocketchat bench` on one thread runs three times per emulated CPU (-cpu max: NeonDot;
+# cortex-a53: Neon): 32 prompt + 8 generated tokens, 96 + 8, and 32 + 40. The differences
+# divided by 64 and 32 tokens are the instructions of one prompt token (prefill, at
+# positions 32..96) and of one generated token (decode, at 40..72); loading drops out.
+# Needs what scripts/check-aarch64.sh needs, and a host C compiler.
+set -euo pipefail
+[ $# -eq 1 ] || { sed -n '2,12p' "$0"; exit 2; }
+model=$1
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+target=aarch64-unknown-linux-gnu
+sysroot=/usr/aarch64-linux-gnu
+export CARGO_TARGET_DIR="$repo/target/aarch64"
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
+
+plugin="$CARGO_TARGET_DIR/insn_count.so"
+mkdir -p "$CARGO_TARGET_DIR"
+cc -shared -fPIC -O2 -o "$plugin" "$repo/bench/qemu/insn_count.c"
+(cd "$repo" && cargo build --release --target "$target" --no-default-features --bin pocketchat >&2)
+bin="$CARGO_TARGET_DIR/$target/release/pocketchat"
+
+# The instructions of one `pocketchat bench` run (one thread, and candle's too: the
+# plugin's counter is not atomic).
+insns() {
+  local cpu=$1 prompt=$2 gen=$3
+  RAYON_NUM_THREADS=1 qemu-aarch64 -cpu "$cpu" -L "$sysroot" -plugin "$plugin" "$bin" bench --model "$model" \
+    --prompt-tokens "$prompt" --gen "$gen" --threads 1 --json 2>&1 >/dev/null | awk '/^insns /{print $2}'
+}
+
+commit=$(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD -- src || echo +)
+printf 'commit\tmodel\tcpu\tinsns_per_prompt_token\tinsns_per_generated_token\n'
+for cpu in max cortex-a53; do
+  base=$(insns "$cpu" 32 8)
+  long_prompt=$(insns "$cpu" 96 8)
+  long_gen=$(insns "$cpu" 32 40)
+  printf '%s\t%s\t%s\t%s\t%s\n' "$commit" "$(basename "$model")" "$cpu" \
+    $(( (long_prompt - base) / 64 )) $(( (long_gen - base) / 32 ))
+done
