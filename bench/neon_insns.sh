@@ -18,16 +18,7 @@ set -euo pipefail
 [ $# -ge 2 ] || { sed -n '2,16p' "$0"; exit 2; }
 model=$1
 shift
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-target=aarch64-unknown-linux-gnu
-sysroot=/usr/aarch64-linux-gnu
-export CARGO_TARGET_DIR="$repo/target/aarch64"
-export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
-export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
-
-plugin="$CARGO_TARGET_DIR/insn_count.so"
-mkdir -p "$CARGO_TARGET_DIR"
-cc -shared -fPIC -O2 -o "$plugin" "$repo/bench/qemu/insn_count.c"
+source "$(dirname "${BASH_SOURCE[0]}")/qemu/setup.sh"
 bin=$(cd "$repo" && cargo bench --target "$target" --no-default-features --bench kernel_count --no-run \
   --message-format=json 2>/dev/null | grep -o '"executable":"[^"]*kernel_count[^"]*"' | cut -d'"' -f4 | tail -1)
 [ -x "$bin" ] || { echo "could not build benches/kernel_count.rs for $target" >&2; exit 1; }

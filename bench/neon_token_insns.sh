@@ -12,16 +12,7 @@
 set -euo pipefail
 [ $# -eq 1 ] || { sed -n '2,12p' "$0"; exit 2; }
 model=$1
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-target=aarch64-unknown-linux-gnu
-sysroot=/usr/aarch64-linux-gnu
-export CARGO_TARGET_DIR="$repo/target/aarch64"
-export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
-export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
-
-plugin="$CARGO_TARGET_DIR/insn_count.so"
-mkdir -p "$CARGO_TARGET_DIR"
-cc -shared -fPIC -O2 -o "$plugin" "$repo/bench/qemu/insn_count.c"
+source "$(dirname "${BASH_SOURCE[0]}")/qemu/setup.sh"
 (cd "$repo" && cargo build --release --target "$target" --no-default-features --bin pocketchat >&2)
 bin="$CARGO_TARGET_DIR/$target/release/pocketchat"
 

@@ -1,7 +1,7 @@
 /*
  * A qemu TCG plugin that counts the guest instructions a program executes and prints the
  * total to stderr at exit: `insns <N>`. Debian's qemu-user loads plugins (-plugin) but
- * ships none, so bench/neon_insns.sh builds this one with the host's C compiler.
+ * ships none, so bench/qemu/setup.sh builds this one with the host's C compiler.
  *
  * The few declarations below are qemu's plugin API, version 1 (qemu 4.2 to 8.x), copied
  * by name from include/qemu/qemu-plugin.h: qemu resolves them from its own binary when it
