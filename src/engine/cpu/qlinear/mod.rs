@@ -36,8 +36,8 @@
 //! use for these weights): a Q4_K sub-block `j` gives
 //! `d * sc_j * d_a * sum(q * a) - dmin * m_j * s_a`, a Q6_K block of 32 values
 //! `d * d_a * (sc_a * dot(first 16) + sc_b * dot(second 16))`. With one `d_a` per
-//! super-block the AVX2 kernels sum `sc_j * sum(q * a)` over the whole super-block in
-//! integers and convert to f32 once. Candle's Q8_K rounds `max / -128` where ours rounds
+//! super-block the AVX2 and NEON kernels sum `sc_j * sum(q * a)` over the whole
+//! super-block in integers and convert to f32 once. Candle's Q8_K rounds `max / -128` where ours rounds
 //! `amax / 127`, so the two agree to that rounding, not bit for bit. A layer is a weight's
 //! rows of `nb = k / 32` activation blocks whatever its kind; `Kind::row_bytes` gives a
 //! row's bytes.
