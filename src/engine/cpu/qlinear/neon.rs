@@ -413,7 +413,7 @@ impl<D: DotI8> TileKernel for Q6K<D> {
 /// ```
 ///
 /// (the activations share one `d_a` over a super-block, `ActScale::SuperBlock`; the
-/// offsets take two vector multiply-subtracts). |sum| per lane stays under
+/// offsets take two vector multiply-adds of -dmin · m_j). |sum| per lane stays under
 /// 8 · 8 · 15 · 127 · 63 < 2^31.
 pub(super) struct Q4K<D>(PhantomData<D>);
 
