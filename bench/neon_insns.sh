@@ -2,7 +2,7 @@
 # Instructions that pocketchat's aarch64 kernels (and candle's, the reference) execute
 # per matmul, counted under qemu's user-mode emulation: there is no ARM machine here to
 # time them on, and an emulator's time means nothing, but the instruction count of a
-# kernel with no data-dependent branches is exact and repeatable.
+# kernel with no data-dependent branches repeats to about 0.1 %.
 #
 #   bench/neon_insns.sh MODEL.gguf TENSOR... > OUT.tsv
 #
@@ -23,17 +23,14 @@ bin=$(cd "$repo" && cargo bench --target "$target" --no-default-features --bench
   --message-format=json 2>/dev/null | grep -o '"executable":"[^"]*kernel_count[^"]*"' | cut -d'"' -f4 | tail -1)
 [ -x "$bin" ] || { echo "could not build benches/kernel_count.rs for $target" >&2; exit 1; }
 
-# The instructions of a run of `count` calls.
+# The instructions of a run of `count` calls, and the kernels it ran, tab-separated.
 insns() {
   local cpu=$1 tensor=$2 m=$3 count=$4 kernels=$5
-  # one thread for candle too: the plugin's counter is not atomic, and qemu runs guest
-  # threads on host threads at once, so a second thread would lose counts
-  RAYON_NUM_THREADS=1 qemu-aarch64 -cpu "$cpu" -L "$sysroot" -plugin "$plugin" "$bin" "$model" "$tensor" "$m" "$count" "$kernels" 2>&1 |
-    awk '/^insns /{print $2} / calls, kernels /{sub(/.* kernels /,""); print > "/dev/stderr"}'
+  counted "$cpu" "$bin" "$model" "$tensor" "$m" "$count" "$kernels" 2>&1 |
+    awk '/ calls, kernels /{sub(/.* kernels /, ""); k = $0} /^insns /{n = $2} END{print n "\t" k}'
 }
 
 printf 'commit\tmodel\ttensor\tm\tkernels\tcpu\tinsns_per_call\tinsns_per_1000_macs\n'
-commit=$(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD -- src || echo +)
 for tensor in "$@"; do
   weights=$(python3 - "$model" "$tensor" <<'PY'
 import sys, gguf
@@ -44,12 +41,12 @@ PY
   for m in 1 128; do
     for run in "fast max" "fast cortex-a53" "candle max"; do
       read -r kernels cpu <<<"$run"
-      one=$(insns "$cpu" "$tensor" "$m" 1 "$kernels" 2>/dev/null)
-      three=$(insns "$cpu" "$tensor" "$m" 3 "$kernels" 2>"$CARGO_TARGET_DIR/neon_insns.kernels")
+      IFS=$'\t' read -r one _ <<<"$(insns "$cpu" "$tensor" "$m" 1 "$kernels")"
+      IFS=$'\t' read -r three ran <<<"$(insns "$cpu" "$tensor" "$m" 3 "$kernels")"
       per_call=$(( (three - one) / 2 ))
       per_kmac=$(python3 -c "print(f'{$per_call * 1000 / ($weights * $m):.1f}')")
-      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$commit" "$(basename "$model")" "$tensor" "$m" "$(cat "$CARGO_TARGET_DIR/neon_insns.kernels")" \
-        "$cpu" "$per_call" "$per_kmac"
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$commit" "$(basename "$model")" "$tensor" "$m" "$ran" "$cpu" \
+        "$per_call" "$per_kmac"
     done
   done
 done

@@ -16,15 +16,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/qemu/setup.sh"
 (cd "$repo" && cargo build --release --target "$target" --no-default-features --bin pocketchat >&2)
 bin="$CARGO_TARGET_DIR/$target/release/pocketchat"
 
-# The instructions of one `pocketchat bench` run (one thread, and candle's too: the
-# plugin's counter is not atomic).
+# The instructions of one `pocketchat bench` run on one thread.
 insns() {
   local cpu=$1 prompt=$2 gen=$3
-  RAYON_NUM_THREADS=1 qemu-aarch64 -cpu "$cpu" -L "$sysroot" -plugin "$plugin" "$bin" bench --model "$model" \
-    --prompt-tokens "$prompt" --gen "$gen" --threads 1 --json 2>&1 >/dev/null | awk '/^insns /{print $2}'
+  counted "$cpu" "$bin" bench --model "$model" --prompt-tokens "$prompt" --gen "$gen" --threads 1 --json \
+    2>&1 >/dev/null | awk '/^insns /{print $2}'
 }
 
-commit=$(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD -- src || echo +)
 printf 'commit\tmodel\tcpu\tinsns_per_prompt_token\tinsns_per_generated_token\n'
 for cpu in max cortex-a53; do
   base=$(insns "$cpu" 32 8)
