@@ -358,15 +358,14 @@ pub(super) struct Q4K<D>(PhantomData<D>);
 /// bytes 0..8, the mins in 8..16.
 #[inline(always)]
 pub(super) unsafe fn q4k_scales_mins(blk: *const BlockQ4K) -> __m128i {
+    use super::blocks::q4k_scale_tables::{KEEP, KEEP_SHIFTED, LOW, TOP};
+    let table = |t: &[u8; 16]| _mm_loadu_si128(t.as_ptr() as *const __m128i);
     // the 12 bytes q0..q12 of `scales` (and 4 bytes of `qs`, unused)
     let q = _mm_loadu_si128((*blk).scales.as_ptr() as *const __m128i);
-    // scales 0..4: q0..4 & 63; 4..8: (q8..12 & 15) | (q0..4 >> 6) << 4
-    // mins 0..4:   q4..8 & 63; 4..8: (q8..12 >> 4) | (q4..8 >> 6) << 4
-    let low = _mm_shuffle_epi8(q, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
-    let top = _mm_shuffle_epi8(q, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
-    let keep = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0);
-    let keep_shifted = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15);
-    let low = _mm_or_si128(_mm_and_si128(low, keep), _mm_and_si128(_mm_srli_epi16::<4>(low), keep_shifted));
+    let low = _mm_shuffle_epi8(q, table(&LOW));
+    let top = _mm_shuffle_epi8(q, table(&TOP));
+    let low =
+        _mm_or_si128(_mm_and_si128(low, table(&KEEP)), _mm_and_si128(_mm_srli_epi16::<4>(low), table(&KEEP_SHIFTED)));
     // (x >> 6) << 4 of each byte: bits 6..8 moved to 4..6
     _mm_or_si128(low, _mm_and_si128(_mm_srli_epi16::<2>(top), _mm_set1_epi8(0x30)))
 }

@@ -90,6 +90,25 @@ pub struct BlockQ4K {
 }
 const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
 
+/// Byte tables for the kernels' unpacking of a Q4_K super-block's 12 scale bytes q0..q12
+/// in one 16-byte register (`avx2::q4k_scales_mins`, `neon::q4k_scales_mins`; 0xFF picks
+/// a zero byte in both shuffles), the SIMD twin of [`BlockQ4K::scales_mins`]:
+///
+/// ```text
+///   scales 0..4: q0..4 & 63;   4..8: (q8..12 & 15) | (q0..4 >> 6) << 4
+///   mins   0..4: q4..8 & 63;   4..8: (q8..12 >> 4) | (q4..8 >> 6) << 4
+/// ```
+pub mod q4k_scale_tables {
+    /// The bytes holding each output's low bits.
+    pub const LOW: [u8; 16] = [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11];
+    /// The bytes holding the top two bits of outputs 4..8 of each half.
+    pub const TOP: [u8; 16] = [0xFF, 0xFF, 0xFF, 0xFF, 0, 1, 2, 3, 0xFF, 0xFF, 0xFF, 0xFF, 4, 5, 6, 7];
+    /// The low bits kept of `LOW`'s bytes as they are ...
+    pub const KEEP: [u8; 16] = [63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0];
+    /// ... and shifted right by 4 (the mins 4..8).
+    pub const KEEP_SHIFTED: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15];
+}
+
 impl BlockQ4K {
     /// The eight 6-bit scales (bytes 0..8) and the eight mins (bytes 8..16), in sub-block
     /// order: ggml's `get_scale_min_k4` for all eight at once, in 32-bit words: the

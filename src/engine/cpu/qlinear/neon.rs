@@ -124,7 +124,13 @@ pub(super) trait Block32 {
     unsafe fn quants(blk: &Self::Block) -> (int8x16_t, int8x16_t);
 }
 
-const _: () = assert!(std::mem::offset_of!(BlockQ4_1, m) == 2);
+const _: () = assert!(
+    std::mem::offset_of!(BlockQ4_1, d) == 0
+        && std::mem::offset_of!(BlockQ4_1, m) == 2
+        && std::mem::offset_of!(BlockQ8_0, d) == 0
+        && std::mem::offset_of!(BlockQ4_0, d) == 0
+        && std::mem::offset_of!(BlockQ5_0, d) == 0
+);
 
 /// The f16 at byte `at` of four consecutive blocks of `stride` bytes from `p`, as f32:
 /// four lane loads and one FCVTL (base ARMv8 Advanced SIMD).
@@ -421,15 +427,9 @@ pub(super) struct Q4K<D>(PhantomData<D>);
 /// the eight 6-bit scales in bytes 0..8, the mins in 8..16.
 #[inline(always)]
 pub(super) unsafe fn q4k_scales_mins(blk: *const BlockQ4K) -> uint8x16_t {
-    const LOW: [u8; 16] = [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11];
-    // 0xFF: out of the table, a zero byte
-    const TOP: [u8; 16] = [0xFF, 0xFF, 0xFF, 0xFF, 0, 1, 2, 3, 0xFF, 0xFF, 0xFF, 0xFF, 4, 5, 6, 7];
-    const KEEP: [u8; 16] = [63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0];
-    const KEEP_SHIFTED: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15];
+    use super::blocks::q4k_scale_tables::{KEEP, KEEP_SHIFTED, LOW, TOP};
     // the 12 bytes q0..q12 of `scales` (and 4 bytes of `qs`, unused)
     let q = vld1q_u8((*blk).scales.as_ptr());
-    // scales 0..4: q0..4 & 63; 4..8: (q8..12 & 15) | (q0..4 >> 6) << 4
-    // mins 0..4:   q4..8 & 63; 4..8: (q8..12 >> 4) | (q4..8 >> 6) << 4
     let low = vqtbl1q_u8(q, vld1q_u8(LOW.as_ptr()));
     let top = vqtbl1q_u8(q, vld1q_u8(TOP.as_ptr()));
     let low = vorrq_u8(
