@@ -28,7 +28,9 @@
 #![allow(clippy::missing_safety_doc)]
 
 use super::avx2::{prefetch_lead, q4k_scales_mins, SignedBlock};
-use super::blocks::{drive, Acts, BlockQ4K, BlockQ4_1, BlockQ6K, TileKernel, QK, QK_K};
+use super::blocks::{
+    drive, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel, QK, QK_K,
+};
 use std::arch::x86_64::*;
 
 /// The horizontal sums of a tile's accumulators. (Loops, not `map`: a closure is a
@@ -61,12 +63,20 @@ unsafe fn weight_scales(blk: *const BlockQ4_1, pair: bool) -> __m128 {
 /// missing block.
 #[inline(always)]
 unsafe fn weight_quants(blk: *const BlockQ4_1, pair: bool) -> __m512i {
-    let first = _mm_loadu_si128((*blk).qs.as_ptr() as *const __m128i);
+    let qs = (*blk).qs.as_ptr();
+    nibble_pair(qs, qs.wrapping_add(size_of::<BlockQ4_1>()), pair)
+}
+
+/// The 16 bytes at `first` (and at `second` when `pair`) as 32 (64) nibbles, one byte
+/// each: per block, the low nibbles then the high ones; zeros for a missing block.
+#[inline(always)]
+unsafe fn nibble_pair(first: *const u8, second: *const u8, pair: bool) -> __m512i {
+    let low = _mm_loadu_si128(first as *const __m128i);
     let both = if pair {
-        let second = _mm_loadu_si128((*blk.add(1)).qs.as_ptr() as *const __m128i);
-        _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(first), 0xFF00, second)
+        let high = _mm_loadu_si128(second as *const __m128i);
+        _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(low), 0xFF00, high)
     } else {
-        _mm512_maskz_broadcast_i32x4(0x00FF, first)
+        _mm512_maskz_broadcast_i32x4(0x00FF, low)
     };
     // in each block's 256 bits: the low half keeps the bytes, the high half shifts them
     // right by 4; the mask drops the bits shifted across
@@ -231,7 +241,92 @@ unsafe fn signed_scales<B>(blk: *const B, pair: bool) -> __m512 {
     _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), ds)
 }
 
-impl<W: SignedBlock> TileKernel for Signed<W> {
+/// A signed block pair as `vpdpbusd` takes it: the quants' magnitudes and a mask of the
+/// negative ones.
+pub(super) trait SignedPair: SignedBlock {
+    /// Of block `b` in bytes 0-31 and, when `PAIR`, block `b + 1` in bytes 32-63 (zeros
+    /// otherwise).
+    #[inline(always)]
+    unsafe fn magnitudes_signs<const PAIR: bool>(blk: *const Self::Block) -> (__m512i, __mmask64) {
+        let low = _mm512_castsi256_si512(Self::quants(blk));
+        let q = if PAIR { _mm512_inserti64x4::<1>(low, Self::quants(blk.add(1))) } else { low };
+        (_mm512_abs_epi8(q), _mm512_movepi8_mask(q))
+    }
+}
+
+impl SignedPair for BlockQ8_0 {}
+
+impl SignedPair for BlockQ4_0 {
+    /// `q - 8`: the nibbles below 8 are the negative ones.
+    #[inline(always)]
+    unsafe fn magnitudes_signs<const PAIR: bool>(blk: *const BlockQ4_0) -> (__m512i, __mmask64) {
+        let qs = (*blk).qs.as_ptr();
+        let q = _mm512_sub_epi8(nibble_pair(qs, qs.wrapping_add(size_of::<BlockQ4_0>()), PAIR), _mm512_set1_epi8(8));
+        (_mm512_abs_epi8(q), _mm512_movepi8_mask(q))
+    }
+}
+
+impl SignedPair for BlockQ5_0 {
+    /// `q - 16` with `q = nibble | fifth bit << 4`: where the fifth bit is set the value is
+    /// the nibble itself, where it is not the value is negative and its magnitude is
+    /// `16 - nibble`. The 32 fifth bits of a block are a byte mask as they stand.
+    #[inline(always)]
+    unsafe fn magnitudes_signs<const PAIR: bool>(blk: *const BlockQ5_0) -> (__m512i, __mmask64) {
+        let qs = (*blk).qs.as_ptr();
+        let nibbles = nibble_pair(qs, qs.wrapping_add(size_of::<BlockQ5_0>()), PAIR);
+        let first = std::ptr::read_unaligned((*blk).qh.as_ptr() as *const u32) as u64;
+        let second = if PAIR { std::ptr::read_unaligned((*blk.add(1)).qh.as_ptr() as *const u32) as u64 } else { 0 };
+        let fifth = _cvtu64_mask64(first | second << 32);
+        let live: __mmask64 = if PAIR { !0 } else { 0xFFFF_FFFF };
+        let mag = _mm512_mask_mov_epi8(_mm512_sub_epi8(_mm512_set1_epi8(16), nibbles), fifth, nibbles);
+        (_mm512_maskz_mov_epi8(live, mag), !fifth & live)
+    }
+}
+
+impl<W: SignedPair> Signed<W> {
+    /// Blocks `b` and `b + 1` (only `b` when `PAIR` is false) of every weight row against
+    /// every activation row, into `acc`. The pair and the odd last block are separate
+    /// instances so that the pairs' loop has no branch in it.
+    #[inline(always)]
+    unsafe fn step<const R: usize, const C: usize, const PAIR: bool>(
+        acc: &mut [[__m512; C]; R],
+        w: &[*const W::Block; R],
+        qs: &[*const i8; C],
+        ds: &[*const [f32; 2]; C],
+        b: usize,
+        lead: usize,
+    ) {
+        // lanes 0-7 take element 0 (block b's d_a), lanes 8-15 element 2 (block b+1's)
+        let spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+        let mut mag = [_mm512_setzero_si512(); R];
+        let mut neg = [0 as __mmask64; R];
+        let mut dw = [_mm512_setzero_ps(); R];
+        for r in 0..R {
+            let blk = w[r].add(b);
+            // a pair of blocks may span more than a cache line: ask for each block's
+            _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(lead));
+            _mm_prefetch::<_MM_HINT_T0>((blk.add(1) as *const i8).wrapping_add(lead));
+            (mag[r], neg[r]) = W::magnitudes_signs::<PAIR>(blk);
+            dw[r] = signed_scales(blk, PAIR);
+        }
+        for c in 0..C {
+            let (qy, dsa) = if PAIR {
+                (_mm512_loadu_si512(qs[c].add(b * QK) as *const __m512i), _mm_loadu_ps(ds[c].add(b) as *const f32))
+            } else {
+                let qy = _mm256_loadu_si256(qs[c].add(b * QK) as *const __m256i);
+                (_mm512_zextsi256_si512(qy), _mm_castpd_ps(_mm_load_sd(ds[c].add(b) as *const f64)))
+            };
+            let da = _mm512_permutexvar_ps(spread, _mm512_zextps128_ps512(dsa));
+            for r in 0..R {
+                let signed = _mm512_mask_sub_epi8(qy, neg[r], _mm512_setzero_si512(), qy);
+                let dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), mag[r], signed));
+                acc[r][c] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dw[r], da), acc[r][c]);
+            }
+        }
+    }
+}
+
+impl<W: SignedPair> TileKernel for Signed<W> {
     type Block = W::Block;
     const PREFILL_COLS: usize = 8;
 
@@ -242,49 +337,22 @@ impl<W: SignedBlock> TileKernel for Signed<W> {
         ds: [*const [f32; 2]; C],
         nb: usize,
     ) -> [[f32; C]; R] {
-        // lanes 0-7 take element 0 (block b's d_a), lanes 8-15 element 2 (block b+1's)
-        let spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
         let mut acc = [[_mm512_setzero_ps(); C]; R];
         let lead = prefetch_lead(&w);
         let mut b = 0;
-        while b < nb {
-            let pair = b + 1 < nb;
-            let mut mag = [_mm512_setzero_si512(); R];
-            let mut neg = [0 as __mmask64; R];
-            let mut dw = [_mm512_setzero_ps(); R];
-            for r in 0..R {
-                let blk = w[r].add(b);
-                // a pair of blocks may span more than a cache line: ask for each block's
-                _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(lead));
-                _mm_prefetch::<_MM_HINT_T0>((blk.add(1) as *const i8).wrapping_add(lead));
-                let low = _mm512_castsi256_si512(W::quants(blk));
-                let q = if pair { _mm512_inserti64x4::<1>(low, W::quants(blk.add(1))) } else { low };
-                mag[r] = _mm512_abs_epi8(q);
-                neg[r] = _mm512_movepi8_mask(q);
-                dw[r] = signed_scales(blk, pair);
-            }
-            for c in 0..C {
-                let (qy, dsa) = if pair {
-                    (_mm512_loadu_si512(qs[c].add(b * QK) as *const __m512i), _mm_loadu_ps(ds[c].add(b) as *const f32))
-                } else {
-                    let qy = _mm256_loadu_si256(qs[c].add(b * QK) as *const __m256i);
-                    (_mm512_zextsi256_si512(qy), _mm_castpd_ps(_mm_load_sd(ds[c].add(b) as *const f64)))
-                };
-                let da = _mm512_permutexvar_ps(spread, _mm512_zextps128_ps512(dsa));
-                for r in 0..R {
-                    let signed = _mm512_mask_sub_epi8(qy, neg[r], _mm512_setzero_si512(), qy);
-                    let dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), mag[r], signed));
-                    acc[r][c] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dw[r], da), acc[r][c]);
-                }
-            }
+        while b + 1 < nb {
+            Self::step::<R, C, true>(&mut acc, &w, &qs, &ds, b, lead);
             b += 2;
+        }
+        if b < nb {
+            Self::step::<R, C, false>(&mut acc, &w, &qs, &ds, b, lead);
         }
         sums(acc)
     }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn signed_rows<B: SignedBlock>(
+pub(super) unsafe fn signed_rows<B: SignedPair>(
     w: *const B::Block,
     nb: usize,
     rows: std::ops::Range<usize>,
