@@ -238,6 +238,95 @@ impl TileKernel for Q4K {
 
 tile_entry!(avx512, q4k_rows, Q4K, BlockQ4K);
 
+/// Q4_K against activations whose super-blocks are in the sub-block-interleaved order
+/// (`Acts::interleaved`, prefill only): register `k` (0..4) of a super-block holds values
+/// `8k..8k + 8` of each of its eight sub-blocks, so every register's lanes `2j, 2j + 1`
+/// belong to sub-block `j`. The weights are put in the same order when unpacked (one
+/// two-register qword permute per register). The scale of a lane is then the same in all
+/// four registers, so a super-block's products stay in integers. Per super-block, weight
+/// row and activation row:
+///
+/// ```text
+///   dot   = Σ_k vpdpbusd(nibbles_k, activation bytes_k)      16 × i32, lanes 2j, 2j+1: sub-block j
+///   acc  += f32(dot) · [d·sc_j]_lanes · d_a                  (one d_a per super-block)
+///   acc  -= [0, dmin·m_j]_lanes · [d_a, s_a]_j               odd lanes: the offsets
+/// ```
+///
+/// against the natural order's per group `vpdpbusd`, convert, scale spread and FMA.
+struct Q4KInterleaved;
+
+/// Register `k` of a super-block's quants in the interleaved order: byte `8j + t` is value
+/// `8k + t` of sub-block `j`, i.e. nibble `j % 2` of `qs[32 (j / 2) + 8k + t]`.
+#[inline(always)]
+unsafe fn q4k_interleaved_quants(lo: __m512i, hi: __m512i, k: i64) -> __m512i {
+    let pick = _mm512_setr_epi64(k, k, 4 + k, 4 + k, 8 + k, 8 + k, 12 + k, 12 + k);
+    let shift = _mm512_setr_epi64(0, 4, 0, 4, 0, 4, 0, 4);
+    _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutex2var_epi64(lo, pick, hi), shift), _mm512_set1_epi8(0x0F))
+}
+
+impl TileKernel for Q4KInterleaved {
+    type Block = BlockQ4K;
+    const BLOCKS_PER: usize = QK_K / QK;
+    const PREFILL_COLS: usize = 4;
+
+    #[inline(always)]
+    unsafe fn tile<const R: usize, const C: usize>(
+        w: [*const BlockQ4K; R],
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        nb: usize,
+    ) -> [[f32; C]; R] {
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        let lead = prefetch_lead(&w);
+        for sb in 0..nb / Self::BLOCKS_PER {
+            let mut qx = [[_mm512_setzero_si512(); 4]; R];
+            let mut scales = [_mm512_setzero_ps(); R];
+            let mut mins = [_mm512_setzero_ps(); R];
+            for r in 0..R {
+                let blk = w[r].add(sb);
+                let p = (blk as *const i8).wrapping_add(lead);
+                _mm_prefetch::<_MM_HINT_T0>(p);
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128));
+                let lo = _mm512_loadu_si512((*blk).qs.as_ptr() as *const __m512i);
+                let hi = _mm512_loadu_si512((*blk).qs.as_ptr().add(64) as *const __m512i);
+                for (k, q) in qx[r].iter_mut().enumerate() {
+                    *q = q4k_interleaved_quants(lo, hi, k as i64);
+                }
+                let sm = q4k_scales_mins(blk);
+                // [d, dmin]
+                let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(blk as *const i32)));
+                // [sc_0, sc_0, sc_1, sc_1, …] and [0, m_0, 0, m_1, …]
+                let sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(sm, sm)));
+                let m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(
+                    _mm_setzero_si128(),
+                    _mm_srli_si128::<8>(sm),
+                )));
+                scales[r] = _mm512_mul_ps(sc, _mm512_broadcastss_ps(dd));
+                mins[r] = _mm512_mul_ps(m, _mm512_broadcastss_ps(_mm_movehdup_ps(dd)));
+            }
+            for c in 0..C {
+                let b = sb * Self::BLOCKS_PER;
+                // [d_a, s_a] of the eight sub-blocks; d_a is the same in all eight
+                let dsa = _mm512_loadu_ps(ds[c].add(b) as *const f32);
+                let da = _mm512_set1_ps((*ds[c].add(b))[0]);
+                let a = qs[c].add(b * QK);
+                for r in 0..R {
+                    let mut dot = _mm512_setzero_si512();
+                    for (k, q) in qx[r].iter().enumerate() {
+                        dot = _mm512_dpbusd_epi32(dot, *q, _mm512_loadu_si512(a.add(64 * k) as *const __m512i));
+                    }
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(scales[r], da), acc[r][c]);
+                    acc[r][c] = _mm512_fnmadd_ps(mins[r], dsa, acc[r][c]);
+                }
+            }
+        }
+        sums(acc)
+    }
+}
+
+tile_entry!(avx512, q4k_interleaved_rows, Q4KInterleaved, BlockQ4K);
+
 /// Signed-weight tiles (Q8_0, Q4_0, Q5_0) against Q8_0 activations, two blocks per
 /// register. `vpdpbusd` multiplies unsigned by signed bytes, so per weight row the quants
 /// become their magnitudes and a sign mask, and each activation register takes the

@@ -170,6 +170,28 @@ pub struct Acts<'a> {
     pub ds: &'a [[f32; 2]],
     pub m: usize,
     pub nb: usize,
+    /// Each 256-value super-block's quants in the sub-block-interleaved order of
+    /// [`interleave_super_blocks`] (for the AVX-512 Q4_K prefill kernel only).
+    pub interleaved: bool,
+}
+
+/// Reorders each 256 quants of `qs` so that its 64-byte quarter `k` holds values
+/// `8k..8k + 8` of each of its eight 32-value sub-blocks: byte `64k + 8j + t` takes value
+/// `32j + 8k + t`, a transpose of the super-block's 8-byte pieces (8 × 4 to 4 × 8). A
+/// vector register of a quarter then meets each sub-block in the same lanes.
+pub fn interleave_super_blocks(qs: &mut [i8]) {
+    for sb in qs.chunks_exact_mut(QK_K) {
+        let mut natural = [0u64; QK_K / 8];
+        for (piece, bytes) in natural.iter_mut().zip(sb.chunks_exact(8)) {
+            *piece = u64::from_ne_bytes(std::array::from_fn(|i| bytes[i] as u8));
+        }
+        for (at, bytes) in sb.chunks_exact_mut(8).enumerate() {
+            let (k, j) = (at / 8, at % 8);
+            for (b, v) in bytes.iter_mut().zip(natural[4 * j + k].to_ne_bytes()) {
+                *b = v as i8;
+            }
+        }
+    }
 }
 
 impl Acts<'_> {

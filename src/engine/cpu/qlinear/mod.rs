@@ -108,6 +108,18 @@ use crate::engine::cpu::kernels::{Isa, Kernels};
 use crate::engine::cpu::pool::{self, SendPtr};
 
 impl Isa {
+    /// Whether this instruction set's kernel for `kind` reads activations in the
+    /// sub-block-interleaved order ([`blocks::interleave_super_blocks`]): AVX-512 Q4_K,
+    /// whose super-block products then stay in integers.
+    fn interleaves(self, kind: Kind) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if (self, kind) == (Isa::Avx512Vnni, Kind::Q4K) {
+            return true;
+        }
+        let _ = (self, kind);
+        false
+    }
+
     fn quantize_row(self, x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], act: ActFormat) {
         let ActFormat { with_sum, scale } = act;
         match self {
@@ -134,6 +146,7 @@ impl Isa {
         ldd: usize,
     ) {
         use blocks::drive;
+        debug_assert!(!acts.interleaved || Isa::interleaves(self, kind), "{self:?} {kind:?} takes the natural order");
         let (w41, w80, w4k) = (w as *const BlockQ4_1, w as *const BlockQ8_0, w as *const BlockQ4K);
         let (w40, w50, w6k) = (w as *const BlockQ4_0, w as *const BlockQ5_0, w as *const BlockQ6K);
         match (self, kind) {
@@ -147,6 +160,10 @@ impl Isa {
             (Isa::Avx2, Kind::Q4K) => avx2::q4k_rows(w4k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
             (Isa::AvxVnni, Kind::Q4K) => avx2::q4k_rows_vnni(w4k, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512Vnni, Kind::Q4K) if acts.interleaved => {
+                avx512::q4k_interleaved_rows(w4k, nb, rows, acts, dst, ldd)
+            }
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q4K) => avx512::q4k_rows(w4k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
@@ -464,25 +481,37 @@ impl QLinear {
     }
 
     /// Several layers over the same input, e.g. q/k/v or gate/up: one activation
-    /// quantization and one parallel region for all of them, which saves a pool hand-off
-    /// per extra layer in decode. Returns the outputs in `layers` order; layers our kernels
-    /// do not run (or inputs they cannot take) go through [`QLinear::forward`] one by one.
+    /// quantization and one parallel region for each group of them that takes the same
+    /// quantized input, which saves a pool hand-off per extra layer in decode. Returns the
+    /// outputs in `layers` order; layers our kernels do not run (or inputs they cannot
+    /// take) go through [`QLinear::forward`] one by one.
     pub fn forward_many(layers: &[&QLinear], x: &Tensor) -> Result<Vec<Tensor>> {
-        let isa = match layers.first().map(|l| &l.backend) {
-            Some(Backend::Ours { isa, .. }) => *isa,
-            _ => return layers.iter().map(|l| l.forward(x)).collect(),
+        let m = x.dims().split_last().map_or(0, |(_, batch)| batch.iter().product::<usize>());
+        // what a layer's input is quantized as: Q8_0 and Q4_1 share their scales, the
+        // K-quants take one per super-block, AVX-512 Q4_K prefill an interleaved order
+        let input = |l: &QLinear| match l.backend {
+            Backend::Ours { isa, kind } if x.device().is_cpu() => {
+                Some((isa, l.in_features, kind.act_scale(), m > 1 && isa.interleaves(kind)))
+            }
+            _ => None,
         };
-        // one quantized input serves them all only where they take the same scales (Q8_0
-        // and Q4_1 share theirs; the K-quants take one per super-block)
-        let same = layers.iter().all(|l| {
-            matches!(l.backend, Backend::Ours { isa: i, .. } if i == isa)
-                && l.in_features == layers[0].in_features
-                && l.kind().act_scale() == layers[0].kind().act_scale()
-        });
-        if !same || !x.device().is_cpu() {
-            return layers.iter().map(|l| l.forward(x)).collect();
+        let mut outs: Vec<Option<Tensor>> = vec![None; layers.len()];
+        for i in 0..layers.len() {
+            if outs[i].is_some() {
+                continue;
+            }
+            let Some(key) = input(layers[i]) else {
+                outs[i] = Some(layers[i].forward(x)?);
+                continue;
+            };
+            let group: Vec<usize> =
+                (i..layers.len()).filter(|&j| outs[j].is_none() && input(layers[j]) == Some(key)).collect();
+            let members: Vec<&QLinear> = group.iter().map(|&j| layers[j]).collect();
+            for (j, y) in group.into_iter().zip(fused_forward(&members, key.0, x)?) {
+                outs[j] = Some(y);
+            }
         }
-        fused_forward(layers, isa, x)
+        Ok(outs.into_iter().map(|y| y.expect("every layer computed")).collect())
     }
 
     /// [`QLinear::forward`] for float weights.
@@ -642,9 +671,13 @@ fn matmul_many(layers: &[&QLinear], isa: Isa, x: &[f32], m: usize, dsts: &mut [V
     let dst_ptrs: Vec<SendPtr<f32>> = dsts.iter_mut().map(|d| SendPtr(d.as_mut_ptr())).collect();
     let act = ActFormat::for_kinds(layers.iter().map(|l| l.kind()));
 
+    // prefill of layers that all take the interleaved order reads it (see `Isa::interleaves`;
+    // decode keeps the natural order, that of `DecodeRows`)
+    let interleaved = m > 1 && layers.iter().all(|l| isa.interleaves(l.kind()));
+
     with_scratch(m * k, m * nb, |qs, ds| {
-        quantize_rows(isa, act, x, k, qs, ds);
-        let acts = Acts { qs: &*qs, ds: &*ds, m, nb };
+        quantize_rows(isa, act, interleaved, x, k, qs, ds);
+        let acts = Acts { qs: &*qs, ds: &*ds, m, nb, interleaved };
         let run = |range: std::ops::Range<usize>| {
             for (j, rows) in units.rows_of(range) {
                 // decode streams each weight row once, so a whole range goes in one call;
@@ -784,7 +817,7 @@ impl pool::Detachable for DecodeRows {
     fn compute(&self, units: std::ops::Range<usize>, out: &mut [f32]) {
         let base = self.units.first_row(units.start);
         assert_eq!(out.len(), self.units.first_row(units.end) - base);
-        let acts = Acts { qs: &self.qs, ds: &self.ds, m: 1, nb: self.nb };
+        let acts = Acts { qs: &self.qs, ds: &self.ds, m: 1, nb: self.nb, interleaved: false };
         for (j, rows) in self.units.rows_of(units) {
             let l = &self.layers[j];
             let row_bytes = l.kind.row_bytes(self.nb);
@@ -802,12 +835,18 @@ impl pool::Detachable for DecodeRows {
 }
 
 /// Quantizes `x`'s rows into `qs`/`ds`, across the pool when there are many.
-fn quantize_rows(isa: Isa, act: ActFormat, x: &[f32], k: usize, qs: &mut [i8], ds: &mut [[f32; 2]]) {
+fn quantize_rows(isa: Isa, act: ActFormat, interleaved: bool, x: &[f32], k: usize, qs: &mut [i8], ds: &mut [[f32; 2]]) {
     let m = x.len() / k;
     let nb = k / QK;
+    let quantize_row = |x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]]| {
+        isa.quantize_row(x, qs, ds, act);
+        if interleaved {
+            blocks::interleave_super_blocks(qs);
+        }
+    };
     if x.len() < PAR_MIN_QUANT || m == 1 {
         for ((x, qs), ds) in x.chunks_exact(k).zip(qs.chunks_exact_mut(k)).zip(ds.chunks_exact_mut(nb)) {
-            isa.quantize_row(x, qs, ds, act);
+            quantize_row(x, qs, ds);
         }
         return;
     }
@@ -821,7 +860,7 @@ fn quantize_rows(isa: Isa, act: ActFormat, x: &[f32], k: usize, qs: &mut [i8], d
                     std::slice::from_raw_parts_mut(ds_ptr.get().add(i * nb), nb),
                 )
             };
-            isa.quantize_row(&x[i * k..(i + 1) * k], qs, ds, act);
+            quantize_row(&x[i * k..(i + 1) * k], qs, ds);
         }
     });
 }
