@@ -240,11 +240,11 @@ tile_entry!(avx512, q4k_rows, Q4K, BlockQ4K);
 
 /// Q4_K against activations whose super-blocks are in the sub-block-interleaved order
 /// (`Acts::interleaved`, prefill only): register `k` (0..4) of a super-block holds values
-/// `8k..8k + 8` of each of its eight sub-blocks, so every register's lanes `2j, 2j + 1`
-/// belong to sub-block `j`. The weights are put in the same order when unpacked (one
-/// two-register qword permute per register). The scale of a lane is then the same in all
-/// four registers, so a super-block's products stay in integers. Per super-block, weight
-/// row and activation row:
+/// `4k..4k + 4` of each of its sixteen 16-value halves of sub-blocks, so every register's
+/// lanes `2j, 2j + 1` belong to 32-value sub-block `j`. The weights are put in the same
+/// order when unpacked (one two-register permute per register). The scale of a lane is then
+/// the same in all four registers, so a super-block's products stay in integers. Per
+/// super-block, weight row and activation row:
 ///
 /// ```text
 ///   dot   = Σ_k vpdpbusd(nibbles_k, activation bytes_k)      16 × i32, lanes 2j, 2j+1: sub-block j
@@ -255,13 +255,32 @@ tile_entry!(avx512, q4k_rows, Q4K, BlockQ4K);
 /// against the natural order's per group `vpdpbusd`, convert, scale spread and FMA.
 struct Q4KInterleaved;
 
-/// Register `k` of a super-block's quants in the interleaved order: byte `8j + t` is value
-/// `8k + t` of sub-block `j`, i.e. nibble `j % 2` of `qs[32 (j / 2) + 8k + t]`.
+/// Register `k` of a super-block's quants in the interleaved order: lane `l` holds values
+/// `16 (l % 2) + 4k .. + 4` of sub-block `j = l / 2`, i.e. nibble `j % 2` of the `qs` bytes
+/// at `32 (j / 2) + 16 (l % 2) + 4k`.
 #[inline(always)]
-unsafe fn q4k_interleaved_quants(lo: __m512i, hi: __m512i, k: i64) -> __m512i {
-    let pick = _mm512_setr_epi64(k, k, 4 + k, 4 + k, 8 + k, 8 + k, 12 + k, 12 + k);
-    let shift = _mm512_setr_epi64(0, 4, 0, 4, 0, 4, 0, 4);
-    _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutex2var_epi64(lo, pick, hi), shift), _mm512_set1_epi8(0x0F))
+unsafe fn q4k_interleaved_quants(lo: __m512i, hi: __m512i, k: i32) -> __m512i {
+    // lane l = 4g + 2h + half: group g, nibble h, half of the sub-block
+    let pick = _mm512_setr_epi32(
+        k,
+        4 + k,
+        k,
+        4 + k,
+        8 + k,
+        12 + k,
+        8 + k,
+        12 + k,
+        16 + k,
+        20 + k,
+        16 + k,
+        20 + k,
+        24 + k,
+        28 + k,
+        24 + k,
+        28 + k,
+    );
+    let shift = _mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4);
+    _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutex2var_epi32(lo, pick, hi), shift), _mm512_set1_epi8(0x0F))
 }
 
 impl TileKernel for Q4KInterleaved {
@@ -291,7 +310,7 @@ impl TileKernel for Q4KInterleaved {
                 let lo = _mm512_loadu_si512((*blk).qs.as_ptr() as *const __m512i);
                 let hi = _mm512_loadu_si512((*blk).qs.as_ptr().add(64) as *const __m512i);
                 for (k, q) in qx[r].iter_mut().enumerate() {
-                    *q = q4k_interleaved_quants(lo, hi, k as i64);
+                    *q = q4k_interleaved_quants(lo, hi, k as i32);
                 }
                 let sm = q4k_scales_mins(blk);
                 // [d, dmin]
@@ -588,3 +607,105 @@ impl TileKernel for Q6K {
 }
 
 tile_entry!(avx512, q6_k_rows, Q6K, BlockQ6K);
+
+/// Q6_K against activations in the sub-block-interleaved order (`Acts::interleaved`,
+/// prefill only), as [`Q4KInterleaved`]: lane `l` of each of a super-block's four
+/// registers belongs to 16-value sub-block `l`, whose scale is then lane `l` of the
+/// sixteen `scales` as they stand. With `q` in 0..=63, per super-block, weight row and
+/// activation row:
+///
+/// ```text
+///   dot   = Σ_k vpdpbusd(q_k, a_k) - 32 · Σ_k vpdpbusd(1, a_k)     the second sum per activation row only
+///   acc  += f32(dot) · [d · sc_l]_l · d_a
+/// ```
+struct Q6KInterleaved;
+
+/// Register `k` of a Q6_K super-block's quants in the interleaved order: lane `l` holds
+/// values `16l + 4k .. + 4`, from 32-value block `b = l / 2` of [`BlockQ6K::sub_block`]'s
+/// layout at byte `16 (l % 2) + 4k` of its runs.
+#[inline(always)]
+unsafe fn q6k_interleaved_quants(blk: *const BlockQ6K, k: i32) -> __m512i {
+    // lane l: block b = l / 2 = 4n + q; its ql run starts at dword 16n + 8 (q % 2), nibble
+    // q / 2; its qh run at dword 8n, bits 2q
+    let (mut ql_at, mut ql_shift, mut qh_at, mut qh_shift) = ([0i32; 16], [0i32; 16], [0i32; 16], [0i32; 16]);
+    for l in 0..16 {
+        let (n, q, half) = (l as i32 / 8, (l as i32 / 2) % 4, l as i32 % 2);
+        ql_at[l] = 16 * n + 8 * (q % 2) + 4 * half + k;
+        ql_shift[l] = 4 * (q / 2);
+        qh_at[l] = 8 * n + 4 * half + k;
+        qh_shift[l] = 2 * q;
+    }
+    let load = |a: &[i32; 16]| _mm512_loadu_si512(a.as_ptr() as *const __m512i);
+    let ql_lo = _mm512_loadu_si512((*blk).ql.as_ptr() as *const __m512i);
+    let ql_hi = _mm512_loadu_si512((*blk).ql.as_ptr().add(64) as *const __m512i);
+    let qh = _mm512_loadu_si512((*blk).qh.as_ptr() as *const __m512i);
+    let low = _mm512_srlv_epi32(_mm512_permutex2var_epi32(ql_lo, load(&ql_at), ql_hi), load(&ql_shift));
+    let high = _mm512_srlv_epi32(_mm512_permutexvar_epi32(load(&qh_at), qh), load(&qh_shift));
+    _mm512_or_si512(
+        _mm512_and_si512(low, _mm512_set1_epi8(0x0F)),
+        _mm512_slli_epi32::<4>(_mm512_and_si512(high, _mm512_set1_epi8(0x03))),
+    )
+}
+
+impl TileKernel for Q6KInterleaved {
+    type Block = BlockQ6K;
+    const BLOCKS_PER: usize = QK_K / QK;
+    const PREFILL_COLS: usize = 8;
+
+    #[inline(always)]
+    unsafe fn tile<const R: usize, const C: usize>(
+        w: [*const BlockQ6K; R],
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        nb: usize,
+    ) -> [[f32; C]; R] {
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        let lead = prefetch_lead(&w);
+        for sb in 0..nb / Self::BLOCKS_PER {
+            let mut qx = [[_mm512_setzero_si512(); 4]; R];
+            let mut scales = [_mm512_setzero_ps(); R];
+            for r in 0..R {
+                let blk = w[r].add(sb);
+                let p = (blk as *const i8).wrapping_add(lead);
+                _mm_prefetch::<_MM_HINT_T0>(p);
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128));
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(209));
+                for (k, q) in qx[r].iter_mut().enumerate() {
+                    *q = q6k_interleaved_quants(blk, k as i32);
+                }
+                let sc =
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((*blk).scales.as_ptr() as *const __m128i)));
+                let d = _mm_cvtph_ps(_mm_cvtsi32_si128(
+                    std::ptr::read_unaligned(&(*blk).d as *const _ as *const u16) as i32
+                ));
+                scales[r] = _mm512_mul_ps(sc, _mm512_broadcastss_ps(d));
+            }
+            for c in 0..C {
+                let b = sb * Self::BLOCKS_PER;
+                let a = qs[c].add(b * QK);
+                // -32 · Σ a of each lane's four values, shared by the weight rows
+                let mut offset = _mm512_setzero_si512();
+                for k in 0..4 {
+                    offset = _mm512_dpbusd_epi32(
+                        offset,
+                        _mm512_set1_epi8(32),
+                        _mm512_loadu_si512(a.add(64 * k) as *const __m512i),
+                    );
+                }
+                let offset = _mm512_sub_epi32(_mm512_setzero_si512(), offset);
+                let da = _mm512_set1_ps((*ds[c].add(b))[0]);
+                for r in 0..R {
+                    let mut dot = offset;
+                    for (k, q) in qx[r].iter().enumerate() {
+                        dot = _mm512_dpbusd_epi32(dot, *q, _mm512_loadu_si512(a.add(64 * k) as *const __m512i));
+                    }
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(scales[r], da), acc[r][c]);
+                }
+            }
+        }
+        sums(acc)
+    }
+}
+
+tile_entry!(avx512, q6_k_interleaved_rows, Q6KInterleaved, BlockQ6K);

@@ -176,20 +176,19 @@ pub struct Acts<'a> {
 }
 
 /// Reorders each 256 quants of `qs` so that its 64-byte quarter `k` holds values
-/// `8k..8k + 8` of each of its eight 32-value sub-blocks: byte `64k + 8j + t` takes value
-/// `32j + 8k + t`, a transpose of the super-block's 8-byte pieces (8 × 4 to 4 × 8). A
-/// vector register of a quarter then meets each sub-block in the same lanes.
+/// `4k..4k + 4` of each of its sixteen 16-value sub-blocks: byte `64k + 4l + t` takes
+/// value `16l + 4k + t`, a transpose of the super-block's 4-byte pieces (16 × 4 to
+/// 4 × 16). A 512-bit register of a quarter then meets sub-block `l` in its 32-bit lane
+/// `l` (and a 32-value block `j` in lanes `2j, 2j + 1`), the same lane in all four.
 pub fn interleave_super_blocks(qs: &mut [i8]) {
     for sb in qs.chunks_exact_mut(QK_K) {
-        let mut natural = [0u64; QK_K / 8];
-        for (piece, bytes) in natural.iter_mut().zip(sb.chunks_exact(8)) {
-            *piece = u64::from_ne_bytes(std::array::from_fn(|i| bytes[i] as u8));
+        let mut natural = [[0i8; 4]; QK_K / 4];
+        for (piece, bytes) in natural.iter_mut().zip(sb.chunks_exact(4)) {
+            piece.copy_from_slice(bytes);
         }
-        for (at, bytes) in sb.chunks_exact_mut(8).enumerate() {
-            let (k, j) = (at / 8, at % 8);
-            for (b, v) in bytes.iter_mut().zip(natural[4 * j + k].to_ne_bytes()) {
-                *b = v as i8;
-            }
+        for (at, bytes) in sb.chunks_exact_mut(4).enumerate() {
+            let (k, l) = (at / 16, at % 16);
+            bytes.copy_from_slice(&natural[4 * l + k]);
         }
     }
 }

@@ -109,11 +109,11 @@ use crate::engine::cpu::pool::{self, SendPtr};
 
 impl Isa {
     /// Whether this instruction set's kernel for `kind` reads activations in the
-    /// sub-block-interleaved order ([`blocks::interleave_super_blocks`]): AVX-512 Q4_K,
-    /// whose super-block products then stay in integers.
+    /// sub-block-interleaved order ([`blocks::interleave_super_blocks`]): AVX-512 Q4_K and
+    /// Q6_K, whose super-block products then stay in integers.
     fn interleaves(self, kind: Kind) -> bool {
         #[cfg(target_arch = "x86_64")]
-        if (self, kind) == (Isa::Avx512Vnni, Kind::Q4K) {
+        if self == Isa::Avx512Vnni && matches!(kind, Kind::Q4K | Kind::Q6K) {
             return true;
         }
         let _ = (self, kind);
@@ -184,6 +184,10 @@ impl Isa {
             (Isa::AvxVnni, Kind::Q5_0) => avx2::q5_0_rows_vnni(w50, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx2, Kind::Q5_0) => avx2::q5_0_rows(w50, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512Vnni, Kind::Q6K) if acts.interleaved => {
+                avx512::q6_k_interleaved_rows(w6k, nb, rows, acts, dst, ldd)
+            }
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q6K) => avx512::q6_k_rows(w6k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
