@@ -231,11 +231,12 @@ fn every_instruction_set_agrees_with_scalar() {
     for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q5_0, GgmlDType::Q6K] {
         // weight rows: whole decode and prefill tiles, and every remainder of them; for the
         // 32-value formats, rows of every remainder of four blocks (NEON's step) with and
-        // without whole steps
+        // without whole steps, and of whole 256-value chunks (AVX-512's interleaved
+        // prefill) with no tail, an even and an odd one
         let shapes: &[(usize, usize)] = if dtype == GgmlDType::Q6K {
             &[(576, 512), (37, 256), (6, 768), (3, 1024)]
         } else {
-            &[(576, 576), (37, 160), (6, 224), (3, 128), (5, 96), (2, 32)]
+            &[(576, 576), (37, 160), (6, 224), (3, 128), (5, 96), (2, 32), (7, 512), (9, 800)]
         };
         for &(n, k) in shapes {
             let w = random_weight(&mut rng, n, k, dtype);
