@@ -163,9 +163,11 @@ fn greedy_decoding_equals_candle_transformers_and_answers_paris() {
 /// Gemma 3 270M Q4_K_M (the base model) on our kernels (its attention outputs and half its
 /// FFN downs are Q4_K, the other FFN downs Q6_K, most other matrices Q5_0 and Q8_0, all
 /// read in the file's layout) and on candle's, both fed candle's greedy continuation: at
-/// every step our pick is a token candle scores within 0.2 of its best, and candle's ten
-/// best logits are ours within 1.0 (measured: 0.119 and 0.72, on logits near 20; candle's
-/// own kernels are as far from llama.cpp's, `bench/logits_vs_llamacpp.py`). Free-running
+/// every step our pick is a token candle scores within 0.3 of its best, and candle's ten
+/// best logits are ours within 1.0 (measured: 0.281 and 0.683, on logits near 20, since
+/// the AVX-512 K-quant prefill sums a super-block in integers; 0.119 and 0.72 before. On
+/// this path against llama.cpp, `bench/logits_vs_llamacpp.py`, our greedy picks now equal
+/// its own at 37 of 38 positions, candle's at 36: candle is no closer). Free-running
 /// greedy paths part at the first near-tie and compare nothing after it: on "The capital
 /// of France is" llama.cpp itself scores " country" 16.056 against " United" 16.025 at the
 /// fifth step (the kernels sum in other orders and round the activations with other
@@ -207,7 +209,7 @@ fn gemma_q4_k_m_next_tokens_equal_on_our_kernels_and_candles() {
              candle's top ten logits within {worst_diff:.3}; candle's path {:?}",
             tok.decode(&path).unwrap()
         );
-        assert!(worst_pick <= 0.2, "{text:?}: our pick is {worst_pick} below candle's best");
+        assert!(worst_pick <= 0.3, "{text:?}: our pick is {worst_pick} below candle's best");
         assert!(worst_diff <= 1.0, "{text:?}: candle's top ten logits differ by up to {worst_diff}");
     }
 }

@@ -171,7 +171,7 @@ pub struct Acts<'a> {
     pub m: usize,
     pub nb: usize,
     /// Each 256-value super-block's quants in the sub-block-interleaved order of
-    /// [`interleave_super_blocks`] (for the AVX-512 Q4_K prefill kernel only).
+    /// [`interleave_super_blocks`] (for the AVX-512 Q4_K and Q6_K prefill kernels only).
     pub interleaved: bool,
 }
 

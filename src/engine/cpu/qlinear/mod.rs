@@ -492,7 +492,7 @@ impl QLinear {
     pub fn forward_many(layers: &[&QLinear], x: &Tensor) -> Result<Vec<Tensor>> {
         let m = x.dims().split_last().map_or(0, |(_, batch)| batch.iter().product::<usize>());
         // what a layer's input is quantized as: Q8_0 and Q4_1 share their scales, the
-        // K-quants take one per super-block, AVX-512 Q4_K prefill an interleaved order
+        // K-quants take one per super-block, AVX-512 K-quant prefill an interleaved order
         let input = |l: &QLinear| match l.backend {
             Backend::Ours { isa, kind } if x.device().is_cpu() => {
                 Some((isa, l.in_features, kind.act_scale(), m > 1 && isa.interleaves(kind)))
