@@ -176,6 +176,10 @@ impl<D: DotU8I8> TileKernel for Q4_1<D> {
 /// `d` (`w = d * q`), in the order of the activation bytes.
 pub(super) trait SignedBlock {
     type Block;
+    /// Whether unpacking a block costs more than a few instructions (Q5_0's fifth bits):
+    /// the AVX2 tile then spreads it over eight activation rows of one weight row instead
+    /// of four of two.
+    const COSTLY_UNPACK: bool = false;
     /// The 32 signed quants of `blk`.
     unsafe fn quants(blk: *const Self::Block) -> __m256i;
 }
@@ -205,6 +209,7 @@ impl SignedBlock for BlockQ4_0 {
 
 impl SignedBlock for BlockQ5_0 {
     type Block = BlockQ5_0;
+    const COSTLY_UNPACK: bool = true;
     /// ggml's trick: byte `i` all ones where bit `i` of `qh` is set; the nibble OR 0xF0
     /// where it is not is the nibble - 16 as a signed byte.
     #[inline(always)]
@@ -225,6 +230,8 @@ pub(super) struct Signed<W, D>(PhantomData<(W, D)>);
 
 impl<W: SignedBlock, D: DotU8I8> TileKernel for Signed<W, D> {
     type Block = W::Block;
+    const PREFILL_COLS: usize = if W::COSTLY_UNPACK { 8 } else { 4 };
+    const PAIRED_ROWS: bool = !W::COSTLY_UNPACK;
 
     #[inline(always)]
     unsafe fn tile<const R: usize, const C: usize>(

@@ -215,6 +215,10 @@ pub trait TileKernel {
     /// Activation rows per prefill tile (4 or 8): as many as keep the tile's accumulators
     /// in registers.
     const PREFILL_COLS: usize = 4;
+    /// Whether prefill tiles take two weight rows (false: one, for kernels whose weight
+    /// unpacking costs more than what a second row's accumulators save; they take more
+    /// activation rows instead).
+    const PAIRED_ROWS: bool = true;
     /// # Safety
     /// `nb` counts 32-value blocks and is a multiple of `BLOCKS_PER`; every `w[r]` points at
     /// `nb / BLOCKS_PER` blocks, every `qs[c]` at `32 * nb` quants and every `ds[c]` at `nb`
@@ -235,7 +239,8 @@ pub const DECODE_ROWS: usize = 4;
 ///
 /// Decode (`m == 1`) walks the rows four at a time so that one activation load serves four
 /// weight rows; prefill keeps a tile of `K::PREFILL_COLS` activation rows hot in L1 and
-/// walks the rows of this unit in pairs, so each weight block is unpacked once per tile.
+/// walks the rows of this unit in pairs (or one by one, `K::PAIRED_ROWS`), so each weight
+/// block is unpacked once per tile.
 ///
 /// # Safety
 /// `w` points at `rows.end * nb / K::BLOCKS_PER` blocks; `dst` is valid for writes at every
@@ -277,7 +282,7 @@ pub unsafe fn drive<K: TileKernel>(
             let qs: [*const i8; $c] = std::array::from_fn(|c| acts.row_qs(i0 + c));
             let ds: [*const [f32; 2]; $c] = std::array::from_fn(|c| acts.row_ds(i0 + c));
             let mut r = rows.start;
-            while r + 2 <= rows.end {
+            while K::PAIRED_ROWS && r + 2 <= rows.end {
                 let out = K::tile::<2, $c>([wrow(r), wrow(r + 1)], qs, ds, nb);
                 for (j, o) in out.iter().enumerate() {
                     for (c, v) in o.iter().enumerate() {
@@ -286,11 +291,12 @@ pub unsafe fn drive<K: TileKernel>(
                 }
                 r += 2;
             }
-            if r < rows.end {
+            while r < rows.end {
                 let out = K::tile::<1, $c>([wrow(r)], qs, ds, nb);
                 for (c, v) in out[0].iter().enumerate() {
                     *dst.add((i0 + c) * ldd + r) = *v;
                 }
+                r += 1;
             }
         }};
     }
