@@ -47,6 +47,42 @@ unsafe fn sums<const R: usize, const C: usize>(acc: [[__m512; C]; R]) -> [[f32; 
     out
 }
 
+/// A tile kernel that walks its rows two 32-value blocks (one register) at a time.
+trait PairStep: TileKernel {
+    /// Blocks `b` and `b + 1` (only `b` when `PAIR` is false) of every weight row against
+    /// every activation row, into `acc`.
+    unsafe fn step<const R: usize, const C: usize, const PAIR: bool>(
+        acc: &mut [[__m512; C]; R],
+        w: &[*const Self::Block; R],
+        qs: &[*const i8; C],
+        ds: &[*const [f32; 2]; C],
+        b: usize,
+        lead: usize,
+    );
+}
+
+/// [`TileKernel::tile`] of a [`PairStep`] kernel: the pairs, then an odd last block in a
+/// second instance of the step, so that the pairs' loop has no branch in it.
+#[inline(always)]
+unsafe fn pair_tile<K: PairStep, const R: usize, const C: usize>(
+    w: [*const K::Block; R],
+    qs: [*const i8; C],
+    ds: [*const [f32; 2]; C],
+    nb: usize,
+) -> [[f32; C]; R] {
+    let mut acc = [[_mm512_setzero_ps(); C]; R];
+    let lead = prefetch_lead(&w);
+    let mut b = 0;
+    while b + 1 < nb {
+        K::step::<R, C, true>(&mut acc, &w, &qs, &ds, b, lead);
+        b += 2;
+    }
+    if b < nb {
+        K::step::<R, C, false>(&mut acc, &w, &qs, &ds, b, lead);
+    }
+    sums(acc)
+}
+
 struct Q4_1;
 
 /// `[d, m]` of block `b` and `[d, m]` of block `b + 1` (zeros when `pair` is false), as
@@ -84,14 +120,11 @@ unsafe fn nibble_pair(first: *const u8, second: *const u8, pair: bool) -> __m512
     _mm512_and_si512(_mm512_srlv_epi64(both, shift), _mm512_set1_epi8(0x0F))
 }
 
-impl Q4_1 {
-    /// Blocks `b` and `b + 1` (only `b` when `PAIR` is false) of every weight row against
-    /// every activation row, into `acc`. The pair and the odd last block are separate
-    /// instances so that the pairs' loop has no branch in it.
+impl PairStep for Q4_1 {
     #[inline(always)]
     unsafe fn step<const R: usize, const C: usize, const PAIR: bool>(
         acc: &mut [[__m512; C]; R],
-        w: &[*const BlockQ4_1; R],
+        w: &[*const Self::Block; R],
         qs: &[*const i8; C],
         ds: &[*const [f32; 2]; C],
         b: usize,
@@ -142,17 +175,7 @@ impl TileKernel for Q4_1 {
         ds: [*const [f32; 2]; C],
         nb: usize,
     ) -> [[f32; C]; R] {
-        let mut acc = [[_mm512_setzero_ps(); C]; R];
-        let lead = prefetch_lead(&w);
-        let mut b = 0;
-        while b + 1 < nb {
-            Self::step::<R, C, true>(&mut acc, &w, &qs, &ds, b, lead);
-            b += 2;
-        }
-        if b < nb {
-            Self::step::<R, C, false>(&mut acc, &w, &qs, &ds, b, lead);
-        }
-        sums(acc)
+        pair_tile::<Self, R, C>(w, qs, ds, nb)
     }
 }
 
@@ -283,6 +306,17 @@ unsafe fn q4k_interleaved_quants(lo: __m512i, hi: __m512i, k: i32) -> __m512i {
     _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutex2var_epi32(lo, pick, hi), shift), _mm512_set1_epi8(0x0F))
 }
 
+/// `start` plus the products of a super-block's four interleaved weight registers `q`
+/// with its four activation registers at `a`, lane by lane.
+#[inline(always)]
+unsafe fn dot_quarters(start: __m512i, q: &[__m512i; 4], a: *const i8) -> __m512i {
+    let mut dot = start;
+    for (k, q) in q.iter().enumerate() {
+        dot = _mm512_dpbusd_epi32(dot, *q, _mm512_loadu_si512(a.add(64 * k) as *const __m512i));
+    }
+    dot
+}
+
 impl TileKernel for Q4KInterleaved {
     type Block = BlockQ4K;
     const BLOCKS_PER: usize = QK_K / QK;
@@ -331,10 +365,7 @@ impl TileKernel for Q4KInterleaved {
                 let da = _mm512_set1_ps((*ds[c].add(b))[0]);
                 let a = qs[c].add(b * QK);
                 for r in 0..R {
-                    let mut dot = _mm512_setzero_si512();
-                    for (k, q) in qx[r].iter().enumerate() {
-                        dot = _mm512_dpbusd_epi32(dot, *q, _mm512_loadu_si512(a.add(64 * k) as *const __m512i));
-                    }
+                    let dot = dot_quarters(_mm512_setzero_si512(), &qx[r], a);
                     acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(scales[r], da), acc[r][c]);
                     acc[r][c] = _mm512_fnmadd_ps(mins[r], dsa, acc[r][c]);
                 }
@@ -410,14 +441,11 @@ impl SignedPair for BlockQ5_0 {
     }
 }
 
-impl<W: SignedPair> Signed<W> {
-    /// Blocks `b` and `b + 1` (only `b` when `PAIR` is false) of every weight row against
-    /// every activation row, into `acc`. The pair and the odd last block are separate
-    /// instances so that the pairs' loop has no branch in it.
+impl<W: SignedPair> PairStep for Signed<W> {
     #[inline(always)]
     unsafe fn step<const R: usize, const C: usize, const PAIR: bool>(
         acc: &mut [[__m512; C]; R],
-        w: &[*const W::Block; R],
+        w: &[*const Self::Block; R],
         qs: &[*const i8; C],
         ds: &[*const [f32; 2]; C],
         b: usize,
@@ -464,17 +492,7 @@ impl<W: SignedPair> TileKernel for Signed<W> {
         ds: [*const [f32; 2]; C],
         nb: usize,
     ) -> [[f32; C]; R] {
-        let mut acc = [[_mm512_setzero_ps(); C]; R];
-        let lead = prefetch_lead(&w);
-        let mut b = 0;
-        while b + 1 < nb {
-            Self::step::<R, C, true>(&mut acc, &w, &qs, &ds, b, lead);
-            b += 2;
-        }
-        if b < nb {
-            Self::step::<R, C, false>(&mut acc, &w, &qs, &ds, b, lead);
-        }
-        sums(acc)
+        pair_tile::<Self, R, C>(w, qs, ds, nb)
     }
 }
 
@@ -624,7 +642,7 @@ struct Q6KInterleaved;
 /// values `16l + 4k .. + 4`, from 32-value block `b = l / 2` of [`BlockQ6K::sub_block`]'s
 /// layout at byte `16 (l % 2) + 4k` of its runs.
 #[inline(always)]
-unsafe fn q6k_interleaved_quants(blk: *const BlockQ6K, k: i32) -> __m512i {
+unsafe fn q6k_interleaved_quants(ql_lo: __m512i, ql_hi: __m512i, qh: __m512i, k: i32) -> __m512i {
     // lane l: block b = l / 2 = 4n + q; its ql run starts at dword 16n + 8 (q % 2), nibble
     // q / 2; its qh run at dword 8n, bits 2q
     let (mut ql_at, mut ql_shift, mut qh_at, mut qh_shift) = ([0i32; 16], [0i32; 16], [0i32; 16], [0i32; 16]);
@@ -636,9 +654,6 @@ unsafe fn q6k_interleaved_quants(blk: *const BlockQ6K, k: i32) -> __m512i {
         qh_shift[l] = 2 * q;
     }
     let load = |a: &[i32; 16]| _mm512_loadu_si512(a.as_ptr() as *const __m512i);
-    let ql_lo = _mm512_loadu_si512((*blk).ql.as_ptr() as *const __m512i);
-    let ql_hi = _mm512_loadu_si512((*blk).ql.as_ptr().add(64) as *const __m512i);
-    let qh = _mm512_loadu_si512((*blk).qh.as_ptr() as *const __m512i);
     let low = _mm512_srlv_epi32(_mm512_permutex2var_epi32(ql_lo, load(&ql_at), ql_hi), load(&ql_shift));
     let high = _mm512_srlv_epi32(_mm512_permutexvar_epi32(load(&qh_at), qh), load(&qh_shift));
     _mm512_or_si512(
@@ -671,8 +686,11 @@ impl TileKernel for Q6KInterleaved {
                 _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
                 _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128));
                 _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(209));
+                let ql_lo = _mm512_loadu_si512((*blk).ql.as_ptr() as *const __m512i);
+                let ql_hi = _mm512_loadu_si512((*blk).ql.as_ptr().add(64) as *const __m512i);
+                let qh = _mm512_loadu_si512((*blk).qh.as_ptr() as *const __m512i);
                 for (k, q) in qx[r].iter_mut().enumerate() {
-                    *q = q6k_interleaved_quants(blk, k as i32);
+                    *q = q6k_interleaved_quants(ql_lo, ql_hi, qh, k as i32);
                 }
                 let sc =
                     _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((*blk).scales.as_ptr() as *const __m128i)));
@@ -685,21 +703,11 @@ impl TileKernel for Q6KInterleaved {
                 let b = sb * Self::BLOCKS_PER;
                 let a = qs[c].add(b * QK);
                 // -32 · Σ a of each lane's four values, shared by the weight rows
-                let mut offset = _mm512_setzero_si512();
-                for k in 0..4 {
-                    offset = _mm512_dpbusd_epi32(
-                        offset,
-                        _mm512_set1_epi8(32),
-                        _mm512_loadu_si512(a.add(64 * k) as *const __m512i),
-                    );
-                }
+                let offset = dot_quarters(_mm512_setzero_si512(), &[_mm512_set1_epi8(32); 4], a);
                 let offset = _mm512_sub_epi32(_mm512_setzero_si512(), offset);
                 let da = _mm512_set1_ps((*ds[c].add(b))[0]);
                 for r in 0..R {
-                    let mut dot = offset;
-                    for (k, q) in qx[r].iter().enumerate() {
-                        dot = _mm512_dpbusd_epi32(dot, *q, _mm512_loadu_si512(a.add(64 * k) as *const __m512i));
-                    }
+                    let dot = dot_quarters(offset, &qx[r], a);
                     acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(scales[r], da), acc[r][c]);
                 }
             }
