@@ -85,7 +85,9 @@ pub fn read(reader: &mut BufReader<File>) -> Result<Content, GgufError> {
     if let Some((tensor, type_id)) = scan.unsupported {
         return Err(GgufError::UnsupportedType { tensor, type_id });
     }
-    let content = match catch_unwind(AssertUnwindSafe(|| Content::read(reader))) {
+    let at = reader.stream_position()?;
+    let mut reader = Positioned { inner: reader, at };
+    let content = match catch_unwind(AssertUnwindSafe(|| Content::read(&mut reader))) {
         Ok(read) => read.map_err(|e| GgufError::Unreadable(e.to_string()))?,
         Err(panic) => {
             let what = panic
@@ -223,6 +225,37 @@ fn ggml_type_name(id: u32) -> String {
     format!("{name} (type {id})")
 }
 
+/// A reader that keeps its own position: candle's header reader asks for it before every
+/// string, a system call each time on a `BufReader<File>` (262,144 of them for Gemma 3's
+/// vocabulary).
+struct Positioned<'a> {
+    inner: &'a mut BufReader<File>,
+    at: u64,
+}
+
+impl Read for Positioned<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+
+    fn read_exact(&mut self, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_exact(buf)?;
+        self.at += buf.len() as u64;
+        Ok(())
+    }
+}
+
+impl Seek for Positioned<'_> {
+    fn seek(&mut self, pos: SeekFrom) -> std::io::Result<u64> {
+        if pos != SeekFrom::Current(0) {
+            self.at = self.inner.seek(pos)?;
+        }
+        Ok(self.at)
+    }
+}
+
 /// A bounded walk over a GGUF header.
 struct Walk<'a> {
     r: &'a mut BufReader<File>,
@@ -276,10 +309,7 @@ impl Walk<'_> {
 
     fn skip_value(&mut self, ty: u32, depth: usize) -> Result<(), GgufError> {
         match ty {
-            0 | 1 | 7 => self.skip(1),
-            2 | 3 => self.skip(2),
-            4..=6 => self.skip(4),
-            10..=12 => self.skip(8),
+            _ if fixed_size(ty).is_some() => self.skip(fixed_size(ty).expect("fixed")),
             8 => {
                 let n = self.len()?;
                 self.skip(n)
@@ -290,10 +320,25 @@ impl Walk<'_> {
                 if count > self.remaining()? {
                     return Err(GgufError::Malformed("an array is longer than the file".into()));
                 }
-                (0..count).try_for_each(|_| self.skip_value(elem, depth + 1))
+                match fixed_size(elem) {
+                    // One skip for the whole array (a vocabulary's scores are 262,144 of them).
+                    Some(size) => self.skip(count.checked_mul(size).ok_or_else(cut_short)?),
+                    None => (0..count).try_for_each(|_| self.skip_value(elem, depth + 1)),
+                }
             }
             _ => Err(GgufError::Malformed(format!("unknown metadata type {ty}"))),
         }
+    }
+}
+
+/// The size of a metadata value of type `ty` that has one (not a string or an array).
+fn fixed_size(ty: u32) -> Option<u64> {
+    match ty {
+        0 | 1 | 7 => Some(1),
+        2 | 3 => Some(2),
+        4..=6 => Some(4),
+        10..=12 => Some(8),
+        _ => None,
     }
 }
 
@@ -312,5 +357,61 @@ fn integer(v: &Value) -> Option<u64> {
         Value::I32(v) => u64::try_from(*v).ok(),
         Value::I64(v) => u64::try_from(*v).ok(),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A GGUF v3 header with `entries` of metadata and no tensors.
+    fn header(entries: &[(&str, u32, Vec<u8>)]) -> Vec<u8> {
+        let mut out = b"GGUF".to_vec();
+        out.extend(3u32.to_le_bytes());
+        out.extend(0u64.to_le_bytes());
+        out.extend((entries.len() as u64).to_le_bytes());
+        for (key, ty, value) in entries {
+            out.extend((key.len() as u64).to_le_bytes());
+            out.extend(key.as_bytes());
+            out.extend(ty.to_le_bytes());
+            out.extend(value);
+        }
+        out
+    }
+
+    fn array(elem: u32, count: u64, items: &[u8]) -> Vec<u8> {
+        [elem.to_le_bytes().as_slice(), &count.to_le_bytes(), items].concat()
+    }
+
+    fn scan(bytes: &[u8]) -> Result<HeaderScan, GgufError> {
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(bytes).unwrap();
+        file.rewind().unwrap();
+        let len = bytes.len() as u64;
+        scan_header(&mut BufReader::new(file), len)
+    }
+
+    #[test]
+    fn the_walk_skips_arrays_and_finds_the_alignment_after_them() {
+        let floats: Vec<u8> = (0..1000u32).flat_map(|i| (i as f32).to_le_bytes()).collect();
+        let strings: Vec<u8> =
+            ["a", "bc", ""].iter().flat_map(|s| [&(s.len() as u64).to_le_bytes(), s.as_bytes()].concat()).collect();
+        let bytes = header(&[
+            ("scores", 9, array(6, 1000, &floats)),
+            ("tokens", 9, array(8, 3, &strings)),
+            ("flag", 7, vec![1]),
+            ("general.alignment", 4, 64u32.to_le_bytes().to_vec()),
+        ]);
+        assert_eq!(scan(&bytes).unwrap().alignment, Some(64));
+    }
+
+    #[test]
+    fn an_array_longer_than_the_file_is_cut_short() {
+        // 20 f32s claimed, 10 present: the count alone is under the 40 bytes left.
+        let floats: Vec<u8> = (0..10u32).flat_map(|i| (i as f32).to_le_bytes()).collect();
+        let bytes = header(&[("scores", 9, array(6, 20, &floats))]);
+        let e = scan(&bytes).unwrap_err();
+        assert!(e.to_string().contains("cut short"), "{e}");
     }
 }
