@@ -53,8 +53,10 @@ pub fn predicted_footprint(weights_bytes: u64, kv_bytes_per_token: u64, budget: 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrefillAttention {
     /// pocketchat's fused kernel (`engine::cpu::attention`): no score matrix is built.
-    /// Sliding-window layers still take candle's ops, over at most `window` cached
-    /// positions and the chunk.
+    /// With a `window`, the score matrices of candle's ops over the window and the chunk
+    /// are still counted, as when the sliding-window layers took those ops: an
+    /// over-estimate now, left until the fused kernel's own scratch (the layer's keys as
+    /// f32, uncounted for every model) is counted in their place.
     Fused { window: Option<usize> },
     /// candle's ops on every layer (`--kernel candle`, Metal, head sizes the fused
     /// kernel does not take): score matrices over the whole context. With sliding-window

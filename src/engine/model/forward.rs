@@ -215,8 +215,7 @@ impl Model {
         // The first position a sliding-window layer's queries can see.
         let first = layer.window.map_or(0, |w| (pos + 1).saturating_sub(w));
         let windowed = layer.window.is_some_and(|w| pos + n > w);
-        let held_from = state.held_from(source);
-        if let (Some(isa), false, 0) = (self.kernels.isa(), windowed, held_from) {
+        if let Some(isa) = self.kernels.isa() {
             // On the CPU: plain-Rust kernels instead of a dozen candle ops
             // (sums in another order than candle's gemm, so not with candle's kernels).
             // They divide the scores by √hd: a layer scaled otherwise has its queries
@@ -227,7 +226,10 @@ impl Model {
                 false => (&q * (layer.scale / default_scale))?,
             };
             let (k_buf, v_buf) = state.buffers(source);
-            if let Some(out) = crate::engine::cpu::attention::try_attention(&q, k_buf, v_buf, pos, isa) {
+            let held_from = state.held_from(source);
+            if let Some(out) =
+                crate::engine::cpu::attention::try_attention(&q, k_buf, v_buf, pos, held_from, layer.window, isa)
+            {
                 return output(out);
             }
         }

@@ -618,12 +618,12 @@ impl Loader<'_> {
 }
 
 /// What of the attention layers runs on candle's ops although our kernels were chosen,
-/// for each head size and window the layers have.
+/// for each head size the layers have.
 fn candle_fallbacks(layers: &[Layer], kernels: Kernels, on_cpu: bool) -> Vec<String> {
     let mut all: Vec<String> = Vec::new();
     for layer in layers {
         let Mixer::Attention(a) = &layer.mixer else { continue };
-        for line in crate::engine::cpu::attention::candle_fallbacks(kernels, on_cpu, a.head_dim, a.window) {
+        for line in crate::engine::cpu::attention::candle_fallbacks(kernels, on_cpu, a.head_dim) {
             if !all.contains(&line) {
                 all.push(line);
             }

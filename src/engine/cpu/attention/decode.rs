@@ -32,7 +32,8 @@ const CHUNK: usize = 128;
 /// keep up with these reads here (decode at a 2K context ~115 → ~130 tok/s).
 const AHEAD_BYTES: usize = 4096;
 
-/// Attention of the one new token at position `d.pos` against positions `0..=d.pos`.
+/// Attention of the one new token in row `d.pos` against rows `0..=d.pos` (the last
+/// `d.window` of them with a window).
 ///
 /// `q`: `(n_heads, hd)` after RoPE; `k`, `v`: `(n_kv_heads, capacity, hd)`;
 /// `out`: `(n_heads · hd)`, heads in order. Same math as the candle path
@@ -61,8 +62,8 @@ struct Partial<const HD: usize> {
 
 fn decode<const HD: usize>(q: &[f32], k: Kv, v: Kv, d: Dims, out: &mut [f32], level: Level) {
     let group = d.n_heads / d.n_kv_heads;
-    let len = d.pos + 1;
-    let chunks = len.div_ceil(CHUNK);
+    let (first, len) = (d.first_seen(d.pos), d.pos + 1);
+    let chunks = (len - first).div_ceil(CHUNK);
     let scale = 1.0 / (HD as f32).sqrt();
     let q: Vec<[f32; HD]> = q.as_chunks::<HD>().0.iter().map(|q| q.map(|x| x * scale)).collect();
     let empty = Partial { max: f32::NEG_INFINITY, sum: 0.0, o: [0.0; HD] };
@@ -72,9 +73,9 @@ fn decode<const HD: usize>(q: &[f32], k: Kv, v: Kv, d: Dims, out: &mut [f32], le
     // Decode's multiply-adds each come with a cache read, so it pays to split them over
     // the pool from a quarter of the usual amount (measured: ~3% faster decode at a few
     // hundred cached tokens, none slower at 2K).
-    for_each_unit(d.n_kv_heads * chunks, 4 * d.n_heads * len * HD, |u| {
+    for_each_unit(d.n_kv_heads * chunks, 4 * d.n_heads * (len - first) * HD, |u| {
         let (kv, chunk) = (u / chunks, u % chunks);
-        let positions = chunk * CHUNK..len.min((chunk + 1) * CHUNK);
+        let positions = first + chunk * CHUNK..len.min(first + (chunk + 1) * CHUNK);
         let rows = (kv * d.capacity + positions.start) * HD..(kv * d.capacity + positions.end) * HD;
         // SAFETY: unit u writes only its own `group` partials; `partials` outlives the call.
         let mine = unsafe { std::slice::from_raw_parts_mut(partials_ptr.get().add(u * group), group) };

@@ -50,8 +50,8 @@ fn fused_head_dim(head_dim: usize) -> bool {
 }
 
 /// How a model's prefill attention runs with these kernels, for the memory accounting:
-/// fused where [`try_attention`] accepts the heads (its sliding-window layers take candle's
-/// ops), candle's ops over the whole context otherwise.
+/// fused where [`try_attention`] accepts the heads, candle's ops over the whole context
+/// otherwise.
 pub(crate) fn prefill_attention(
     kernels: Kernels,
     on_cpu: bool,
@@ -68,27 +68,35 @@ pub(crate) fn prefill_attention(
 /// What of a model's attention runs on candle's ops although our kernels were chosen, in
 /// words for the load log and `bench` (empty when nothing does, or when candle's kernels
 /// or a GPU were chosen for everything).
-pub(crate) fn candle_fallbacks(kernels: Kernels, on_cpu: bool, head_dim: usize, window: Option<usize>) -> Vec<String> {
-    if !on_cpu || kernels.isa().is_none() {
+pub(crate) fn candle_fallbacks(kernels: Kernels, on_cpu: bool, head_dim: usize) -> Vec<String> {
+    if !on_cpu || kernels.isa().is_none() || fused_head_dim(head_dim) {
         return Vec::new();
     }
-    if !fused_head_dim(head_dim) {
-        return vec![format!("attention (heads of {head_dim}; the fused kernels take 64, 128 and 256)")];
-    }
-    window.map(|w| format!("attention of the sliding-window layers past {w} tokens")).into_iter().collect()
+    vec![format!("attention (heads of {head_dim}; the fused kernels take 64, 128 and 256)")]
 }
 
 /// Attention of the `n` new tokens in `q` against the cache, on the CPU: `q` is
 /// `(1, n_heads, n, hd)` after RoPE; `k` and `v` are the cache buffers
 /// `(1, n_kv_heads, capacity, hd)` (f32 or f16; for q8_0 `U8` rows of `hd / 32 · 34`
-/// bytes) whose positions `0..pos + n` are live, the new tokens' entries included.
-/// Returns `(n, n_heads · hd)`.
+/// bytes) whose row 0 holds position `held_from` and whose positions `held_from..pos + n`
+/// are live, the new tokens' entries included. With a `window` (a sliding-window layer,
+/// whose buffers hold a run of the latest positions) the query at position `p` sees
+/// positions `p + 1 - window ..= p` only, which must be held. Returns `(n, n_heads · hd)`,
+/// the same for any `held_from` that holds what the queries see.
 ///
 /// Same math as the candle path (`softmax(q kᵀ / √hd + causal mask) v`) in f32, summed in
 /// another order. `None` when anything is not as expected (not CPU, not contiguous, a
 /// head size other than 64, 128 or 256, …); the caller then takes the candle path. `isa` must
 /// be one this CPU supports (from [`Isa::detect`], or [`Isa::Scalar`]).
-pub(crate) fn try_attention(q: &Tensor, k: &Tensor, v: &Tensor, pos: usize, isa: Isa) -> Option<Tensor> {
+pub(crate) fn try_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    pos: usize,
+    held_from: usize,
+    window: Option<usize>,
+    isa: Isa,
+) -> Option<Tensor> {
     if !matches!(q.device(), Device::Cpu) || q.dtype() != DType::F32 || v.dtype() != k.dtype() {
         return None;
     }
@@ -98,10 +106,16 @@ pub(crate) fn try_attention(q: &Tensor, k: &Tensor, v: &Tensor, pos: usize, isa:
     if one != 1 || one_k != 1 || row != kv.row_width(head_dim) || v.dims() != k.dims() || !fused_head_dim(head_dim) {
         return None;
     }
-    if n == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 || pos + n > capacity {
+    let window = window.map(|w| w.max(1));
+    let seen_from = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+    if n == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 || held_from > seen_from {
         return None;
     }
-    let dims = Dims { n_heads, n_kv_heads, head_dim, capacity, pos, n };
+    let pos = pos - held_from;
+    if pos + n > capacity {
+        return None;
+    }
+    let dims = Dims { n_heads, n_kv_heads, head_dim, capacity, pos, n, window, phase: held_from % 64 };
     let mut out = vec![0.0f32; n * n_heads * head_dim];
     {
         let (qs, ql) = q.storage_and_layout();
@@ -199,10 +213,22 @@ pub(crate) struct Dims {
     pub head_dim: usize,
     /// Positions each cache buffer holds.
     pub capacity: usize,
-    /// Cached positions before the new tokens.
+    /// Cached rows before the new tokens.
     pub pos: usize,
     /// New tokens; their K/V are already in the cache at `pos..pos + n`.
     pub n: usize,
+    /// Rows a query sees, itself included (a sliding-window layer); `None`: every row
+    /// before it.
+    pub window: Option<usize>,
+    /// The position of row 0 (a sliding layer's first held position) modulo 64.
+    pub phase: usize,
+}
+
+impl Dims {
+    /// The first row the query in row `row` sees.
+    fn first_seen(&self, row: usize) -> usize {
+        self.window.map_or(0, |w| (row + 1).saturating_sub(w))
+    }
 }
 
 /// Runs `f(unit)` for `units` units, on the pool when there is `macs` work enough for it.
@@ -320,27 +346,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn candle_fallbacks_name_wide_heads_and_sliding_windows() {
-        assert!(candle_fallbacks(Kernels::Fast, true, 64, None).is_empty());
-        assert!(candle_fallbacks(Kernels::Candle, true, 256, Some(512)).is_empty(), "candle chosen: no fallback");
-        assert!(candle_fallbacks(Kernels::Fast, false, 256, None).is_empty(), "a GPU: no fallback");
-        let gemma4_global = candle_fallbacks(Kernels::Portable, true, 512, None);
+    fn candle_fallbacks_name_wide_heads() {
+        assert!(candle_fallbacks(Kernels::Fast, true, 64).is_empty());
+        assert!(candle_fallbacks(Kernels::Candle, true, 512).is_empty(), "candle chosen: no fallback");
+        assert!(candle_fallbacks(Kernels::Fast, false, 512).is_empty(), "a GPU: no fallback");
+        let gemma4_global = candle_fallbacks(Kernels::Portable, true, 512);
         assert_eq!(gemma4_global.len(), 1);
         assert!(gemma4_global[0].contains("heads of 512"), "{gemma4_global:?}");
-        let gemma3 = candle_fallbacks(Kernels::Fast, true, 256, Some(512));
-        assert_eq!(gemma3, ["attention of the sliding-window layers past 512 tokens"]);
-        let windowed = candle_fallbacks(Kernels::Fast, true, 128, Some(1024));
-        assert!(windowed[0].contains("past 1024 tokens"), "{windowed:?}");
+        assert!(candle_fallbacks(Kernels::Fast, true, 256).is_empty(), "Gemma 3, sliding layers too");
     }
 
     /// The candle path of `engine::model` for one layer, head by head:
     /// `softmax(q kᵀ / √hd + causal mask) v`, with the cache read as f32.
     fn reference(q: &Tensor, k: &Tensor, v: &Tensor, group: usize, pos: usize) -> Tensor {
+        windowed_reference(q, k, v, group, pos, None)
+    }
+
+    /// [`reference`] with the mask of a sliding-window layer: the query in row `p` sees
+    /// rows `p + 1 - window ..= p`.
+    fn windowed_reference(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        group: usize,
+        pos: usize,
+        window: Option<usize>,
+    ) -> Tensor {
         let (_, n_heads, n, hd) = q.dims4().unwrap();
         let len = pos + n;
         let (k, v) = (k.to_dtype(DType::F32).unwrap(), v.to_dtype(DType::F32).unwrap());
+        let seen = |i: usize, j: usize| j <= pos + i && window.is_none_or(|w| pos + i - j < w);
         let mask: Vec<f32> =
-            (0..n).flat_map(|i| (0..len).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 })).collect();
+            (0..n).flat_map(|i| (0..len).map(move |j| if seen(i, j) { 0.0 } else { f32::NEG_INFINITY })).collect();
         let mask = Tensor::from_vec(mask, (n, len), &Device::Cpu).unwrap();
         let heads: Vec<Tensor> = (0..n_heads)
             .map(|h| {
@@ -387,7 +424,7 @@ mod tests {
                     let q = Tensor::randn(0f32, 3.0, (1, n_heads, n, hd), &dev).unwrap();
                     let want = reference(&q, &k_f32, &v_f32, n_heads / n_kv, pos);
                     for isa in levels() {
-                        let fast = try_attention(&q, &k, &v, pos, isa).expect("fast path applies");
+                        let fast = try_attention(&q, &k, &v, pos, 0, None, isa).expect("fast path applies");
                         assert_eq!(fast.dims(), &[n, n_heads * hd]);
                         let diff =
                             (fast - &want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
@@ -397,6 +434,59 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn sliding_windows_match_the_candle_path() {
+        let dev = Device::Cpu;
+        // Windows of one row, of less than a key block and unit, and of most of the cache;
+        // decode and prefill at rows before and past the window, with chunks that straddle
+        // its start.
+        let cases = [(0, 1), (50, 1), (600, 1), (1099, 1), (0, 37), (250, 70), (700, 100), (1000, 100)];
+        for (n_heads, n_kv, hd) in [(9, 3, 64), (4, 1, 256)] {
+            let capacity = 1100;
+            for dtype in [KvDtype::F32, KvDtype::Q8_0] {
+                let k = dtype.store(&Tensor::randn(0f32, 1.0, (1, n_kv, capacity, hd), &dev).unwrap()).unwrap();
+                let v = dtype.store(&Tensor::randn(0f32, 1.0, (1, n_kv, capacity, hd), &dev).unwrap()).unwrap();
+                let (k_f32, v_f32) = (dtype.load(&k).unwrap(), dtype.load(&v).unwrap());
+                for window in [1, 40, 512] {
+                    for (pos, n) in cases {
+                        let q = Tensor::randn(0f32, 3.0, (1, n_heads, n, hd), &dev).unwrap();
+                        let want = windowed_reference(&q, &k_f32, &v_f32, n_heads / n_kv, pos, Some(window));
+                        for isa in levels() {
+                            let fast = try_attention(&q, &k, &v, pos, 0, Some(window), isa).expect("fast path applies");
+                            let diff =
+                                (fast - &want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+                            assert!(
+                                diff <= 2e-5,
+                                "{isa:?}: heads {n_heads}/{n_kv} hd {hd} {dtype:?} window {window} pos {pos} n {n}: \
+                                 max abs diff {diff}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A sliding layer's buffers hold positions from a base on: attention over them
+    /// equals attention over buffers holding every position, bit for bit.
+    #[test]
+    fn a_window_held_from_a_base_matches_every_position_held() {
+        let dev = Device::Cpu;
+        let (n_heads, n_kv, hd, window) = (4, 1, 256, 512);
+        for (pos, n, base) in [(1444, 256, 933), (1699, 1, 1188), (1000, 100, 489), (1000, 100, 300)] {
+            let k = Tensor::randn(0f32, 1.0, (1, n_kv, pos + n, hd), &dev).unwrap();
+            let v = Tensor::randn(0f32, 1.0, (1, n_kv, pos + n, hd), &dev).unwrap();
+            let held = |t: &Tensor| t.narrow(2, base, pos + n - base).unwrap().contiguous().unwrap();
+            let q = Tensor::randn(0f32, 3.0, (1, n_heads, n, hd), &dev).unwrap();
+            for isa in levels() {
+                let all = try_attention(&q, &k, &v, pos, 0, Some(window), isa).unwrap();
+                let from_base = try_attention(&q, &held(&k), &held(&v), pos, base, Some(window), isa).unwrap();
+                let diff = (all - from_base).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+                assert_eq!(diff, 0.0, "{isa:?} pos {pos} n {n} base {base}: max abs diff {diff}");
             }
         }
     }
@@ -414,7 +504,7 @@ mod tests {
         for (pos, n) in [(0, 1), (300, 1), (599, 1), (0, 40), (500, 100)] {
             let q = Tensor::randn(0f32, 1.0, (1, n_heads, n, hd), &dev).unwrap();
             let want = reference(&q, &k, &v, n_heads / n_kv, pos);
-            let got = try_attention(&q, &kq, &vq, pos, Isa::detect()).expect("fast path applies");
+            let got = try_attention(&q, &kq, &vq, pos, 0, None, Isa::detect()).expect("fast path applies");
             let diff = (got - &want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
             // Values are N(0, 1) in blocks of 32 (|x| up to ~4): each is off by up to ~0.016,
             // and the keys' error moves the weights of a row over few keys a little more.
@@ -428,25 +518,37 @@ mod tests {
         let zeros = |shape: (usize, usize, usize, usize)| Tensor::zeros(shape, DType::F32, &dev).unwrap();
         let (q, k) = (zeros((1, 4, 3, 64)), zeros((1, 2, 16, 64)));
         let isa = Isa::detect();
-        assert!(try_attention(&q, &k, &k, 13, isa).is_some());
+        assert!(try_attention(&q, &k, &k, 13, 0, None, isa).is_some());
         // K and V of different dtypes, new tokens past the cache, an odd head size, a
         // non-contiguous cache view, bf16.
-        assert!(try_attention(&q, &k.to_dtype(DType::F16).unwrap(), &k, 2, isa).is_none());
-        assert!(try_attention(&q, &k, &k, 14, isa).is_none());
+        assert!(try_attention(&q, &k.to_dtype(DType::F16).unwrap(), &k, 2, 0, None, isa).is_none());
+        assert!(try_attention(&q, &k, &k, 14, 0, None, isa).is_none());
+        // Buffers that do not hold every position the queries see: a layer without a
+        // window, and a window starting before the first position held.
+        assert!(try_attention(&q, &k, &k, 13, 1, None, isa).is_none());
+        assert!(try_attention(&q, &k, &k, 13, 11, Some(4), isa).is_none());
+        assert!(try_attention(&q, &k, &k, 20, 10, Some(11), isa).is_some());
         let odd = zeros((1, 2, 16, 48));
-        assert!(try_attention(&zeros((1, 4, 3, 48)), &odd, &odd, 2, isa).is_none());
+        assert!(try_attention(&zeros((1, 4, 3, 48)), &odd, &odd, 2, 0, None, isa).is_none());
         let kt = zeros((1, 2, 64, 16)).transpose(2, 3).unwrap();
-        assert!(try_attention(&q, &kt, &kt, 2, isa).is_none());
+        assert!(try_attention(&q, &kt, &kt, 2, 0, None, isa).is_none());
         let bf = k.to_dtype(DType::BF16).unwrap();
-        assert!(try_attention(&q, &bf, &bf, 2, isa).is_none());
+        assert!(try_attention(&q, &bf, &bf, 2, 0, None, isa).is_none());
         // q8_0 rows of another head size, and bytes that are not whole rows.
         let q8 = KvDtype::Q8_0.store(&zeros((1, 2, 16, 128))).unwrap();
-        assert!(try_attention(&q, &q8, &q8, 2, isa).is_none());
+        assert!(try_attention(&q, &q8, &q8, 2, 0, None, isa).is_none());
         let ragged = Tensor::zeros((1, 2, 16, 64), DType::U8, &dev).unwrap();
-        assert!(try_attention(&q, &ragged, &ragged, 2, isa).is_none());
-        assert!(
-            try_attention(&q, &KvDtype::Q8_0.store(&k).unwrap(), &KvDtype::Q8_0.store(&k).unwrap(), 13, isa).is_some()
-        );
+        assert!(try_attention(&q, &ragged, &ragged, 2, 0, None, isa).is_none());
+        assert!(try_attention(
+            &q,
+            &KvDtype::Q8_0.store(&k).unwrap(),
+            &KvDtype::Q8_0.store(&k).unwrap(),
+            13,
+            0,
+            None,
+            isa
+        )
+        .is_some());
     }
 
     #[test]
@@ -476,13 +578,13 @@ mod tests {
                 let k = dtype.store(&Tensor::randn(0f32, 1.0, (1, n_kv, pos + n, hd), &dev).unwrap()).unwrap();
                 let v = dtype.store(&Tensor::randn(0f32, 1.0, (1, n_kv, pos + n, hd), &dev).unwrap()).unwrap();
                 let isa = Isa::detect();
-                try_attention(&q, &k, &v, pos, isa).unwrap();
+                try_attention(&q, &k, &v, pos, 0, None, isa).unwrap();
                 // The best of five forwards: the least disturbed by other work on the machine.
                 let s = (0..5)
                     .map(|_| {
                         let t = std::time::Instant::now();
                         for _ in 0..layers * reps {
-                            try_attention(&q, &k, &v, pos, isa).unwrap();
+                            try_attention(&q, &k, &v, pos, 0, None, isa).unwrap();
                         }
                         t.elapsed().as_secs_f64() / reps as f64
                     })

@@ -13,7 +13,8 @@
 //!   for each block of BLOCK_KEYS keys up to the unit's last allowed position:
 //!       kᵀ block                        (hd × BLOCK_KEYS, transposed once per layer)
 //!       s = q · kᵀ                      (ROWS × BLOCK_KEYS register tile, q pre-scaled by 1/√hd)
-//!       causal: key j is seen by the query at position p only if j ≤ p
+//!       causal: key j is seen by the query at position p only if j ≤ p (and, in a
+//!       sliding-window layer, p − j < window)
 //!       online softmax: m' = max(m, max s); o ← o·e^(m−m'); l ← l·e^(m−m') + Σ e^(s−m')
 //!       o += e^(s−m') · v block
 //!   out = o / l
@@ -60,14 +61,24 @@ pub(crate) fn prefill_attention(q: &[f32], k: Kv, v: Kv, d: Dims, out: &mut [f32
 }
 
 /// The kernel with blocks of `B` keys, its units compiled for level `L`.
+///
+/// Key blocks start at multiples of `B` in *positions*, not buffer rows: a sliding layer's
+/// buffer starts at any position ([`Dims::phase`] past a multiple of 64), so its keys are
+/// laid out after `phase` empty rows that no query sees. Every block then holds the same
+/// positions as in a buffer that keeps every position, and the sums run in the same order:
+/// the windowed cache gives the full cache's logits bit for bit.
 fn with_level<const B: usize, const L: Level>(q: &[f32], k: Kv, v: Kv, d: Dims, out: &mut [f32]) {
+    let phase = d.phase % B;
     SCRATCH.with(|cell| {
         let (kt, v_f32) = &mut *cell.borrow_mut();
-        prepare::<B, L>(k, v, d, kt, v_f32);
+        let in_place = matches!(v, Kv::F32(_)) && phase == 0;
+        prepare::<B, L>(k, v, d, phase, !in_place, kt, v_f32);
+        // The units count in the laid-out rows.
+        let laid_out = Dims { pos: d.pos + phase, ..d };
         match v {
             // f32 values are read in place, `capacity` positions apart per head.
-            Kv::F32(v) => attend::<B, L>(q, kt, v, d.capacity, d, out),
-            Kv::F16(_) | Kv::Q8_0(_) => attend::<B, L>(q, kt, v_f32, d.pos + d.n, d, out),
+            Kv::F32(v) if in_place => attend::<B, L>(q, kt, v, d.capacity, laid_out, out),
+            _ => attend::<B, L>(q, kt, v_f32, phase + d.pos + d.n, laid_out, out),
         }
     });
 }
@@ -78,26 +89,35 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
-/// Fills `kt` with the live keys of every K/V head as blocks of `hd × B`
-/// (zero-padded), so the score tiles read keys along their vector lanes, and, for an f16
-/// or q8_0 cache, `v_f32` with the live values as `(n_kv_heads, pos + n, hd)`. Once per
-/// layer, not once per unit.
-fn prepare<const B: usize, const L: Level>(k: Kv, v: Kv, d: Dims, kt: &mut Vec<f32>, v_f32: &mut Vec<f32>) {
+/// Fills `kt` with the live keys of every K/V head, after `phase` empty rows, as blocks
+/// of `hd × B` (zero-padded), so the score tiles read keys along their vector lanes, and,
+/// when `copy_values`, `v_f32` with the live values as f32 `(n_kv_heads, phase + pos + n,
+/// hd)`, after the same empty rows. Once per layer, not once per unit.
+fn prepare<const B: usize, const L: Level>(
+    k: Kv,
+    v: Kv,
+    d: Dims,
+    phase: usize,
+    copy_values: bool,
+    kt: &mut Vec<f32>,
+    v_f32: &mut Vec<f32>,
+) {
     let (hd, live) = (d.head_dim, d.pos + d.n);
-    let blocks = live.div_ceil(B);
+    let laid_out = phase + live;
+    let blocks = laid_out.div_ceil(B);
     let block_len = hd * B;
     kt.clear();
     kt.resize(d.n_kv_heads * blocks * block_len, 0.0);
     v_f32.clear();
-    let converted = !matches!(v, Kv::F32(_));
-    if converted {
-        v_f32.resize(d.n_kv_heads * live * hd, 0.0);
+    if copy_values {
+        v_f32.resize(d.n_kv_heads * laid_out * hd, 0.0);
     }
     let (kt_ptr, v_ptr) = (SendPtr(kt.as_mut_ptr()), SendPtr(v_f32.as_mut_ptr()));
     for_each_unit(d.n_kv_heads * blocks, d.n_kv_heads * live * hd, |u| {
         let (kv, block) = (u / blocks, u % blocks);
-        let first = block * B;
-        let width = B.min(live - first);
+        // Laid-out rows `slots` of the block hold buffer rows `first..first + width`.
+        let slots = (block * B).max(phase)..((block + 1) * B).min(laid_out);
+        let (first, width) = (slots.start - phase, slots.len());
         let rows = (kv * d.capacity + first) * hd..(kv * d.capacity + first + width) * hd;
         let mut k_f32 = Vec::new();
         let keys = k.f32s::<L>(rows.clone(), &mut k_f32);
@@ -106,11 +126,12 @@ fn prepare<const B: usize, const L: Level>(k: Kv, v: Kv, d: Dims, kt: &mut Vec<f
         let dst = unsafe { std::slice::from_raw_parts_mut(kt_ptr.get().add(u * block_len), block_len) };
         for (c, key) in keys.chunks_exact(hd).enumerate() {
             for (dst, &x) in dst.chunks_exact_mut(B).zip(key) {
-                dst[c] = x;
+                dst[slots.start - block * B + c] = x;
             }
         }
-        if converted {
-            let dst = unsafe { std::slice::from_raw_parts_mut(v_ptr.get().add((kv * live + first) * hd), width * hd) };
+        if copy_values {
+            let at = (kv * laid_out + slots.start) * hd;
+            let dst = unsafe { std::slice::from_raw_parts_mut(v_ptr.get().add(at), width * hd) };
             v.convert::<L>(rows, dst);
         }
     });
@@ -185,9 +206,11 @@ fn unit<const HD: usize, const B: usize, const L: Level>((q, kt, v, d, kv, token
     let padded = rows.div_ceil(ROWS) * ROWS;
     let scale = 1.0 / (HD as f32).sqrt();
 
-    // Row r is query head `kv·group + r / n_tok` at new token `tokens.start + r % n_tok`;
-    // padding rows are zero queries allowed to see every key, and are dropped at the end.
+    // Row r is query head `kv·group + r / n_tok` at new token `tokens.start + r % n_tok`,
+    // and sees keys `first[r]..limit[r]`; padding rows are zero queries allowed to see
+    // every key the unit reads, and are dropped at the end.
     let mut qs = vec![[0.0f32; HD]; padded];
+    let mut first = vec![d.first_seen(d.pos + tokens.start); padded];
     let mut limit = vec![d.pos + tokens.end; padded];
     for r in 0..rows {
         let (head, t) = (kv * group + r / n_tok, tokens.start + r % n_tok);
@@ -195,6 +218,7 @@ fn unit<const HD: usize, const B: usize, const L: Level>((q, kt, v, d, kv, token
         for (dst, &x) in qs[r].iter_mut().zip(src) {
             *dst = x * scale;
         }
+        first[r] = d.first_seen(d.pos + t);
         limit[r] = d.pos + t + 1;
     }
     let n_keys = d.pos + tokens.end;
@@ -207,7 +231,7 @@ fn unit<const HD: usize, const B: usize, const L: Level>((q, kt, v, d, kv, token
         max: vec![f32::NEG_INFINITY; padded],
         sum: vec![[0.0; LANES]; padded],
     };
-    key_loop::<HD, B, L>(&qs, &limit, kt, values, &mut acc);
+    key_loop::<HD, B, L>(&qs, (&first, &limit), kt, values, &mut acc);
 
     for r in 0..rows {
         let (head, t) = (kv * group + r / n_tok, tokens.start + r % n_tok);
@@ -235,17 +259,20 @@ struct Accumulators<const HD: usize> {
 /// `B` keys transposed: `[d][c]` is component `d` of key `c`.
 type KeysT<const HD: usize, const B: usize> = [[f32; B]; HD];
 
-/// The key-block loop of the module docs over `q.len()` rows (a multiple of [`ROWS`]).
+/// The key-block loop of the module docs over `q.len()` rows (a multiple of [`ROWS`]),
+/// row `r` seeing keys `first[r]..limit[r]`. Blocks before every row's first key are
+/// skipped (a sliding-window layer's rows before its window).
 #[inline(always)]
 fn key_loop<const HD: usize, const B: usize, const L: Level>(
     q: &[[f32; HD]],
-    limit: &[usize],
+    (first, limit): (&[usize], &[usize]),
     kt: &[KeysT<HD, B>],
     values: &[f32],
     acc: &mut Accumulators<HD>,
 ) {
     let n_keys = values.len() / HD;
-    for (block, kt) in kt.iter().enumerate() {
+    let first_block = first.iter().min().map_or(0, |&f| f / B);
+    for (block, kt) in kt.iter().enumerate().skip(first_block) {
         let start = block * B;
         let width = B.min(n_keys - start);
         let block_values = &values[start * HD..(start + width) * HD];
@@ -253,7 +280,8 @@ fn key_loop<const HD: usize, const B: usize, const L: Level>(
             let mut s = scores::<HD, B, L>(&q[r0..r0 + ROWS], kt);
             for (i, s) in s.iter_mut().enumerate() {
                 let r = r0 + i;
-                let seen = width.min(limit[r].saturating_sub(start));
+                let end = width.min(limit[r].saturating_sub(start));
+                let seen = first[r].saturating_sub(start).min(end)..end;
                 softmax_step::<HD, B, L>(s, seen, &mut acc.max[r], &mut acc.sum[r], &mut acc.o[r]);
             }
             accumulate_values::<HD, B, L>(&s, block_values, &mut acc.o[r0..r0 + ROWS]);
@@ -281,24 +309,25 @@ fn scores<const HD: usize, const B: usize, const L: Level>(q: &[[f32; HD]], kt: 
     s
 }
 
-/// Online-softmax update of one row for one key block whose first `seen` keys it may see:
+/// Online-softmax update of one row for one key block whose keys `seen` it may see:
 /// turns `s` into the block's weights `e^(s − max)` (0 for unseen keys) and rescales the
 /// row's running sums to the new maximum. Branch-free over the block so it vectorizes.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)]
 fn softmax_step<const HD: usize, const B: usize, const L: Level>(
     s: &mut [f32; B],
-    seen: usize,
+    seen: std::ops::Range<usize>,
     row_max: &mut f32,
     sum: &mut [f32; LANES],
     o: &mut [f32; HD],
 ) {
-    if seen == 0 {
+    if seen.is_empty() {
         s.fill(0.0);
         return;
     }
-    // Only the blocks at a unit's causal edge are partly seen.
-    s[seen..].fill(f32::NEG_INFINITY);
+    // Only the blocks at a unit's causal edge, or at a window's start, are partly seen.
+    s[..seen.start].fill(f32::NEG_INFINITY);
+    s[seen.end..].fill(f32::NEG_INFINITY);
     let new_max = max(*row_max, lanes(s, f32::NEG_INFINITY, max));
     for s in s.iter_mut() {
         *s = exp::<L>(*s - new_max);
