@@ -100,14 +100,10 @@ impl Model {
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
             let [gate, up]: [Tensor; 2] =
                 Linear::forward_many(&[&layer.w_gate, &layer.w_up], &h)?.try_into().expect("two layers, two outputs");
-            let gate = match self.activation {
-                Activation::Silu => candle_nn::ops::silu(&gate)?,
-                Activation::Gelu => self.gelu(&gate)?,
-            };
-            let mlp = layer.w_down.forward(&(gate * up)?)?;
+            let mlp = layer.w_down.forward(&self.gated_product(&gate, &up, self.activation)?)?;
             x = (x + norm(&mlp, &layer.post_ffn_norm)?)?;
             if let (Some(input), Some(inputs)) = (&layer.input, &inputs) {
-                let gated = (self.gelu(&input.gate.forward(&x)?)? * inputs.get(i)?)?;
+                let gated = self.gated_product(&input.gate.forward(&x)?, &inputs.get(i)?, Activation::Gelu)?;
                 x = (&x + candle_nn::ops::rms_norm(&input.projection.forward(&gated)?, &input.norm, eps)?)?;
             }
             if let Some(scale) = &layer.out_scale {
@@ -118,16 +114,28 @@ impl Model {
         Ok(candle_nn::ops::rms_norm(&x, &self.output_norm, self.config.rms_eps)?)
     }
 
-    /// GELU (tanh form): our vectorized kernel where our CPU kernels run, candle's
-    /// elsewhere.
-    fn gelu(&self, x: &Tensor) -> Result<Tensor> {
+    /// `activation(gate) · up`: our vectorized kernel in one pass where our CPU kernels
+    /// run, candle's ops elsewhere.
+    fn gated_product(&self, gate: &Tensor, up: &Tensor, activation: Activation) -> Result<Tensor> {
+        use crate::engine::cpu::activation::{gated_product, Gate};
+        let f32_cpu = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
         match self.kernels.isa() {
-            Some(isa) if x.device().is_cpu() && x.dtype() == DType::F32 => {
-                let mut values = x.flatten_all()?.to_vec1::<f32>()?;
-                crate::engine::cpu::activation::gelu_tanh(&mut values, isa);
-                Ok(Tensor::from_vec(values, x.shape(), x.device())?)
+            Some(isa) if f32_cpu(gate) && f32_cpu(up) && gate.shape() == up.shape() => {
+                let mut values = gate.flatten_all()?.to_vec1::<f32>()?;
+                let act = match activation {
+                    Activation::Silu => Gate::Silu,
+                    Activation::Gelu => Gate::GeluTanh,
+                };
+                gated_product(&mut values, &up.flatten_all()?.to_vec1::<f32>()?, act, isa);
+                Ok(Tensor::from_vec(values, gate.shape(), gate.device())?)
             }
-            _ => Ok(x.gelu()?),
+            _ => {
+                let gate = match activation {
+                    Activation::Silu => candle_nn::ops::silu(gate)?,
+                    Activation::Gelu => gate.gelu()?,
+                };
+                Ok((gate * up)?)
+            }
         }
     }
 
