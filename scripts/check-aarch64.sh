@@ -108,8 +108,11 @@ fi
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -f "$model" ] || { echo "FAILED: $model is missing (scripts/fetch-model.sh)"; exit 1; }
 # A prompt whose greedy reply is the same with every x86-64 kernel set (fast, avx2,
-# portable, candle): no near tie that a different summation order could tip.
-prompt="List the planets of the solar system."
+# portable, candle): no near tie that a different summation order could tip. (Until
+# 2026-12-03 it was "List the planets of the solar system.", whose "1. Mercury" against
+# "1. Earth" became such a tie when SiLU moved to our own vectorized exponential: the
+# portable kernels on both architectures tipped one way, AVX2 and AVX-512 the other.)
+prompt="Name three primary colors."
 reply_args=(chat --model "$model" --temperature 0 --max-tokens 16 --threads 2)
 
 echo "==> greedy reply: aarch64 under qemu against x86-64"

@@ -3,7 +3,9 @@
 //! prefill) and its SiLU libm's `expf`; each product is then a second pass into a new
 //! buffer.
 
-use super::attention::{exp, level, Level, AVX2, AVX512, PORTABLE};
+use super::attention::{exp, level, Level, PORTABLE};
+#[cfg(target_arch = "x86_64")]
+use super::attention::{AVX2, AVX512};
 use super::kernels::Isa;
 
 /// The activation of a gated FFN's gate.

@@ -186,9 +186,11 @@ unsafe fn f16_decode_rows_avx2(w: &[u8], k: usize, rows: std::ops::Range<usize>,
 }
 
 /// Weight rows per AVX-512 dot-product call.
+#[cfg(target_arch = "x86_64")]
 const ROWS_512: usize = 4;
 /// Activation rows per AVX-512 call: with [`ROWS_512`], 24 accumulators, 6 activation
 /// registers and one weight register of the 32.
+#[cfg(target_arch = "x86_64")]
 const ACTS_512: usize = 6;
 
 /// Prefill of F16 and F32 weights with AVX-512, llama.cpp's tinyBLAS tile: [`ROWS_512`]
