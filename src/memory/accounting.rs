@@ -52,11 +52,10 @@ pub fn predicted_footprint(weights_bytes: u64, kv_bytes_per_token: u64, budget: 
 /// How a prefill chunk's attention runs, which decides its largest buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrefillAttention {
-    /// pocketchat's fused kernel (`engine::cpu::attention`): no score matrix is built.
-    /// With a `window`, the score matrices of candle's ops over the window and the chunk
-    /// are still counted, as when the sliding-window layers took those ops: an
-    /// over-estimate now, left until the fused kernel's own scratch (the layer's keys as
-    /// f32, uncounted for every model) is counted in their place.
+    /// pocketchat's fused kernel (`engine::cpu::attention`), sliding-window layers
+    /// included: no score matrix is built, but a layer's cached keys, and values of an
+    /// f16 or q8_0 cache, are laid out as f32 once per layer (`window` does not change
+    /// that: the global layers hold every position).
     Fused { window: Option<usize> },
     /// candle's ops on every layer (`--kernel candle`, Metal, head sizes the fused
     /// kernel does not take): score matrices over the whole context. With sliding-window
@@ -79,16 +78,17 @@ pub struct PrefillShape {
 /// Activations of one prefill chunk of `chunk` tokens at a full context of `budget`, in
 /// f32: one layer's per-token rows (the residual, norms, q/k/v, attention output: ~8
 /// rows of the wider of `width` and `heads · head_dim`; gate, up and their product: ~4
-/// rows of `ffn`), plus, where candle's ops compute the attention over `L` positions,
-/// two score matrices alive at once, the additive mask of the query rows of one K/V head
-/// (`group = heads / kv_heads`) and the cached K and V as f32:
+/// rows of `ffn`), plus the cached K and V as f32 over the `budget`, and, where candle's
+/// ops compute the attention, two score matrices alive at once and the additive mask of
+/// the query rows of one K/V head (`group = heads / kv_heads`):
 ///
 /// ```text
 /// chunk · (8 · max(width, heads · head_dim) + 4 · ffn) · 4 B
-///   + (2 · heads · chunk · L + group · chunk · L + 2 · kv_heads · L · head_dim) · 4 B
-/// L = budget (Materialized), window + chunk (Fused with a window), 0 (Fused)
+///   + 2 · kv_heads · budget · head_dim · 4 B
+///   + (2 · heads · chunk · budget + group · chunk · budget) · 4 B (Materialized)
 ///   + group · chunk · (window + chunk) · 4 B (Materialized with a window: its own mask)
-/// Gemma 3 270M, 256-token chunks, 8,192 tokens: 16.8 + 67.1 + 33.6 + 16.8 = 134.2 MB
+/// Gemma 3 270M, 256-token chunks, 8,192 tokens: 16.8 + 16.8 (Fused)
+///   + 67.1 + 33.6 (Materialized) = 134.2 MB
 /// ```
 ///
 /// Linear in `budget`, so the fit check can take a fixed part and a per-token part.
@@ -98,24 +98,21 @@ pub fn prefill_scratch_bytes(chunk: usize, shape: &PrefillShape, budget: usize) 
     let row = (shape.width as u64).max(heads.saturating_mul(head_dim));
     let activations =
         chunk.saturating_mul(8u64.saturating_mul(row).saturating_add(4u64.saturating_mul(shape.ffn as u64)));
-    let span = match shape.attention {
-        PrefillAttention::Fused { window: None } => 0,
-        PrefillAttention::Fused { window: Some(w) } => (w as u64).saturating_add(chunk),
-        PrefillAttention::Materialized { .. } => budget,
-    };
     let group = (heads / kv_heads).max(1);
-    let per_position = 2u64
-        .saturating_mul(heads)
-        .saturating_add(group)
-        .saturating_mul(chunk)
-        .saturating_add(2u64.saturating_mul(kv_heads).saturating_mul(head_dim));
+    let kv_f32 = 2u64.saturating_mul(kv_heads).saturating_mul(head_dim);
+    let per_position = match shape.attention {
+        PrefillAttention::Fused { .. } => kv_f32,
+        PrefillAttention::Materialized { .. } => {
+            2u64.saturating_mul(heads).saturating_add(group).saturating_mul(chunk).saturating_add(kv_f32)
+        }
+    };
     let window_mask = match shape.attention {
         PrefillAttention::Materialized { window: Some(w) } => {
             group.saturating_mul(chunk).saturating_mul((w as u64).saturating_add(chunk))
         }
         _ => 0,
     };
-    activations.saturating_add(span.saturating_mul(per_position)).saturating_add(window_mask).saturating_mul(4)
+    activations.saturating_add(budget.saturating_mul(per_position)).saturating_add(window_mask).saturating_mul(4)
 }
 
 /// The token budget for this turn: the tier's budget, lowered when the live headroom
@@ -192,11 +189,14 @@ mod tests {
     }
 
     #[test]
-    fn the_fused_kernel_needs_no_score_matrix() {
-        let fused = smollm2(PrefillAttention::Fused { window: None });
+    fn the_fused_kernel_needs_no_score_matrix_only_the_cache_as_f32() {
         let activations = 256 * (8 * 576 + 4 * 1536) * 4;
-        assert_eq!(prefill_scratch_bytes(256, &fused, 4096), activations);
-        assert_eq!(prefill_scratch_bytes(256, &fused, 0), activations);
+        let kv_f32 = 2 * 3 * 64 * 4;
+        for window in [None, Some(512)] {
+            let fused = smollm2(PrefillAttention::Fused { window });
+            assert_eq!(prefill_scratch_bytes(256, &fused, 4096), activations + 4096 * kv_f32);
+            assert_eq!(prefill_scratch_bytes(256, &fused, 0), activations);
+        }
     }
 
     #[test]
@@ -205,9 +205,6 @@ mod tests {
         let activations = 256 * (8 * 576 + 4 * 1536) * 4;
         let per_position = (2 * 9 * 256 + 3 * 256 + 2 * 3 * 64) * 4;
         assert_eq!(prefill_scratch_bytes(256, &candle, 4096), activations + 4096 * per_position);
-        // A sliding window bounds what candle's ops see, whatever the budget.
-        let windowed = smollm2(PrefillAttention::Fused { window: Some(512) });
-        assert_eq!(prefill_scratch_bytes(256, &windowed, 8192), activations + (512 + 256) * per_position);
     }
 
     #[test]

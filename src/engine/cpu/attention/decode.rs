@@ -48,6 +48,7 @@ pub(crate) fn decode_attention(q: &[f32], k: Kv, v: Kv, d: Dims, out: &mut [f32]
         64 => decode::<64>(q, k, v, d, out, level),
         128 => decode::<128>(q, k, v, d, out, level),
         256 => decode::<256>(q, k, v, d, out, level),
+        512 => decode::<512>(q, k, v, d, out, level),
         other => unreachable!("head size {other} is checked by the caller"),
     }
 }

@@ -46,7 +46,7 @@ pub(crate) fn level(isa: Isa) -> Level {
 
 /// Whether the fused kernels take heads of this size.
 fn fused_head_dim(head_dim: usize) -> bool {
-    matches!(head_dim, 64 | 128 | 256)
+    matches!(head_dim, 64 | 128 | 256 | 512)
 }
 
 /// How a model's prefill attention runs with these kernels, for the memory accounting:
@@ -72,7 +72,7 @@ pub(crate) fn candle_fallbacks(kernels: Kernels, on_cpu: bool, head_dim: usize) 
     if !on_cpu || kernels.isa().is_none() || fused_head_dim(head_dim) {
         return Vec::new();
     }
-    vec![format!("attention (heads of {head_dim}; the fused kernels take 64, 128 and 256)")]
+    vec![format!("attention (heads of {head_dim}; the fused kernels take 64, 128, 256 and 512)")]
 }
 
 /// Attention of the `n` new tokens in `q` against the cache, on the CPU: `q` is
@@ -86,7 +86,7 @@ pub(crate) fn candle_fallbacks(kernels: Kernels, on_cpu: bool, head_dim: usize) 
 ///
 /// Same math as the candle path (`softmax(q kᵀ / √hd + causal mask) v`) in f32, summed in
 /// another order. `None` when anything is not as expected (not CPU, not contiguous, a
-/// head size other than 64, 128 or 256, …); the caller then takes the candle path. `isa` must
+/// head size other than 64, 128, 256 or 512, …); the caller then takes the candle path. `isa` must
 /// be one this CPU supports (from [`Isa::detect`], or [`Isa::Scalar`]).
 pub(crate) fn try_attention(
     q: &Tensor,
@@ -346,14 +346,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn candle_fallbacks_name_wide_heads() {
+    fn candle_fallbacks_name_other_head_sizes() {
         assert!(candle_fallbacks(Kernels::Fast, true, 64).is_empty());
-        assert!(candle_fallbacks(Kernels::Candle, true, 512).is_empty(), "candle chosen: no fallback");
-        assert!(candle_fallbacks(Kernels::Fast, false, 512).is_empty(), "a GPU: no fallback");
-        let gemma4_global = candle_fallbacks(Kernels::Portable, true, 512);
-        assert_eq!(gemma4_global.len(), 1);
-        assert!(gemma4_global[0].contains("heads of 512"), "{gemma4_global:?}");
+        assert!(candle_fallbacks(Kernels::Candle, true, 96).is_empty(), "candle chosen: no fallback");
+        assert!(candle_fallbacks(Kernels::Fast, false, 96).is_empty(), "a GPU: no fallback");
+        let odd = candle_fallbacks(Kernels::Portable, true, 96);
+        assert_eq!(odd.len(), 1);
+        assert!(odd[0].contains("heads of 96"), "{odd:?}");
         assert!(candle_fallbacks(Kernels::Fast, true, 256).is_empty(), "Gemma 3, sliding layers too");
+        assert!(candle_fallbacks(Kernels::Fast, true, 512).is_empty(), "Gemma 4's global layers");
     }
 
     /// The candle path of `engine::model` for one layer, head by head:
@@ -406,14 +407,14 @@ mod tests {
     #[test]
     fn matches_the_candle_path_at_every_level() {
         let dev = Device::Cpu;
-        // SmolLM2's shape (9 heads over 3 K/V heads of 64), a 128- and a 256-wide one; f32,
+        // SmolLM2's shape (9 heads over 3 K/V heads of 64), a 128-, 256- and 512-wide one; f32,
         // f16 and q8_0 caches (against the candle path over the cache's values as f32); one
         // new token (decode: one chunk, a partial chunk, several chunks merged
         // across the pool) and several (prefill: token counts that do and do not fill whole
         // units, caches that do and do not fill whole key blocks).
         let cases =
             [(0, 1), (6, 1), (199, 1), (255, 1), (256, 1), (1099, 1), (0, 2), (0, 37), (5, 8), (250, 70), (1000, 100)];
-        for (n_heads, n_kv, hd) in [(9, 3, 64), (4, 2, 128), (4, 1, 256)] {
+        for (n_heads, n_kv, hd) in [(9, 3, 64), (4, 2, 128), (4, 1, 256), (2, 1, 512)] {
             let capacity = 1100;
             for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0] {
                 let k = dtype.store(&Tensor::randn(0f32, 1.0, (1, n_kv, capacity, hd), &dev).unwrap()).unwrap();

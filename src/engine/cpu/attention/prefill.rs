@@ -43,7 +43,7 @@ const BLOCK_KEYS_AVX512: usize = 64;
 const BLOCK_KEYS: usize = 16;
 
 /// `q`: `(n_heads, n, hd)`; `k`, `v`: `(n_kv_heads, capacity, hd)`; `out`: `(n, n_heads · hd)`.
-/// `head_dim` must be 64, 128 or 256.
+/// `head_dim` must be 64, 128, 256 or 512.
 pub(crate) fn prefill_attention(q: &[f32], k: Kv, v: Kv, d: Dims, out: &mut [f32], level: Level) {
     assert!(d.n_kv_heads > 0 && d.n_heads.is_multiple_of(d.n_kv_heads), "heads must split into kv groups");
     assert!(d.n > 0 && d.pos + d.n <= d.capacity, "new tokens must fit the cache");
@@ -152,6 +152,7 @@ fn attend<const B: usize, const L: Level>(q: &[f32], kt: &[f32], v: &[f32], v_st
             64 => unit_at::<64, B, L>(q, kt, &v[kv * v_stride * 64..], d, kv, tokens, out_ptr),
             128 => unit_at::<128, B, L>(q, kt, &v[kv * v_stride * 128..], d, kv, tokens, out_ptr),
             256 => unit_at::<256, B, L>(q, kt, &v[kv * v_stride * 256..], d, kv, tokens, out_ptr),
+            512 => unit_at::<512, B, L>(q, kt, &v[kv * v_stride * 512..], d, kv, tokens, out_ptr),
             other => unreachable!("head size {other} is checked by the caller"),
         }
     });
