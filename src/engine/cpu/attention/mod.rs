@@ -603,4 +603,55 @@ mod tests {
             }
         }
     }
+
+    /// Not a check: `cargo test --release --no-default-features --lib wide_head_attention_speed
+    /// -- --ignored --nocapture` prints a global layer with heads of 512 (Gemma 4's: 8 query
+    /// heads over one K/V head, f16 cache), and one of 256 (Gemma 3 1B's: 4 over one), at
+    /// turn 10 of the 128 + 128 bench, on the fused
+    /// kernels and on candle's ops as `engine::model` runs them (the group's queries stacked,
+    /// one matmul for the scores, the mask added, softmax, one matmul for the values).
+    #[test]
+    #[ignore = "measurement only: prints timings, asserts none; run with --ignored --nocapture"]
+    fn wide_head_attention_speed() {
+        let dev = Device::Cpu;
+        for (n_heads, hd, pos, n, reps) in [(4, 256, 2432, 128, 1), (8, 512, 2432, 128, 1), (8, 512, 2559, 1, 20)] {
+            let len = pos + n;
+            let q = Tensor::randn(0f32, 1.0, (1, n_heads, n, hd), &dev).unwrap();
+            let k = KvDtype::F16.store(&Tensor::randn(0f32, 1.0, (1, 1, len, hd), &dev).unwrap()).unwrap();
+            let v = KvDtype::F16.store(&Tensor::randn(0f32, 1.0, (1, 1, len, hd), &dev).unwrap()).unwrap();
+            let mask: Vec<f32> =
+                (0..n).flat_map(|i| (0..len).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 })).collect();
+            let mask = Tensor::from_vec(mask, (n, len), &dev).unwrap().repeat((n_heads, 1)).unwrap();
+            let candle = || {
+                let (k, v) = (
+                    k.to_dtype(DType::F32).unwrap().squeeze(0).unwrap(),
+                    v.to_dtype(DType::F32).unwrap().squeeze(0).unwrap(),
+                );
+                let q = q.reshape((1, n_heads * n, hd)).unwrap();
+                let scores = q.matmul(&k.t().unwrap()).unwrap();
+                let s = (scores * (1.0 / (hd as f64).sqrt())).unwrap().broadcast_add(&mask).unwrap();
+                candle_nn::ops::softmax_last_dim(&s).unwrap().matmul(&v).unwrap()
+            };
+            let fused = || try_attention(&q, &k, &v, pos, 0, None, Isa::detect()).unwrap();
+            let best = |f: &dyn Fn() -> Tensor| {
+                (0..5)
+                    .map(|_| {
+                        let t = std::time::Instant::now();
+                        for _ in 0..reps {
+                            f();
+                        }
+                        t.elapsed().as_secs_f64() / reps as f64
+                    })
+                    .fold(f64::INFINITY, f64::min)
+            };
+            let (a, b) = (best(&fused), best(&|| candle()));
+            let what = if n == 1 { "decode" } else { "prefill" };
+            println!(
+                "{what} of {n} after {pos}, {n_heads} heads of {hd}: fused {:.2} ms, candle's ops {:.2} ms ({:.1}x)",
+                a * 1e3,
+                b * 1e3,
+                b / a
+            );
+        }
+    }
 }
