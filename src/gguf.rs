@@ -85,8 +85,7 @@ pub fn read(reader: &mut BufReader<File>) -> Result<Content, GgufError> {
     if let Some((tensor, type_id)) = scan.unsupported {
         return Err(GgufError::UnsupportedType { tensor, type_id });
     }
-    let at = reader.stream_position()?;
-    let mut reader = Positioned { inner: reader, at };
+    let mut reader = Positioned { inner: reader, at: start };
     let content = match catch_unwind(AssertUnwindSafe(|| Content::read(&mut reader))) {
         Ok(read) => read.map_err(|e| GgufError::Unreadable(e.to_string()))?,
         Err(panic) => {
@@ -308,8 +307,10 @@ impl Walk<'_> {
     }
 
     fn skip_value(&mut self, ty: u32, depth: usize) -> Result<(), GgufError> {
+        if let Some(size) = fixed_size(ty) {
+            return self.skip(size);
+        }
         match ty {
-            _ if fixed_size(ty).is_some() => self.skip(fixed_size(ty).expect("fixed")),
             8 => {
                 let n = self.len()?;
                 self.skip(n)

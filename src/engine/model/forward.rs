@@ -220,9 +220,6 @@ impl Model {
             };
             Ok(layer.wo.forward(&out)?)
         };
-        // The first position a sliding-window layer's queries can see.
-        let first = layer.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        let windowed = layer.window.is_some_and(|w| pos + n > w);
         if let Some(isa) = self.kernels.isa() {
             // On the CPU: plain-Rust kernels instead of a dozen candle ops
             // (sums in another order than candle's gemm, so not with candle's kernels).
@@ -241,6 +238,9 @@ impl Model {
                 return output(out);
             }
         }
+        // candle's ops. The first position a sliding-window layer's queries can see:
+        let first = layer.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let windowed = layer.window.is_some_and(|w| pos + n > w);
         if n > 1 && mask.get().is_none() {
             let window = layer.window.filter(|_| windowed);
             let _ = mask.set(attention_mask(n, pos, first, window, self.group(), &self.device)?);

@@ -607,9 +607,9 @@ mod tests {
     /// Not a check: `cargo test --release --no-default-features --lib wide_head_attention_speed
     /// -- --ignored --nocapture` prints a global layer with heads of 512 (Gemma 4's: 8 query
     /// heads over one K/V head, f16 cache), and one of 256 (Gemma 3 1B's: 4 over one), at
-    /// turn 10 of the 128 + 128 bench, on the fused
-    /// kernels and on candle's ops as `engine::model` runs them (the group's queries stacked,
-    /// one matmul for the scores, the mask added, softmax, one matmul for the values).
+    /// turn 10 of the 128 + 128 bench, on the fused kernels and on candle's ops as
+    /// `engine::model` runs them (the group's queries stacked, one matmul for the scores,
+    /// the mask added, softmax, one matmul for the values).
     #[test]
     #[ignore = "measurement only: prints timings, asserts none; run with --ignored --nocapture"]
     fn wide_head_attention_speed() {
