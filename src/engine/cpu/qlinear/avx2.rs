@@ -20,7 +20,8 @@
 #![allow(clippy::missing_safety_doc)]
 
 use super::blocks::{
-    drive, ActScale, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel, QK, QK_K,
+    drive, unpacked_rows, ActScale, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel,
+    Unpack, QK, QK_K,
 };
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
@@ -88,6 +89,19 @@ unsafe fn hsum(x: __m256) -> f32 {
     let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     let r = _mm_add_ss(r, _mm_movehdup_ps(r));
     _mm_cvtss_f32(r)
+}
+
+/// The horizontal sums of a tile's accumulators. (Loops, not `map`: a closure is compiled
+/// without the caller's AVX2, and the reduction would not be inlined.)
+#[inline(always)]
+unsafe fn sums<const R: usize, const C: usize>(acc: [[__m256; C]; R]) -> [[f32; C]; R] {
+    let mut out = [[0f32; C]; R];
+    for r in 0..R {
+        for c in 0..C {
+            out[r][c] = hsum(acc[r][c]);
+        }
+    }
+    out
 }
 
 /// `(d, m)` (or `(d, first byte pair)`) of a block as `[d, m, 0, 0]` in f32.
@@ -265,14 +279,147 @@ impl<W: SignedBlock, D: DotU8I8> TileKernel for Signed<W, D> {
                 }
             }
         }
-        let mut out = [[0f32; C]; R];
-        for r in 0..R {
-            for c in 0..C {
-                out[r][c] = hsum(acc[r][c]);
+        sums(acc)
+    }
+}
+
+/// The scales `d` of the eight signed blocks at `blk` (Q8_0, Q4_0, Q5_0), as f32.
+#[inline(always)]
+pub(super) unsafe fn signed_block_scales<B>(blk: *const B) -> __m256 {
+    let mut d = [0u16; 8];
+    for (j, d) in d.iter_mut().enumerate() {
+        // every signed block starts with its f16 scale
+        *d = std::ptr::read_unaligned(blk.add(j) as *const u16);
+    }
+    _mm256_cvtph_ps(_mm_loadu_si128(d.as_ptr() as *const __m128i))
+}
+
+/// Eight signed blocks (Q8_0, Q4_0, Q5_0: 256 values) unpacked for
+/// [`SignedInterleaved`]: register `k` (0..8) holds values `4k..4k + 4` of each block, so
+/// lane `l` is block `l` in all eight, as in [`super::blocks::interleave_blocks`]; and lane `l`'s
+/// scale `d` as f32. Unpacked once per work unit ([`unpacked_rows`]).
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+pub(super) struct UnpackedSigned8 {
+    q: [[i32; 8]; 8],
+    scales: [f32; 8],
+}
+
+/// Eight Q8_0, Q4_0 or Q5_0 blocks as one [`UnpackedSigned8`].
+pub(super) struct UnpackSigned8<W>(PhantomData<W>);
+
+impl<W: SignedBlock> Unpack for UnpackSigned8<W> {
+    type Src = W::Block;
+    type Out = UnpackedSigned8;
+    const PER: usize = 8;
+
+    #[inline(always)]
+    unsafe fn unpack(blk: *const W::Block, out: &mut UnpackedSigned8) {
+        let mut natural = [[0i32; 8]; 8];
+        for (j, block) in natural.iter_mut().enumerate() {
+            _mm256_storeu_si256(block.as_mut_ptr() as *mut __m256i, W::quants(blk.add(j)));
+        }
+        for (k, register) in out.q.iter_mut().enumerate() {
+            for (l, lane) in register.iter_mut().enumerate() {
+                *lane = natural[l][k];
             }
         }
-        out
+        _mm256_store_ps(out.scales.as_mut_ptr(), signed_block_scales(blk));
     }
+}
+
+/// Signed weights against activations in the order of [`super::blocks::interleave_blocks`]
+/// (prefill of rows of whole 256-value groups): the eight products of a lane belong to one
+/// block, so they are summed in integers and converted and scaled once per 256 values,
+/// where [`Signed`] converts and scales every 32:
+///
+/// ```text
+///   isum += dot(|w_k|, a_k · sign(w_k))          k = 0..8, 8 × i32: lane l block l
+///   acc  += f32(isum) · [d_w l · d_a l]_l
+/// ```
+pub(super) struct SignedInterleaved<D>(PhantomData<D>);
+
+impl<D: DotU8I8> TileKernel for SignedInterleaved<D> {
+    type Block = UnpackedSigned8;
+    const BLOCKS_PER: usize = QK_K / QK;
+
+    #[inline(always)]
+    unsafe fn tile<const R: usize, const C: usize>(
+        w: [*const UnpackedSigned8; R],
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        nb: usize,
+    ) -> [[f32; C]; R] {
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        // the `d_a` of `q4k_act_scales`' lane order back in block order
+        let block_order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+        for g in 0..nb / Self::BLOCKS_PER {
+            let blk: [&UnpackedSigned8; R] = std::array::from_fn(|r| &*w[r].add(g));
+            let mut isum = [[_mm256_setzero_si256(); C]; R];
+            for k in 0..QK_K / QK {
+                let mut qx = [_mm256_setzero_si256(); R];
+                let mut ax = [_mm256_setzero_si256(); R];
+                for r in 0..R {
+                    qx[r] = _mm256_load_si256(blk[r].q[k].as_ptr() as *const __m256i);
+                    ax[r] = _mm256_sign_epi8(qx[r], qx[r]);
+                }
+                for c in 0..C {
+                    let a = _mm256_loadu_si256(qs[c].add(g * QK_K + QK * k) as *const __m256i);
+                    for r in 0..R {
+                        // |x| * (y * sign(x)) == x * y
+                        isum[r][c] = _mm256_add_epi32(isum[r][c], D::dot(ax[r], _mm256_sign_epi8(a, qx[r])));
+                    }
+                }
+            }
+            for c in 0..C {
+                let (da, _) = q4k_act_scales(ds[c].add(g * Self::BLOCKS_PER));
+                let da = _mm256_permutevar8x32_ps(da, block_order);
+                for r in 0..R {
+                    let scale = _mm256_mul_ps(_mm256_load_ps(blk[r].scales.as_ptr()), da);
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][c]), scale, acc[r][c]);
+                }
+            }
+        }
+        sums(acc)
+    }
+}
+
+thread_local! {
+    /// This thread's unpacked weight rows of [`signed_interleaved_rows`].
+    static UNPACKED_SIGNED8: std::cell::RefCell<Vec<UnpackedSigned8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Prefill of Q8_0, Q4_0 or Q5_0 rows of whole 256-value groups on the interleaved
+/// activations ([`SignedInterleaved`]), AVX2.
+///
+/// # Safety
+/// As [`drive`]; `nb` is a multiple of 8; the CPU has AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn signed_interleaved_rows<W: SignedBlock>(
+    w: *const W::Block,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    unpacked_rows::<SignedInterleaved<Madd>, UnpackSigned8<W>>(&UNPACKED_SIGNED8, w, nb, rows, acts, dst, ldd)
+}
+
+/// [`signed_interleaved_rows`] with AVX-VNNI.
+///
+/// # Safety
+/// As [`drive`]; `nb` is a multiple of 8; the CPU has AVX2, FMA, F16C and AVX-VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(super) unsafe fn signed_interleaved_rows_vnni<W: SignedBlock>(
+    w: *const W::Block,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    unpacked_rows::<SignedInterleaved<Vnni>, UnpackSigned8<W>>(&UNPACKED_SIGNED8, w, nb, rows, acts, dst, ldd)
 }
 
 /// Q6_K tiles against activations with one scale per super-block. Per 32-value block, for
@@ -349,13 +496,7 @@ impl<D: ScaledDot> TileKernel for Q6K<D> {
                 }
             }
         }
-        let mut out = [[0f32; C]; R];
-        for r in 0..R {
-            for c in 0..C {
-                out[r][c] = hsum(acc[r][c]);
-            }
-        }
-        out
+        sums(acc)
     }
 }
 

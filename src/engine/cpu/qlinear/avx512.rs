@@ -27,9 +27,10 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::avx2::{prefetch_lead, q4k_scales_mins, SignedBlock};
+use super::avx2::{prefetch_lead, q4k_scales_mins, signed_block_scales, SignedBlock};
 use super::blocks::{
-    drive, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel, QK, QK_K,
+    drive, unpacked_rows, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel, Unpack, QK,
+    QK_K,
 };
 use std::arch::x86_64::*;
 
@@ -81,6 +82,12 @@ unsafe fn pair_tile<K: PairStep, const R: usize, const C: usize>(
         K::step::<R, C, false>(&mut acc, &w, &qs, &ds, b, lead);
     }
     sums(acc)
+}
+
+thread_local! {
+    /// This thread's unpacked weight rows of [`unpacked_rows`], one per block type.
+    static UNPACKED_Q4K: std::cell::RefCell<Vec<UnpackedQ4K>> = const { std::cell::RefCell::new(Vec::new()) };
+    static UNPACKED_SIGNED: std::cell::RefCell<Vec<UnpackedSigned>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 struct Q4_1;
@@ -265,14 +272,17 @@ tile_entry!(avx512, q4k_rows, Q4K, BlockQ4K);
 /// (`Acts::interleaved`, prefill only): register `k` (0..4) of a super-block holds values
 /// `4k..4k + 4` of each of its sixteen 16-value halves of sub-blocks, so every register's
 /// lanes `2j, 2j + 1` belong to 32-value sub-block `j`. The weights are put in the same
-/// order when unpacked (one two-register permute per register). The scale of a lane is then
-/// the same in all four registers, so a super-block's products stay in integers. Per
-/// super-block, weight row and activation row:
+/// order when a work unit's rows are unpacked ([`UnpackedQ4K`], once per prefill rather
+/// than once per tile of activation rows). The scale of a lane is then the same in all
+/// four registers, so a super-block's products stay in integers, and two activation rows
+/// share one accumulator ([`fold_pair`]). Per super-block, weight row and pair of
+/// activation rows `c`, `c'`:
 ///
 /// ```text
-///   dot   = Σ_k vpdpbusd(nibbles_k, activation bytes_k)      16 × i32, lanes 2j, 2j+1: sub-block j
-///   acc  += f32(dot) · [d·sc_j]_lanes · d_a                  (one d_a per super-block)
-///   acc  -= [0, dmin·m_j]_lanes · [d_a, s_a]_j               odd lanes: the offsets
+///   dot_c = Σ_k vpdpbusd(q_k, activation bytes of c, k)      16 × i32, lanes 2j, 2j+1: sub-block j
+///   dot   = fold(dot_c, dot_c')                              lane 2j: c's sub-block j, 2j+1: c''s
+///   acc  += f32(dot) · [d·sc_j]_lanes · [d_a c, d_a c']       (one d_a per super-block and row)
+///   acc  -= [dmin·m_j]_lanes · [s_a c j, s_a c' j]           the offsets
 /// ```
 ///
 /// against the natural order's per group `vpdpbusd`, convert, scale spread and FMA.
@@ -317,65 +327,140 @@ unsafe fn dot_quarters(start: __m512i, q: &[__m512i; 4], a: *const i8) -> __m512
     dot
 }
 
-impl TileKernel for Q4KInterleaved {
-    type Block = BlockQ4K;
-    const BLOCKS_PER: usize = QK_K / QK;
-    const PREFILL_COLS: usize = 4;
+/// Two activation rows' super-block dots `d0`, `d1` (lanes `2j`, `2j + 1`: sub-block `j`)
+/// folded into one register: lane `2j` the sub-block's sum for the first row, `2j + 1` for
+/// the second. Four integer operations for half the float work after them and half the
+/// accumulators, so that a tile of two weight rows takes eight activation rows.
+#[inline(always)]
+unsafe fn fold_pair(d0: __m512i, d1: __m512i) -> __m512i {
+    let x = _mm512_mask_blend_epi32(0xAAAA, d0, d1);
+    let y = _mm512_mask_blend_epi32(0xAAAA, d1, d0);
+    _mm512_add_epi32(x, _mm512_shuffle_epi32::<_MM_PERM_CDAB>(y))
+}
+
+/// The activation side of a folded pair of rows (see [`fold_pair`]) from their
+/// super-block's `[d_a, s_a]_j` (`dsa1` `None`: one row, the odd lanes zero): `d_a` of the
+/// first row in the even lanes and the second's in the odd, and `s_a` of sub-block `j` of
+/// each likewise in lanes `2j`, `2j + 1`.
+#[inline(always)]
+unsafe fn pair_scales(dsa0: __m512, dsa1: Option<__m512>) -> (__m512, __m512) {
+    let swapped0 = _mm512_permute_ps::<0xB1>(dsa0);
+    match dsa1 {
+        Some(dsa1) => (
+            _mm512_mask_blend_ps(0xAAAA, dsa0, _mm512_permute_ps::<0xB1>(dsa1)),
+            _mm512_mask_blend_ps(0xAAAA, swapped0, dsa1),
+        ),
+        None => (_mm512_maskz_mov_ps(0x5555, dsa0), _mm512_maskz_mov_ps(0x5555, swapped0)),
+    }
+}
+
+/// A Q4_K super-block unpacked for [`Q4KInterleaved`]: its 256 quants one byte each in
+/// the interleaved order, and its `[d·sc_j, d·sc_j]_j` and `[dmin·m_j, dmin·m_j]_j` as f32.
+/// 384 bytes where the file's block takes 144, so a prefill unpacks only the 16 rows of
+/// its work unit at a time, into a scratch that stays in L1/L2 (at most 16 · 384 B per
+/// super-block of a row, 192 KiB per thread for rows of 8,192).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct UnpackedQ4K {
+    q: [[u8; 64]; 4],
+    scales: [f32; 16],
+    mins: [f32; 16],
+}
+
+impl Unpack for Q4KInterleaved {
+    type Src = BlockQ4K;
+    type Out = UnpackedQ4K;
+    const PER: usize = 1;
 
     #[inline(always)]
+    unsafe fn unpack(blk: *const BlockQ4K, out: &mut UnpackedQ4K) {
+        let lo = _mm512_loadu_si512((*blk).qs.as_ptr() as *const __m512i);
+        let hi = _mm512_loadu_si512((*blk).qs.as_ptr().add(64) as *const __m512i);
+        for (k, q) in out.q.iter_mut().enumerate() {
+            _mm512_store_si512(q.as_mut_ptr() as *mut __m512i, q4k_interleaved_quants(lo, hi, k as i32));
+        }
+        let sm = q4k_scales_mins(blk);
+        // [d, dmin]
+        let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(blk as *const i32)));
+        // [sc_0, sc_0, sc_1, sc_1, …] and [m_0, m_0, m_1, m_1, …]
+        let sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(sm, sm)));
+        let m_only = _mm_srli_si128::<8>(sm);
+        let m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(m_only, m_only)));
+        _mm512_store_ps(out.scales.as_mut_ptr(), _mm512_mul_ps(sc, _mm512_broadcastss_ps(dd)));
+        _mm512_store_ps(out.mins.as_mut_ptr(), _mm512_mul_ps(m, _mm512_broadcastss_ps(_mm_movehdup_ps(dd))));
+    }
+}
+
+impl TileKernel for Q4KInterleaved {
+    type Block = UnpackedQ4K;
+    const BLOCKS_PER: usize = QK_K / QK;
+    const PREFILL_COLS: usize = 8;
+
+    /// Activation rows go in pairs (`c`, `c + 1`) folded into one accumulator,
+    /// `acc[r][c]`: its even lanes are row `c`'s, its odd lanes row `c + 1`'s (an odd last
+    /// row alone in the even lanes).
+    #[inline(always)]
     unsafe fn tile<const R: usize, const C: usize>(
-        w: [*const BlockQ4K; R],
+        w: [*const UnpackedQ4K; R],
         qs: [*const i8; C],
         ds: [*const [f32; 2]; C],
         nb: usize,
     ) -> [[f32; C]; R] {
         let mut acc = [[_mm512_setzero_ps(); C]; R];
-        let lead = prefetch_lead(&w);
         for sb in 0..nb / Self::BLOCKS_PER {
-            let mut qx = [[_mm512_setzero_si512(); 4]; R];
-            let mut scales = [_mm512_setzero_ps(); R];
-            let mut mins = [_mm512_setzero_ps(); R];
-            for r in 0..R {
-                let blk = w[r].add(sb);
-                let p = (blk as *const i8).wrapping_add(lead);
-                _mm_prefetch::<_MM_HINT_T0>(p);
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128));
-                let lo = _mm512_loadu_si512((*blk).qs.as_ptr() as *const __m512i);
-                let hi = _mm512_loadu_si512((*blk).qs.as_ptr().add(64) as *const __m512i);
-                for (k, q) in qx[r].iter_mut().enumerate() {
-                    *q = q4k_interleaved_quants(lo, hi, k as i32);
-                }
-                let sm = q4k_scales_mins(blk);
-                // [d, dmin]
-                let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(blk as *const i32)));
-                // [sc_0, sc_0, sc_1, sc_1, …] and [0, m_0, 0, m_1, …]
-                let sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(sm, sm)));
-                let m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(
-                    _mm_setzero_si128(),
-                    _mm_srli_si128::<8>(sm),
-                )));
-                scales[r] = _mm512_mul_ps(sc, _mm512_broadcastss_ps(dd));
-                mins[r] = _mm512_mul_ps(m, _mm512_broadcastss_ps(_mm_movehdup_ps(dd)));
-            }
-            for c in 0..C {
-                let b = sb * Self::BLOCKS_PER;
-                // [d_a, s_a] of the eight sub-blocks; d_a is the same in all eight
-                let dsa = _mm512_loadu_ps(ds[c].add(b) as *const f32);
-                let da = _mm512_set1_ps((*ds[c].add(b))[0]);
-                let a = qs[c].add(b * QK);
+            let blk: [&UnpackedQ4K; R] = std::array::from_fn(|r| &*w[r].add(sb));
+            let qx: [[__m512i; 4]; R] = std::array::from_fn(|r| {
+                std::array::from_fn(|k| _mm512_load_si512(blk[r].q[k].as_ptr() as *const __m512i))
+            });
+            let b = sb * Self::BLOCKS_PER;
+            let mut c = 0;
+            while c < C {
+                let pair = c + 1 < C;
+                let dsa0 = _mm512_loadu_ps(ds[c].add(b) as *const f32);
+                let dsa1 = if pair { Some(_mm512_loadu_ps(ds[c + 1].add(b) as *const f32)) } else { None };
+                let (da, sa) = pair_scales(dsa0, dsa1);
+                let a0 = qs[c].add(b * QK);
                 for r in 0..R {
-                    let dot = dot_quarters(_mm512_setzero_si512(), &qx[r], a);
-                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(scales[r], da), acc[r][c]);
-                    acc[r][c] = _mm512_fnmadd_ps(mins[r], dsa, acc[r][c]);
+                    let d0 = dot_quarters(_mm512_setzero_si512(), &qx[r], a0);
+                    let d1 =
+                        if pair { dot_quarters(_mm512_setzero_si512(), &qx[r], qs[c + 1].add(b * QK)) } else { d0 };
+                    let dot = fold_pair(d0, d1);
+                    let scales = _mm512_load_ps(blk[r].scales.as_ptr());
+                    let mins = _mm512_load_ps(blk[r].mins.as_ptr());
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(scales, da), acc[r][c]);
+                    acc[r][c] = _mm512_fnmadd_ps(mins, sa, acc[r][c]);
                 }
+                c += 2;
             }
         }
-        sums(acc)
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            let mut c = 0;
+            while c < C {
+                out[r][c] = _mm512_mask_reduce_add_ps(0x5555, acc[r][c]);
+                if c + 1 < C {
+                    out[r][c + 1] = _mm512_mask_reduce_add_ps(0xAAAA, acc[r][c]);
+                }
+                c += 2;
+            }
+        }
+        out
     }
 }
 
-tile_entry!(avx512, q4k_interleaved_rows, Q4KInterleaved, BlockQ4K);
+/// # Safety
+/// As [`drive`]; the CPU has AVX-512 F/BW/VNNI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn q4k_interleaved_rows(
+    w: *const BlockQ4K,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    unpacked_rows::<Q4KInterleaved, Q4KInterleaved>(&UNPACKED_Q4K, w, nb, rows, acts, dst, ldd)
+}
 
 /// Signed-weight tiles (Q8_0, Q4_0, Q5_0) against Q8_0 activations, two blocks per
 /// register. `vpdpbusd` multiplies unsigned by signed bytes, so per weight row the quants
@@ -626,17 +711,23 @@ impl TileKernel for Q6K {
 
 tile_entry!(avx512, q6_k_rows, Q6K, BlockQ6K);
 
-/// Q6_K against activations in the sub-block-interleaved order (`Acts::interleaved`,
-/// prefill only), as [`Q4KInterleaved`]: lane `l` of each of a super-block's four
-/// registers belongs to 16-value sub-block `l`, whose scale is then lane `l` of the
-/// sixteen `scales` as they stand. With `q` in 0..=63, per super-block, weight row and
-/// activation row:
+/// Signed weights (Q6_K, and Q8_0 / Q4_0 / Q5_0 rows of whole 256-value groups) against
+/// activations in the sub-block-interleaved order (`Acts::interleaved`, prefill only), as
+/// [`Q4KInterleaved`]: lane `l` of each of a group's four registers belongs to 16-value
+/// sub-block `l`, so the four products of a lane share one scale and a group's products
+/// stay in integers. The weights are unpacked per work unit ([`UnpackedSigned`]), signed
+/// (Q6_K's `q - 32`), so the activations take the unsigned side of `vpdpbusd` (`a + 128`,
+/// shared by the weight rows) and the weights' correction starts each sum. Per 256
+/// values, weight row and activation row:
 ///
 /// ```text
-///   dot   = Σ_k vpdpbusd(q_k, a_k) - 32 · Σ_k vpdpbusd(1, a_k)     the second sum per activation row only
-///   acc  += f32(dot) · [d · sc_l]_l · d_a
+///   dot   = offset + Σ_k vpdpbusd(a_k + 128, q_k)        = Σ_k a_k q_k
+///   acc  += f32(dot) · [scale_l]_l · [d_a of block l / 2]_l
 /// ```
-struct Q6KInterleaved;
+///
+/// Against the natural order's one `vpdpbusd`, convert, multiply and FMA per 64 values
+/// of Q8_0, a convert, multiply and FMA per 256.
+struct SignedInterleaved;
 
 /// Register `k` of a Q6_K super-block's quants in the interleaved order: lane `l` holds
 /// values `16l + 4k .. + 4`, from 32-value block `b = l / 2` of [`BlockQ6K::sub_block`]'s
@@ -662,53 +753,135 @@ unsafe fn q6k_interleaved_quants(ql_lo: __m512i, ql_hi: __m512i, qh: __m512i, k:
     )
 }
 
-impl TileKernel for Q6KInterleaved {
-    type Block = BlockQ6K;
+/// 256 signed weights unpacked for [`SignedInterleaved`] (a Q6_K super-block, or eight
+/// Q8_0 / Q4_0 / Q5_0 blocks): the quants one byte each (-128..=127) in the interleaved
+/// order, so that lane `l` of each of the four registers holds values of 16-value
+/// sub-block `l`; each lane's scale (`d·sc_l` of Q6_K, `d` of the 32-value block `l / 2`
+/// otherwise) as f32; and per lane `-128 · Σ q` of its 16 values. 384 bytes, unpacked per
+/// work unit, as [`UnpackedQ4K`].
+///
+/// `vpdpbusd` multiplies unsigned by signed bytes, so the tile shifts the activations to
+/// unsigned (`a + 128`) and starts each lane's sum at `offset`:
+/// `Σ (a + 128) q - 128 Σ q = Σ a q`. The correction depends on the weights only, so it
+/// is computed here, once per work unit, not per activation row.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct UnpackedSigned {
+    q: [[i8; 64]; 4],
+    scales: [f32; 16],
+    offset: [i32; 16],
+}
+
+/// Stores the interleaved signed quants `q` with their lanes' correction (see
+/// [`UnpackedSigned`]).
+#[inline(always)]
+unsafe fn store_signed(q: [__m512i; 4], out: &mut UnpackedSigned) {
+    let mut sum = _mm512_setzero_si512();
+    for (k, q) in q.into_iter().enumerate() {
+        sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(1), q);
+        _mm512_store_si512(out.q[k].as_mut_ptr() as *mut __m512i, q);
+    }
+    _mm512_store_si512(
+        out.offset.as_mut_ptr() as *mut __m512i,
+        _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<7>(sum)),
+    );
+}
+
+/// Eight Q8_0, Q4_0 or Q5_0 blocks (256 values) as one [`UnpackedSigned`].
+struct UnpackSigned<W>(std::marker::PhantomData<W>);
+
+impl<W: SignedPair> Unpack for UnpackSigned<W> {
+    type Src = W::Block;
+    type Out = UnpackedSigned;
+    const PER: usize = 8;
+
+    #[inline(always)]
+    unsafe fn unpack(blk: *const W::Block, out: &mut UnpackedSigned) {
+        // pair p: blocks 2p (dwords 0-7) and 2p + 1 (dwords 8-15)
+        let mut pairs = [_mm512_setzero_si512(); 4];
+        for (p, pair) in pairs.iter_mut().enumerate() {
+            let low = _mm512_castsi256_si512(W::quants(blk.add(2 * p)));
+            *pair = _mm512_inserti64x4::<1>(low, W::quants(blk.add(2 * p + 1)));
+        }
+        // register k, lane l = 2j + h: dword 4h + k of block j, i.e. of pair j / 2 at
+        // 8 (j % 2) + 4h + k; lanes 0-7 (blocks 0-3) from pairs 0, 1, lanes 8-15 from 2, 3
+        let mut q = [_mm512_setzero_si512(); 4];
+        for (k, q) in q.iter_mut().enumerate() {
+            let mut at = [0i32; 16];
+            for (l, at) in at.iter_mut().enumerate() {
+                let (j, h) = ((l / 2) % 4, l % 2);
+                *at = (16 * (j / 2) + 8 * (j % 2) + 4 * h + k) as i32;
+            }
+            let at = _mm512_loadu_si512(at.as_ptr() as *const __m512i);
+            let low = _mm512_permutex2var_epi32(pairs[0], at, pairs[1]);
+            let high = _mm512_permutex2var_epi32(pairs[2], at, pairs[3]);
+            *q = _mm512_mask_blend_epi32(0xFF00, low, high);
+        }
+        store_signed(q, out);
+        let d = _mm512_castps256_ps512(signed_block_scales(blk));
+        let spread = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+        _mm512_store_ps(out.scales.as_mut_ptr(), _mm512_permutexvar_ps(spread, d));
+    }
+}
+
+/// A Q6_K super-block as an [`UnpackedSigned`], its quants less 32.
+struct UnpackQ6K;
+
+impl Unpack for UnpackQ6K {
+    type Src = BlockQ6K;
+    type Out = UnpackedSigned;
+    const PER: usize = 1;
+
+    #[inline(always)]
+    unsafe fn unpack(blk: *const BlockQ6K, out: &mut UnpackedSigned) {
+        let ql_lo = _mm512_loadu_si512((*blk).ql.as_ptr() as *const __m512i);
+        let ql_hi = _mm512_loadu_si512((*blk).ql.as_ptr().add(64) as *const __m512i);
+        let qh = _mm512_loadu_si512((*blk).qh.as_ptr() as *const __m512i);
+        let mut q = [_mm512_setzero_si512(); 4];
+        for (k, q) in q.iter_mut().enumerate() {
+            *q = _mm512_sub_epi8(q6k_interleaved_quants(ql_lo, ql_hi, qh, k as i32), _mm512_set1_epi8(32));
+        }
+        store_signed(q, out);
+        let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((*blk).scales.as_ptr() as *const __m128i)));
+        let d = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(&(*blk).d as *const _ as *const u16) as i32));
+        _mm512_store_ps(out.scales.as_mut_ptr(), _mm512_mul_ps(sc, _mm512_broadcastss_ps(d)));
+    }
+}
+
+impl TileKernel for SignedInterleaved {
+    type Block = UnpackedSigned;
     const BLOCKS_PER: usize = QK_K / QK;
     const PREFILL_COLS: usize = 8;
 
     #[inline(always)]
     unsafe fn tile<const R: usize, const C: usize>(
-        w: [*const BlockQ6K; R],
+        w: [*const UnpackedSigned; R],
         qs: [*const i8; C],
         ds: [*const [f32; 2]; C],
         nb: usize,
     ) -> [[f32; C]; R] {
         let mut acc = [[_mm512_setzero_ps(); C]; R];
-        let lead = prefetch_lead(&w);
         for sb in 0..nb / Self::BLOCKS_PER {
-            let mut qx = [[_mm512_setzero_si512(); 4]; R];
-            let mut scales = [_mm512_setzero_ps(); R];
-            for r in 0..R {
-                let blk = w[r].add(sb);
-                let p = (blk as *const i8).wrapping_add(lead);
-                _mm_prefetch::<_MM_HINT_T0>(p);
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128));
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(209));
-                let ql_lo = _mm512_loadu_si512((*blk).ql.as_ptr() as *const __m512i);
-                let ql_hi = _mm512_loadu_si512((*blk).ql.as_ptr().add(64) as *const __m512i);
-                let qh = _mm512_loadu_si512((*blk).qh.as_ptr() as *const __m512i);
-                for (k, q) in qx[r].iter_mut().enumerate() {
-                    *q = q6k_interleaved_quants(ql_lo, ql_hi, qh, k as i32);
-                }
-                let sc =
-                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((*blk).scales.as_ptr() as *const __m128i)));
-                let d = _mm_cvtph_ps(_mm_cvtsi32_si128(
-                    std::ptr::read_unaligned(&(*blk).d as *const _ as *const u16) as i32
-                ));
-                scales[r] = _mm512_mul_ps(sc, _mm512_broadcastss_ps(d));
-            }
+            let blk: [&UnpackedSigned; R] = std::array::from_fn(|r| &*w[r].add(sb));
+            let qx: [[__m512i; 4]; R] = std::array::from_fn(|r| {
+                std::array::from_fn(|k| _mm512_load_si512(blk[r].q[k].as_ptr() as *const __m512i))
+            });
             for c in 0..C {
                 let b = sb * Self::BLOCKS_PER;
                 let a = qs[c].add(b * QK);
-                // -32 · Σ a of each lane's four values, shared by the weight rows
-                let offset = dot_quarters(_mm512_setzero_si512(), &[_mm512_set1_epi8(32); 4], a);
-                let offset = _mm512_sub_epi32(_mm512_setzero_si512(), offset);
-                let da = _mm512_set1_ps((*ds[c].add(b))[0]);
+                // the activations as unsigned bytes, a + 128, shared by the weight rows
+                let au: [__m512i; 4] = std::array::from_fn(|k| {
+                    _mm512_xor_si512(_mm512_loadu_si512(a.add(64 * k) as *const __m512i), _mm512_set1_epi8(-128))
+                });
+                // lanes 2j, 2j + 1: d_a of block j
+                let da = _mm512_moveldup_ps(_mm512_loadu_ps(ds[c].add(b) as *const f32));
                 for r in 0..R {
-                    let dot = dot_quarters(offset, &qx[r], a);
-                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(scales[r], da), acc[r][c]);
+                    let mut dot = _mm512_load_si512(blk[r].offset.as_ptr() as *const __m512i);
+                    for k in 0..4 {
+                        dot = _mm512_dpbusd_epi32(dot, au[k], qx[r][k]);
+                    }
+                    let scales = _mm512_load_ps(blk[r].scales.as_ptr());
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(scales, da), acc[r][c]);
                 }
             }
         }
@@ -716,4 +889,33 @@ impl TileKernel for Q6KInterleaved {
     }
 }
 
-tile_entry!(avx512, q6_k_interleaved_rows, Q6KInterleaved, BlockQ6K);
+/// # Safety
+/// As [`drive`]; the CPU has AVX-512 F/BW/VNNI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn q6_k_interleaved_rows(
+    w: *const BlockQ6K,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    unpacked_rows::<SignedInterleaved, UnpackQ6K>(&UNPACKED_SIGNED, w, nb, rows, acts, dst, ldd)
+}
+
+/// Prefill of Q8_0, Q4_0 or Q5_0 rows whose length is a multiple of 256, on the
+/// interleaved activations: eight blocks at a time unpacked as one [`UnpackedSigned`].
+///
+/// # Safety
+/// As [`drive`]; `nb` is a multiple of 8; the CPU has AVX-512 F/BW/VNNI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn signed_interleaved_rows<W: SignedPair>(
+    w: *const W::Block,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    unpacked_rows::<SignedInterleaved, UnpackSigned<W>>(&UNPACKED_SIGNED, w, nb, rows, acts, dst, ldd)
+}

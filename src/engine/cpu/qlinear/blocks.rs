@@ -171,7 +171,9 @@ pub struct Acts<'a> {
     pub m: usize,
     pub nb: usize,
     /// Each 256-value super-block's quants in the sub-block-interleaved order of
-    /// [`interleave_super_blocks`] (for the AVX-512 Q4_K and Q6_K prefill kernels only).
+    /// [`interleave_super_blocks`] (for the AVX-512 prefill kernels only: Q4_K, Q6_K, and
+    /// Q8_0 / Q4_0 / Q5_0 rows of whole 256-value groups), or, for the AVX2 prefill of those
+    /// three, of [`interleave_blocks`].
     pub interleaved: bool,
 }
 
@@ -181,14 +183,29 @@ pub struct Acts<'a> {
 /// 4 × 16). A 512-bit register of a quarter then meets sub-block `l` in its 32-bit lane
 /// `l` (and a 32-value block `j` in lanes `2j, 2j + 1`), the same lane in all four.
 pub fn interleave_super_blocks(qs: &mut [i8]) {
-    for sb in qs.chunks_exact_mut(QK_K) {
+    transpose_pieces(qs, 16);
+}
+
+/// Reorders each 256 quants of `qs` (eight 32-value blocks) for the AVX2 prefill
+/// kernels: 32-byte register `k` holds values `4k..4k + 4` of each block, so its 32-bit
+/// lane `l` meets block `l`, the same lane in all eight (a transpose of the blocks' 4-byte
+/// pieces, 8 × 8).
+pub fn interleave_blocks(qs: &mut [i8]) {
+    transpose_pieces(qs, 8);
+}
+
+/// Each 256 quants of `qs` as registers of `lanes` 4-byte lanes: piece `k` of lane `l`
+/// (the natural order's piece `(64 / lanes) · l + k`) moves to lane `l` of register `k`.
+fn transpose_pieces(qs: &mut [i8], lanes: usize) {
+    let per_lane = QK_K / 4 / lanes;
+    for group in qs.chunks_exact_mut(QK_K) {
         let mut natural = [[0i8; 4]; QK_K / 4];
-        for (piece, bytes) in natural.iter_mut().zip(sb.chunks_exact(4)) {
+        for (piece, bytes) in natural.iter_mut().zip(group.chunks_exact(4)) {
             piece.copy_from_slice(bytes);
         }
-        for (at, bytes) in sb.chunks_exact_mut(4).enumerate() {
-            let (k, l) = (at / 16, at % 16);
-            bytes.copy_from_slice(&natural[4 * l + k]);
+        for (at, bytes) in group.chunks_exact_mut(4).enumerate() {
+            let (k, l) = (at / lanes, at % lanes);
+            bytes.copy_from_slice(&natural[per_lane * l + k]);
         }
     }
 }
@@ -231,6 +248,10 @@ pub trait TileKernel {
     ) -> [[f32; C]; R];
 }
 
+/// The 32-value blocks of a row a prefill tile takes at a time (2,048 values; a multiple of
+/// the K-quants' eight).
+pub const PREFILL_CHUNK_BLOCKS: usize = 64;
+
 /// Weight rows per tile for single-row (decode) matmuls: these rows share each activation load.
 pub const DECODE_ROWS: usize = 4;
 
@@ -240,7 +261,7 @@ pub const DECODE_ROWS: usize = 4;
 /// Decode (`m == 1`) walks the rows four at a time so that one activation load serves four
 /// weight rows; prefill keeps a tile of `K::PREFILL_COLS` activation rows hot in L1 and
 /// walks the rows of this unit in pairs (or one by one, `K::PAIRED_ROWS`), so each weight
-/// block is unpacked once per tile.
+/// block is unpacked once per tile, a chunk of [`PREFILL_CHUNK_BLOCKS`] at a time.
 ///
 /// # Safety
 /// `w` points at `rows.end * nb / K::BLOCKS_PER` blocks; `dst` is valid for writes at every
@@ -276,31 +297,41 @@ pub unsafe fn drive<K: TileKernel>(
         return;
     }
 
+    // each tile of activation rows walks the rows' values a chunk at a time, so that the
+    // tile's activations (up to 8 rows of 2,048 bytes) stay in L1 however long the rows
+    let chunk = PREFILL_CHUNK_BLOCKS.max(K::BLOCKS_PER);
     macro_rules! cols {
         ($c:literal, $i0:expr) => {{
             let i0 = $i0;
-            let qs: [*const i8; $c] = std::array::from_fn(|c| acts.row_qs(i0 + c));
-            let ds: [*const [f32; 2]; $c] = std::array::from_fn(|c| acts.row_ds(i0 + c));
-            let mut r = rows.start;
-            while K::PAIRED_ROWS && r + 2 <= rows.end {
-                let out = K::tile::<2, $c>([wrow(r), wrow(r + 1)], qs, ds, nb);
-                for (j, o) in out.iter().enumerate() {
-                    for (c, v) in o.iter().enumerate() {
-                        *dst.add((i0 + c) * ldd + r + j) = *v;
+            let mut k0 = 0;
+            while k0 < nb {
+                let kn = (nb - k0).min(chunk);
+                let qs: [*const i8; $c] = std::array::from_fn(|c| acts.row_qs(i0 + c).add(k0 * QK));
+                let ds: [*const [f32; 2]; $c] = std::array::from_fn(|c| acts.row_ds(i0 + c).add(k0));
+                let wrow = |r: usize| wrow(r).add(k0 / K::BLOCKS_PER);
+                // the first chunk writes the outputs, later ones add to them
+                let put = |at: *mut f32, v: f32| *at = if k0 == 0 { v } else { *at + v };
+                let mut r = rows.start;
+                while K::PAIRED_ROWS && r + 2 <= rows.end {
+                    let out = K::tile::<2, $c>([wrow(r), wrow(r + 1)], qs, ds, kn);
+                    for (j, o) in out.iter().enumerate() {
+                        for (c, v) in o.iter().enumerate() {
+                            put(dst.add((i0 + c) * ldd + r + j), *v);
+                        }
                     }
+                    r += 2;
                 }
-                r += 2;
-            }
-            while r < rows.end {
-                let out = K::tile::<1, $c>([wrow(r)], qs, ds, nb);
-                for (c, v) in out[0].iter().enumerate() {
-                    *dst.add((i0 + c) * ldd + r) = *v;
+                while r < rows.end {
+                    let out = K::tile::<1, $c>([wrow(r)], qs, ds, kn);
+                    for (c, v) in out[0].iter().enumerate() {
+                        put(dst.add((i0 + c) * ldd + r), *v);
+                    }
+                    r += 1;
                 }
-                r += 1;
+                k0 += kn;
             }
         }};
     }
-
     let mut i0 = 0;
     while i0 + K::PREFILL_COLS <= m {
         match K::PREFILL_COLS {
@@ -320,4 +351,55 @@ pub unsafe fn drive<K: TileKernel>(
         7 => cols!(7, i0),
         _ => unreachable!(),
     }
+}
+
+/// How a prefill kernel's unpacked blocks are made from the file's (the x86-64 kernels').
+#[cfg(target_arch = "x86_64")]
+pub trait Unpack {
+    /// The file's block.
+    type Src;
+    /// The unpacked block, of `PER` file blocks.
+    type Out: Copy;
+    const PER: usize;
+    /// Unpacks the `PER` blocks at `src` into `out`. (A trait method, not a closure: a
+    /// closure is compiled without its caller's instruction set, and its intrinsics would
+    /// not be inlined.)
+    unsafe fn unpack(src: *const Self::Src, out: &mut Self::Out);
+}
+
+/// The prefill of weight rows `rows` against interleaved activations with tile kernel
+/// `K`: the rows are unpacked once, by `U`, into this thread's `scratch`, and then run
+/// against every activation row, so the unpacking is not repeated per tile of activation
+/// rows.
+///
+/// # Safety
+/// As [`drive`] for `w`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn unpacked_rows<K: TileKernel, U: Unpack<Out = K::Block>>(
+    scratch: &'static std::thread::LocalKey<std::cell::RefCell<Vec<U::Out>>>,
+    w: *const U::Src,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) where
+    K::Block: Copy,
+{
+    let per_row = nb / K::BLOCKS_PER;
+    // the scratch is taken out of its cell and put back, not used inside a closure: a
+    // closure is compiled without this function's instruction set (a nested call on this thread
+    // finds the cell empty and allocates its own)
+    let mut unpacked = scratch.with(|cell| cell.take());
+    unpacked.clear();
+    // SAFETY (of the zeroed blocks): the unpacked types are plain bytes and numbers
+    unpacked.resize(rows.len() * per_row, std::mem::zeroed());
+    for (i, out) in unpacked.iter_mut().enumerate() {
+        U::unpack(w.add((rows.start * per_row + i) * U::PER), out);
+    }
+    // rows 0.. of the scratch are rows `rows` of the weight: `dst` shifts to match
+    drive::<K>(unpacked.as_ptr(), nb, 0..rows.len(), acts, dst.add(rows.start), ldd);
+    scratch.with(|cell| cell.replace(unpacked));
 }

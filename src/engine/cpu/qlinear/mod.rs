@@ -108,15 +108,26 @@ use crate::engine::cpu::kernels::{Isa, Kernels};
 use crate::engine::cpu::pool::{self, SendPtr};
 
 impl Isa {
-    /// Whether this instruction set's kernel for `kind` reads activations in the
-    /// sub-block-interleaved order ([`blocks::interleave_super_blocks`]): AVX-512 Q4_K and
-    /// Q6_K, whose super-block products then stay in integers.
-    fn interleaves(self, kind: Kind) -> bool {
+    /// Whether this instruction set's prefill kernel for `kind` and rows of `k` values
+    /// reads activations in the sub-block-interleaved order
+    /// ([`blocks::interleave_super_blocks`]): AVX-512 Q4_K and Q6_K, and Q8_0, Q4_0 and
+    /// Q5_0 rows of whole 256-value groups, whose products over 256 values then stay in
+    /// integers; AVX2 the same three signed formats, in its own order
+    /// ([`blocks::interleave_blocks`]).
+    fn interleaves(self, kind: Kind, k: usize) -> bool {
         #[cfg(target_arch = "x86_64")]
-        if self == Isa::Avx512Vnni && matches!(kind, Kind::Q4K | Kind::Q6K) {
-            return true;
+        if self == Isa::Avx512Vnni {
+            return match kind {
+                Kind::Q4K | Kind::Q6K => true,
+                Kind::Q8_0 | Kind::Q4_0 | Kind::Q5_0 => k.is_multiple_of(QK_K),
+                Kind::Q4_1 => false,
+            };
         }
-        let _ = (self, kind);
+        #[cfg(target_arch = "x86_64")]
+        if matches!(self, Isa::Avx2 | Isa::AvxVnni) {
+            return matches!(kind, Kind::Q8_0 | Kind::Q4_0 | Kind::Q5_0) && k.is_multiple_of(QK_K);
+        }
+        let _ = (self, kind, k);
         false
     }
 
@@ -146,7 +157,10 @@ impl Isa {
         ldd: usize,
     ) {
         use blocks::drive;
-        debug_assert!(!acts.interleaved || Isa::interleaves(self, kind), "{self:?} {kind:?} takes the natural order");
+        debug_assert!(
+            !acts.interleaved || Isa::interleaves(self, kind, nb * QK),
+            "{self:?} {kind:?} takes the natural order"
+        );
         let (w41, w80, w4k) = (w as *const BlockQ4_1, w as *const BlockQ8_0, w as *const BlockQ4K);
         let (w40, w50, w6k) = (w as *const BlockQ4_0, w as *const BlockQ5_0, w as *const BlockQ6K);
         match (self, kind) {
@@ -167,11 +181,47 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q4K) => avx512::q4k_rows(w4k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512Vnni, Kind::Q8_0) if acts.interleaved => {
+                avx512::signed_interleaved_rows::<BlockQ8_0>(w80, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512Vnni, Kind::Q4_0) if acts.interleaved => {
+                avx512::signed_interleaved_rows::<BlockQ4_0>(w40, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512Vnni, Kind::Q5_0) if acts.interleaved => {
+                avx512::signed_interleaved_rows::<BlockQ5_0>(w50, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q8_0) => avx512::signed_rows::<BlockQ8_0>(w80, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q4_0) => avx512::signed_rows::<BlockQ4_0>(w40, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q5_0) => avx512::signed_rows::<BlockQ5_0>(w50, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2, Kind::Q8_0) if acts.interleaved => {
+                avx2::signed_interleaved_rows::<BlockQ8_0>(w80, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2, Kind::Q4_0) if acts.interleaved => {
+                avx2::signed_interleaved_rows::<BlockQ4_0>(w40, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2, Kind::Q5_0) if acts.interleaved => {
+                avx2::signed_interleaved_rows::<BlockQ5_0>(w50, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::AvxVnni, Kind::Q8_0) if acts.interleaved => {
+                avx2::signed_interleaved_rows_vnni::<BlockQ8_0>(w80, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::AvxVnni, Kind::Q4_0) if acts.interleaved => {
+                avx2::signed_interleaved_rows_vnni::<BlockQ4_0>(w40, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::AvxVnni, Kind::Q5_0) if acts.interleaved => {
+                avx2::signed_interleaved_rows_vnni::<BlockQ5_0>(w50, nb, rows, acts, dst, ldd)
+            }
             #[cfg(target_arch = "x86_64")]
             (Isa::AvxVnni, Kind::Q8_0) => avx2::q8_0_rows_vnni(w80, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
@@ -492,10 +542,10 @@ impl QLinear {
     pub fn forward_many(layers: &[&QLinear], x: &Tensor) -> Result<Vec<Tensor>> {
         let m = x.dims().split_last().map_or(0, |(_, batch)| batch.iter().product::<usize>());
         // what a layer's input is quantized as: Q8_0 and Q4_1 share their scales, the
-        // K-quants take one per super-block, AVX-512 K-quant prefill an interleaved order
+        // K-quants take one per super-block, AVX-512 prefill an interleaved order
         let input = |l: &QLinear| match l.backend {
             Backend::Ours { isa, kind } if x.device().is_cpu() => {
-                Some((isa, l.in_features, kind.act_scale(), m > 1 && isa.interleaves(kind)))
+                Some((isa, l.in_features, kind.act_scale(), m > 1 && isa.interleaves(kind, l.in_features)))
             }
             _ => None,
         };
@@ -677,7 +727,7 @@ fn matmul_many(layers: &[&QLinear], isa: Isa, x: &[f32], m: usize, dsts: &mut [V
 
     // prefill of layers that all take the interleaved order reads it (see `Isa::interleaves`;
     // decode keeps the natural order, that of `DecodeRows`)
-    let interleaved = m > 1 && layers.iter().all(|l| isa.interleaves(l.kind()));
+    let interleaved = m > 1 && layers.iter().all(|l| isa.interleaves(l.kind(), k));
 
     with_scratch(m * k, m * nb, |qs, ds| {
         quantize_rows(isa, act, interleaved, x, k, qs, ds);
@@ -845,7 +895,11 @@ fn quantize_rows(isa: Isa, act: ActFormat, interleaved: bool, x: &[f32], k: usiz
     let quantize_row = |x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]]| {
         isa.quantize_row(x, qs, ds, act);
         if interleaved {
-            blocks::interleave_super_blocks(qs);
+            if isa == Isa::Avx512Vnni {
+                blocks::interleave_super_blocks(qs);
+            } else {
+                blocks::interleave_blocks(qs);
+            }
         }
     };
     if x.len() < PAR_MIN_QUANT || m == 1 {
