@@ -16,6 +16,8 @@
 //! high-nibble one; its eight `dmin * m_j * s_a` offsets are subtracted from the f32
 //! sum's lanes with one multiply-add per super-block; Q6_K's `q - 32` is the pair sums
 //! of `q` less 32 times the activations' (`maddubs(32, a)`, once per activation block).
+//! Their prefill of four or more activation rows runs on weights unpacked into groups of
+//! eight rows instead ([`row_groups`]), where one scale serves several registers.
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -25,6 +27,11 @@ use super::blocks::{
 };
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
+
+mod row_groups;
+pub(super) use row_groups::{
+    q4k_grouped_rows, q4k_grouped_rows_vnni, q6k_grouped_rows, q6k_grouped_rows_vnni, GROUPED_MIN_ROWS,
+};
 
 /// The 8 x i32 partial dot product of 32 unsigned bytes with 32 signed bytes.
 trait DotU8I8 {

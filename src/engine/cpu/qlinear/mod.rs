@@ -171,6 +171,14 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q4_1) => avx512::q4_1_rows(w41, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2, Kind::Q4K) if acts.m >= avx2::GROUPED_MIN_ROWS => {
+                avx2::q4k_grouped_rows(w4k, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::AvxVnni, Kind::Q4K) if acts.m >= avx2::GROUPED_MIN_ROWS => {
+                avx2::q4k_grouped_rows_vnni(w4k, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
             (Isa::Avx2, Kind::Q4K) => avx2::q4k_rows(w4k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
             (Isa::AvxVnni, Kind::Q4K) => avx2::q4k_rows_vnni(w4k, nb, rows, acts, dst, ldd),
@@ -240,6 +248,14 @@ impl Isa {
             }
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q6K) => avx512::q6_k_rows(w6k, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2, Kind::Q6K) if acts.m >= avx2::GROUPED_MIN_ROWS => {
+                avx2::q6k_grouped_rows(w6k, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::AvxVnni, Kind::Q6K) if acts.m >= avx2::GROUPED_MIN_ROWS => {
+                avx2::q6k_grouped_rows_vnni(w6k, nb, rows, acts, dst, ldd)
+            }
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx2, Kind::Q6K) => avx2::q6_k_rows(w6k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
