@@ -20,8 +20,9 @@
 //! weights' part of that, `128 · Σ sc · Σ w`, a constant of each row, is subtracted from
 //! the start; two registers per i16 sum (2 · 2 · 255 · 32 < 2^15).
 //!
-//! The unpacking costs about as much as a few activation rows' products of the same
-//! weights, so short prompts keep the file-layout kernels ([`GROUPED_MIN_ROWS`]).
+//! By instruction count the unpacking costs about as much as a few activation rows'
+//! products of the same weights, so short prompts keep the file-layout kernels
+//! ([`GROUPED_MIN_ROWS`]; the threshold is that estimate, not a measurement).
 
 use super::super::blocks::{drive, Acts, BlockQ4K, BlockQ6K, TileKernel, QK, QK_K};
 use super::{load_f16_pair, q4k_scales_mins, Madd, ScaledDot, Vnni, Q4K, Q6K};
