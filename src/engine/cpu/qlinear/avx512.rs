@@ -24,6 +24,10 @@
 //!   per group g:
 //!   acc  += f32(vpdpbusd(nibbles, activation bytes)) · (f's d·sc·d_a of 2g, 2g+1 spread)
 //! ```
+//!
+//! Their prefill (Q4_K and Q6_K against interleaved activations) runs on weights unpacked
+//! sixteen rows at a time ([`row_groups`]); the interleaved kernels here take the rows
+//! after the last group of sixteen.
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -33,6 +37,11 @@ use super::blocks::{
     QK_K,
 };
 use std::arch::x86_64::*;
+
+mod row_groups;
+/// Q4_K and Q6_K prefill: sixteen rows at a time in [`row_groups`], the rest by
+/// [`Q4KInterleaved`] and [`SignedInterleaved`].
+pub(super) use row_groups::{q4k_grouped_rows, q6k_grouped_rows};
 
 /// The horizontal sums of a tile's accumulators. (Loops, not `map`: a closure is a
 /// function of its own, compiled without the caller's AVX-512, and the reduction would not
@@ -446,20 +455,6 @@ impl TileKernel for Q4KInterleaved {
         }
         out
     }
-}
-
-/// # Safety
-/// As [`drive`]; the CPU has AVX-512 F/BW/VNNI.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn q4k_interleaved_rows(
-    w: *const BlockQ4K,
-    nb: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    unpacked_rows::<Q4KInterleaved, Q4KInterleaved>(&UNPACKED_Q4K, w, nb, rows, acts, dst, ldd)
 }
 
 /// Signed-weight tiles (Q8_0, Q4_0, Q5_0) against Q8_0 activations, two blocks per
@@ -887,20 +882,6 @@ impl TileKernel for SignedInterleaved {
         }
         sums(acc)
     }
-}
-
-/// # Safety
-/// As [`drive`]; the CPU has AVX-512 F/BW/VNNI.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn q6_k_interleaved_rows(
-    w: *const BlockQ6K,
-    nb: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    unpacked_rows::<SignedInterleaved, UnpackQ6K>(&UNPACKED_SIGNED, w, nb, rows, acts, dst, ldd)
 }
 
 /// Prefill of Q8_0, Q4_0 or Q5_0 rows whose length is a multiple of 256, on the

@@ -183,9 +183,7 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             (Isa::AvxVnni, Kind::Q4K) => avx2::q4k_rows_vnni(w4k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
-            (Isa::Avx512Vnni, Kind::Q4K) if acts.interleaved => {
-                avx512::q4k_interleaved_rows(w4k, nb, rows, acts, dst, ldd)
-            }
+            (Isa::Avx512Vnni, Kind::Q4K) if acts.interleaved => avx512::q4k_grouped_rows(w4k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q4K) => avx512::q4k_rows(w4k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
@@ -243,9 +241,7 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx2, Kind::Q5_0) => avx2::q5_0_rows(w50, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
-            (Isa::Avx512Vnni, Kind::Q6K) if acts.interleaved => {
-                avx512::q6_k_interleaved_rows(w6k, nb, rows, acts, dst, ldd)
-            }
+            (Isa::Avx512Vnni, Kind::Q6K) if acts.interleaved => avx512::q6k_grouped_rows(w6k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q6K) => avx512::q6_k_rows(w6k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]

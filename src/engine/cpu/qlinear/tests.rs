@@ -234,7 +234,7 @@ fn every_instruction_set_agrees_with_scalar() {
         // without whole steps, and of whole 256-value chunks (AVX-512's interleaved
         // prefill) with no tail, an even and an odd one; and rows longer than a prefill
         // tile's chunk (`PREFILL_CHUNK_BLOCKS`), with a short last chunk (Q6_K: also in AVX2's
-        // groups of eight rows, with a tail)
+        // groups of eight rows and AVX-512's of sixteen, with a tail)
         let shapes: &[(usize, usize)] = if dtype == GgmlDType::Q6K {
             &[(576, 512), (37, 256), (6, 768), (3, 1024), (5, 2304), (21, 2304)]
         } else {
@@ -258,10 +258,10 @@ fn every_instruction_set_agrees_with_scalar() {
 }
 
 /// Q4_K: every instruction set's kernel against the scalar one, at every remainder of the
-/// decode tile (4 rows), the prefill tiles (2 weight rows x 4 or 8 activation rows, or
-/// AVX2's groups of 8 weight rows x 4 activation rows) and the 16-row work units, with rows
-/// of one to four super-blocks and of nine (a prefill tile's 2,048-value chunk and one
-/// more).
+/// decode tile (4 rows), the prefill tiles (2 weight rows x 4 or 8 activation rows, AVX2's
+/// groups of 8 weight rows x 4 activation rows, or AVX-512's groups of 16 x 8, with a
+/// tail) and the 16-row work units, with rows of one to four super-blocks and of nine (a
+/// prefill tile's 2,048-value chunk and one more).
 #[test]
 fn q4_k_every_instruction_set_agrees_with_scalar() {
     let mut rng = Rng(0x5eed_000c);

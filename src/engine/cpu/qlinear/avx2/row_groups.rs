@@ -67,7 +67,7 @@ trait RowGroup {
 
 /// The 8 x 8 matrix of 32-bit elements `x[row][element]`, transposed.
 #[inline(always)]
-unsafe fn transpose_8x8_epi32(x: [__m256i; 8]) -> [__m256i; 8] {
+pub(in super::super) unsafe fn transpose_8x8_epi32(x: [__m256i; 8]) -> [__m256i; 8] {
     // pairs of rows interleaved: [a0 b0 a1 b1 | a4 b4 a5 b5] and [a2 b2 a3 b3 | a6 b6 a7 b7]
     let lo01 = _mm256_unpacklo_epi32(x[0], x[1]);
     let hi01 = _mm256_unpackhi_epi32(x[0], x[1]);

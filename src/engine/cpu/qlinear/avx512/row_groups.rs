@@ -1,0 +1,439 @@
+//! AVX-512 K-quant prefill on groups of sixteen weight rows.
+//!
+//! The interleaved kernels ([`super::Q4KInterleaved`], [`super::SignedInterleaved`])
+//! hold 64 values of one weight row per register, so their sums come out per row and
+//! activation row and are scaled and added one register at a time. Here a work unit's
+//! rows are unpacked sixteen at a time so that one register holds four values of each of
+//! sixteen rows; four activation bytes broadcast against it add their products straight
+//! into the sixteen rows' lanes, and each scale's sum is converted and scaled once for
+//! all sixteen:
+//!
+//! ```text
+//!   isum  = Σ_p vpdpbusd(w_p, broadcast(a[the four values p]))   16 rows, one scale's values
+//!   fsum += f32(isum) · [d·sc]_rows                                per scale
+//!   acc  += fsum · d_a (− Q4_K's Σ_j [dmin·m_j]_rows · s_a,j)      per super-block
+//! ```
+//!
+//! Q4_K: quants 0..=15 against the signed activations, eight positions per 32-value
+//! sub-block. Q6_K: `q − 32` is the signed side, so the activations are taken as `a + 128`
+//! (copied so per chunk) and each 16-value half's sum starts at `−128 · Σ (q − 32)`.
+//!
+//! The activations stay in the interleaved order the other AVX-512 prefill kernels read
+//! (`Acts::interleaved`): a scale's sum does not depend on the order of its values, so the
+//! weights are unpacked in the activations' order ([`activation_offset`]).
+
+use super::super::avx2::{q4k_scales_mins, transpose_8x8_epi32};
+use super::super::blocks::{unpacked_rows, Acts, BlockQ4K, BlockQ6K, QK, QK_K};
+use super::{Q4KInterleaved, SignedInterleaved, UnpackQ6K, UNPACKED_Q4K, UNPACKED_SIGNED};
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+use std::thread::LocalKey;
+
+/// Weight rows per group: one 512-bit register of i32 or f32 lanes.
+const ROWS: usize = 16;
+
+/// Activation rows per tile: their i32, f32 and accumulated sums take 24 of the 32
+/// registers.
+const COLS: usize = 8;
+
+/// Super-blocks per chunk of a row (1,024 values): a group's chunk (~20 KiB) and a tile's
+/// activations (8 KiB) stay in L1 together.
+const CHUNK_SBS: usize = 4;
+
+/// A K-quant format's sixteen-row groups.
+trait RowGroup {
+    /// The file's super-block.
+    type Block;
+    /// Sixteen rows' super-blocks at one position, unpacked.
+    type Group: Copy + 'static;
+    /// Whether the tile reads activations as `a + 128` (unsigned bytes).
+    const UNSIGNED_ACTS: bool;
+    /// This thread's scratch of unpacked groups.
+    fn scratch() -> &'static LocalKey<RefCell<Vec<Self::Group>>>;
+    /// The super-blocks at `first`, `first + stride`, … (sixteen rows) into `out`.
+    unsafe fn unpack(first: *const Self::Block, stride: usize, out: &mut Self::Group);
+    /// One group's `sbs` super-blocks against `C` activation rows (`qs` as the tile reads
+    /// them): per activation row, the sixteen weight rows' sums.
+    unsafe fn tile<const C: usize>(
+        group: *const Self::Group,
+        qs: [*const u8; C],
+        ds: [*const [f32; 2]; C],
+        sbs: usize,
+    ) -> [__m512; C];
+    /// The rows after the last whole group, by the interleaved kernel.
+    unsafe fn tail(
+        w: *const Self::Block,
+        nb: usize,
+        rows: std::ops::Range<usize>,
+        acts: &Acts<'_>,
+        dst: *mut f32,
+        ldd: usize,
+    );
+}
+
+/// Where, in an interleaved super-block of activations, the four values of position `p`
+/// of 32-value block `j` are: register `k = p % 4` holds values `4k..4k + 4` of each
+/// 16-value half (`p / 4`) of every block, half `h` of block `j` in its lane `2j + h`.
+/// Position `p` is thus values `16 (p / 4) + 4 (p % 4) ..`, i.e. `4p .. 4p + 4` of the
+/// block.
+#[inline(always)]
+fn activation_offset(j: usize, p: usize) -> usize {
+    64 * (p % 4) + 4 * (2 * j + p / 4)
+}
+
+/// Sixteen rows' 32 values, one register each, stored as eight registers of four values
+/// of every row (`out[p]`, bytes `4r..4r + 4`: row `r`'s values `4p..4p + 4`).
+#[inline(always)]
+unsafe fn store_transposed(rows: &[__m256i; ROWS], out: &mut [[u8; 64]; 8]) {
+    for half in 0..2 {
+        let mut eight = [_mm256_setzero_si256(); 8];
+        eight.copy_from_slice(&rows[8 * half..8 * half + 8]);
+        for (p, q) in transpose_8x8_epi32(eight).iter().enumerate() {
+            _mm256_store_si256(out[p].as_mut_ptr().add(32 * half) as *mut __m256i, *q);
+        }
+    }
+}
+
+/// `vpdpbusd(acc, w, broadcast(four bytes at a))`: the four values of every row at `w`
+/// against the same four activations (`UNSIGNED`: `a` the unsigned side).
+#[inline(always)]
+unsafe fn dot4<const UNSIGNED: bool>(acc: __m512i, w: *const [u8; 64], a: *const u8) -> __m512i {
+    let w = _mm512_load_si512(w as *const __m512i);
+    let a = _mm512_set1_epi32(std::ptr::read_unaligned(a as *const i32));
+    if UNSIGNED {
+        _mm512_dpbusd_epi32(acc, a, w)
+    } else {
+        _mm512_dpbusd_epi32(acc, w, a)
+    }
+}
+
+struct Q4KGroups;
+
+/// Sixteen Q4_K rows' super-blocks unpacked: `q[j][p]` holds the four values of position
+/// `p` of sub-block `j` of every row (bytes `4r..4r + 4`: row `r`, values `4p..4p + 4`);
+/// `scales[j]` the rows' `d · sc_j`, `mins[j]` their `dmin · m_j`. 5,120 bytes where the
+/// file holds 16 · 144.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Q4KGroup {
+    q: [[[u8; 64]; 8]; 8],
+    scales: [[f32; ROWS]; 8],
+    mins: [[f32; ROWS]; 8],
+}
+
+struct Q6KGroups;
+
+/// Sixteen Q6_K rows' super-blocks unpacked: `q[j][p]` holds `q − 32` of the four values
+/// of position `p` of 32-value block `j` of every row; `scales[h]` the rows' `d · sc_h` of
+/// 16-value half `h`, and `start[h]` their `−128 · Σ (q − 32)` over it. 6,144 bytes where
+/// the file holds 16 · 210.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Q6KGroup {
+    q: [[[u8; 64]; 8]; 8],
+    scales: [[f32; ROWS]; 16],
+    start: [[i32; ROWS]; 16],
+}
+
+thread_local! {
+    static Q4K_GROUPS: RefCell<Vec<Q4KGroup>> = const { RefCell::new(Vec::new()) };
+    static Q6K_GROUPS: RefCell<Vec<Q6KGroup>> = const { RefCell::new(Vec::new()) };
+}
+
+impl RowGroup for Q4KGroups {
+    type Block = BlockQ4K;
+    type Group = Q4KGroup;
+    const UNSIGNED_ACTS: bool = false;
+
+    fn scratch() -> &'static LocalKey<RefCell<Vec<Q4KGroup>>> {
+        &Q4K_GROUPS
+    }
+
+    #[inline(always)]
+    unsafe fn unpack(first: *const BlockQ4K, stride: usize, out: &mut Q4KGroup) {
+        for r in 0..ROWS {
+            let blk = first.add(r * stride);
+            let mut sm = [0u8; 16];
+            _mm_storeu_si128(sm.as_mut_ptr() as *mut __m128i, q4k_scales_mins(blk));
+            let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(blk as *const i32)));
+            let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+            for j in 0..QK_K / QK {
+                out.scales[j][r] = d * sm[j] as f32;
+                out.mins[j][r] = dmin * sm[8 + j] as f32;
+            }
+        }
+        let mask = _mm256_set1_epi8(0x0F);
+        for j in 0..QK_K / QK {
+            // sub-block j: the low (even j) or high nibbles of the 32 bytes at 32 * (j / 2)
+            let mut rows = [_mm256_setzero_si256(); ROWS];
+            for (r, row) in rows.iter_mut().enumerate() {
+                let at = (*first.add(r * stride)).qs.as_ptr().add(QK * (j / 2));
+                let raw = _mm256_loadu_si256(at as *const __m256i);
+                let raw = if j % 2 == 0 { raw } else { _mm256_srli_epi16::<4>(raw) };
+                *row = _mm256_and_si256(raw, mask);
+            }
+            store_transposed(&rows, &mut out.q[j]);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn tile<const C: usize>(
+        group: *const Q4KGroup,
+        qs: [*const u8; C],
+        ds: [*const [f32; 2]; C],
+        sbs: usize,
+    ) -> [__m512; C] {
+        let mut acc = [_mm512_setzero_ps(); C];
+        for sb in 0..sbs {
+            let blk = &*group.add(sb);
+            let mut fsum = [_mm512_setzero_ps(); C];
+            for j in 0..QK_K / QK {
+                let mut isum = [_mm512_setzero_si512(); C];
+                for p in 0..8 {
+                    let at = sb * QK_K + activation_offset(j, p);
+                    for c in 0..C {
+                        isum[c] = dot4::<false>(isum[c], &blk.q[j][p], qs[c].add(at));
+                    }
+                }
+                let scales = _mm512_load_ps(blk.scales[j].as_ptr());
+                let mins = _mm512_load_ps(blk.mins[j].as_ptr());
+                for c in 0..C {
+                    fsum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), scales, fsum[c]);
+                    // s_a of sub-block j: the activations' sum there
+                    acc[c] = _mm512_fnmadd_ps(mins, _mm512_set1_ps((*ds[c].add(sb * 8 + j))[1]), acc[c]);
+                }
+            }
+            for c in 0..C {
+                // one d_a per super-block (`ActScale::SuperBlock`)
+                acc[c] = _mm512_fmadd_ps(fsum[c], _mm512_set1_ps((*ds[c].add(sb * 8))[0]), acc[c]);
+            }
+        }
+        acc
+    }
+
+    #[inline(always)]
+    unsafe fn tail(
+        w: *const BlockQ4K,
+        nb: usize,
+        rows: std::ops::Range<usize>,
+        acts: &Acts<'_>,
+        dst: *mut f32,
+        ldd: usize,
+    ) {
+        unpacked_rows::<Q4KInterleaved, Q4KInterleaved>(&UNPACKED_Q4K, w, nb, rows, acts, dst, ldd)
+    }
+}
+
+impl RowGroup for Q6KGroups {
+    type Block = BlockQ6K;
+    type Group = Q6KGroup;
+    const UNSIGNED_ACTS: bool = true;
+
+    fn scratch() -> &'static LocalKey<RefCell<Vec<Q6KGroup>>> {
+        &Q6K_GROUPS
+    }
+
+    #[inline(always)]
+    unsafe fn unpack(first: *const BlockQ6K, stride: usize, out: &mut Q6KGroup) {
+        let (low4, low2, offset) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03), _mm256_set1_epi8(32));
+        for r in 0..ROWS {
+            let blk = first.add(r * stride);
+            let d = std::ptr::read_unaligned(&(*blk).d as *const _ as *const u16) as i32;
+            let d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
+            for h in 0..QK_K / 16 {
+                out.scales[h][r] = d * (*blk).scales[h] as f32;
+            }
+        }
+        for j in 0..QK_K / QK {
+            let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
+            let (ql_shift, qh_shift) = (_mm_cvtsi32_si128(ql_shift as i32), _mm_cvtsi32_si128(qh_shift as i32));
+            let mut rows = [_mm256_setzero_si256(); ROWS];
+            for (r, row) in rows.iter_mut().enumerate() {
+                let blk = first.add(r * stride);
+                let ql = _mm256_loadu_si256((*blk).ql.as_ptr().add(ql_at) as *const __m256i);
+                let lo = _mm256_and_si256(_mm256_srl_epi16(ql, ql_shift), low4);
+                let qh = _mm256_loadu_si256((*blk).qh.as_ptr().add(qh_at) as *const __m256i);
+                let hi = _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, qh_shift), low2));
+                *row = _mm256_sub_epi8(_mm256_or_si256(lo, hi), offset);
+            }
+            store_transposed(&rows, &mut out.q[j]);
+            // per half, −128 · Σ (q − 32) of every row: its four positions' sums
+            for half in 0..2 {
+                let mut sum = _mm512_setzero_si512();
+                for p in 4 * half..4 * half + 4 {
+                    sum = dot4::<true>(sum, &out.q[j][p], [1u8; 4].as_ptr());
+                }
+                let start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<7>(sum));
+                _mm512_store_si512(out.start[2 * j + half].as_mut_ptr() as *mut __m512i, start);
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn tile<const C: usize>(
+        group: *const Q6KGroup,
+        qs: [*const u8; C],
+        ds: [*const [f32; 2]; C],
+        sbs: usize,
+    ) -> [__m512; C] {
+        let mut acc = [_mm512_setzero_ps(); C];
+        for sb in 0..sbs {
+            let blk = &*group.add(sb);
+            let mut fsum = [_mm512_setzero_ps(); C];
+            for h in 0..QK_K / 16 {
+                let (j, half) = (h / 2, h % 2);
+                let start = _mm512_load_si512(blk.start[h].as_ptr() as *const __m512i);
+                let mut isum = [start; C];
+                for p in 4 * half..4 * half + 4 {
+                    let at = sb * QK_K + activation_offset(j, p);
+                    for c in 0..C {
+                        isum[c] = dot4::<true>(isum[c], &blk.q[j][p], qs[c].add(at));
+                    }
+                }
+                let scales = _mm512_load_ps(blk.scales[h].as_ptr());
+                for c in 0..C {
+                    fsum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), scales, fsum[c]);
+                }
+            }
+            for c in 0..C {
+                // one d_a per super-block (`ActScale::SuperBlock`)
+                acc[c] = _mm512_fmadd_ps(fsum[c], _mm512_set1_ps((*ds[c].add(sb * 8))[0]), acc[c]);
+            }
+        }
+        acc
+    }
+
+    #[inline(always)]
+    unsafe fn tail(
+        w: *const BlockQ6K,
+        nb: usize,
+        rows: std::ops::Range<usize>,
+        acts: &Acts<'_>,
+        dst: *mut f32,
+        ldd: usize,
+    ) {
+        unpacked_rows::<SignedInterleaved, UnpackQ6K>(&UNPACKED_SIGNED, w, nb, rows, acts, dst, ldd)
+    }
+}
+
+/// Activation rows `i0..i0 + C` against every unpacked group (`sbs` per group), a chunk of
+/// super-blocks at a time; group `g`'s outputs go to `dst[i * ldd + row0 + 16g ..]`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn columns<G: RowGroup, const C: usize>(
+    groups: &[G::Group],
+    sbs: usize,
+    acts: &Acts<'_>,
+    i0: usize,
+    dst: *mut f32,
+    ldd: usize,
+    row0: usize,
+) {
+    // the chunk's activations as unsigned bytes `a + 128`, for the kernels that read them
+    // so (written before they are read; not zeroed)
+    let mut unsigned = std::mem::MaybeUninit::<[[u8; CHUNK_SBS * QK_K]; C]>::uninit();
+    let unsigned = unsigned.as_mut_ptr() as *mut [u8; CHUNK_SBS * QK_K];
+    let mut s0 = 0;
+    while s0 < sbs {
+        let n = (sbs - s0).min(CHUNK_SBS);
+        let mut qs: [*const u8; C] = [std::ptr::null(); C];
+        for (c, q) in qs.iter_mut().enumerate() {
+            let src = acts.row_qs(i0 + c).add(s0 * QK_K) as *const u8;
+            *q = src;
+            if G::UNSIGNED_ACTS {
+                let flip = _mm512_set1_epi8(-128);
+                for i in (0..n * QK_K).step_by(64) {
+                    let v = _mm512_xor_si512(_mm512_loadu_si512(src.add(i) as *const __m512i), flip);
+                    _mm512_storeu_si512((unsigned.add(c) as *mut u8).add(i) as *mut __m512i, v);
+                }
+                *q = unsigned.add(c) as *const u8;
+            }
+        }
+        let mut ds: [*const [f32; 2]; C] = [std::ptr::null(); C];
+        for (c, d) in ds.iter_mut().enumerate() {
+            *d = acts.row_ds(i0 + c).add(s0 * (QK_K / QK));
+        }
+        for g in 0..groups.len() / sbs {
+            let acc = G::tile::<C>(groups.as_ptr().add(g * sbs + s0), qs, ds, n);
+            for (c, sums) in acc.iter().enumerate() {
+                // the first chunk writes the outputs, later ones add to them
+                let out = dst.add((i0 + c) * ldd + row0 + ROWS * g);
+                let sums = if s0 == 0 { *sums } else { _mm512_add_ps(*sums, _mm512_loadu_ps(out)) };
+                _mm512_storeu_ps(out, sums);
+            }
+        }
+        s0 += n;
+    }
+}
+
+/// Weight rows `rows` against all (interleaved) activation rows: whole groups of sixteen
+/// unpacked and run as above, the last `rows.len() % 16` by the interleaved kernel.
+#[inline(always)]
+unsafe fn grouped_rows<G: RowGroup>(
+    w: *const G::Block,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    let sbs = nb / (QK_K / QK);
+    let groups = rows.len() / ROWS;
+    // taken out of its cell and put back, not used inside a closure (a closure is compiled
+    // without this function's instruction set)
+    let mut unpacked = G::scratch().with(|cell| cell.take());
+    unpacked.clear();
+    // SAFETY (of the zeroed groups): plain bytes and numbers
+    unpacked.resize(groups * sbs, std::mem::zeroed());
+    for g in 0..groups {
+        let first = w.add((rows.start + ROWS * g) * sbs);
+        for sb in 0..sbs {
+            G::unpack(first.add(sb), sbs, &mut unpacked[g * sbs + sb]);
+        }
+    }
+    let mut i0 = 0;
+    while i0 < acts.m {
+        let n = (acts.m - i0).min(COLS);
+        match n {
+            8 => columns::<G, 8>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
+            7 => columns::<G, 7>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
+            6 => columns::<G, 6>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
+            5 => columns::<G, 5>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
+            4 => columns::<G, 4>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
+            3 => columns::<G, 3>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
+            2 => columns::<G, 2>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
+            _ => columns::<G, 1>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
+        }
+        i0 += n;
+    }
+    G::scratch().with(|cell| cell.replace(unpacked));
+    let tail = rows.start + ROWS * groups..rows.end;
+    if !tail.is_empty() {
+        G::tail(w, nb, tail, acts, dst, ldd);
+    }
+}
+
+macro_rules! grouped_entry {
+    ($name:ident, $group:ty, $block:ty) => {
+        /// Prefill against interleaved activations in groups of sixteen rows (see the
+        /// module's comment).
+        ///
+        /// # Safety
+        /// As [`super::super::blocks::drive`], with `acts` interleaved; the CPU has
+        /// AVX-512 F/BW/VNNI.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+        pub(in super::super) unsafe fn $name(
+            w: *const $block,
+            nb: usize,
+            rows: std::ops::Range<usize>,
+            acts: &Acts<'_>,
+            dst: *mut f32,
+            ldd: usize,
+        ) {
+            grouped_rows::<$group>(w, nb, rows, acts, dst, ldd)
+        }
+    };
+}
+
+grouped_entry!(q4k_grouped_rows, Q4KGroups, BlockQ4K);
+grouped_entry!(q6k_grouped_rows, Q6KGroups, BlockQ6K);
