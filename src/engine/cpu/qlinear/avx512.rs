@@ -25,9 +25,9 @@
 //!   acc  += f32(vpdpbusd(nibbles, activation bytes)) · (f's d·sc·d_a of 2g, 2g+1 spread)
 //! ```
 //!
-//! Their prefill (Q4_K and Q6_K against interleaved activations) runs on weights unpacked
-//! sixteen rows at a time ([`row_groups`]); the interleaved kernels here take the rows
-//! after the last group of sixteen.
+//! Prefill against interleaved activations (Q4_K, Q6_K, and the signed formats' rows of
+//! whole 256-value groups) runs on weights unpacked sixteen rows at a time
+//! ([`row_groups`]); the interleaved kernels here take the rows after the last group.
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -39,9 +39,9 @@ use super::blocks::{
 use std::arch::x86_64::*;
 
 mod row_groups;
-/// Q4_K and Q6_K prefill: sixteen rows at a time in [`row_groups`], the rest by
-/// [`Q4KInterleaved`] and [`SignedInterleaved`].
-pub(super) use row_groups::{q4k_grouped_rows, q6k_grouped_rows};
+/// Prefill on interleaved activations: sixteen rows at a time in [`row_groups`], the rest
+/// by [`Q4KInterleaved`] and [`SignedInterleaved`].
+pub(super) use row_groups::{q4k_grouped_rows, q6k_grouped_rows, signed_grouped_rows};
 
 /// The horizontal sums of a tile's accumulators. (Loops, not `map`: a closure is a
 /// function of its own, compiled without the caller's AVX-512, and the reduction would not

@@ -233,12 +233,24 @@ fn every_instruction_set_agrees_with_scalar() {
         // 32-value formats, rows of every remainder of four blocks (NEON's step) with and
         // without whole steps, and of whole 256-value chunks (AVX-512's interleaved
         // prefill) with no tail, an even and an odd one; and rows longer than a prefill
-        // tile's chunk (`PREFILL_CHUNK_BLOCKS`), with a short last chunk (Q6_K: also in AVX2's
-        // groups of eight rows and AVX-512's of sixteen, with a tail)
+        // tile's chunk (`PREFILL_CHUNK_BLOCKS`), with a short last chunk; and AVX-512's groups
+        // of sixteen rows with a tail (and Q6_K in AVX2's groups of eight)
         let shapes: &[(usize, usize)] = if dtype == GgmlDType::Q6K {
             &[(576, 512), (37, 256), (6, 768), (3, 1024), (5, 2304), (21, 2304)]
         } else {
-            &[(576, 576), (37, 160), (6, 224), (3, 128), (5, 96), (2, 32), (7, 512), (9, 800), (3, 2080), (19, 2304)]
+            &[
+                (576, 576),
+                (37, 160),
+                (6, 224),
+                (3, 128),
+                (5, 96),
+                (2, 32),
+                (7, 512),
+                (9, 800),
+                (3, 2080),
+                (19, 2304),
+                (40, 1024),
+            ]
         };
         for &(n, k) in shapes {
             let w = random_weight(&mut rng, n, k, dtype);

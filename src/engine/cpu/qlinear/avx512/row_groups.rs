@@ -1,4 +1,5 @@
-//! AVX-512 K-quant prefill on groups of sixteen weight rows.
+//! AVX-512 prefill on groups of sixteen weight rows: Q4_K, Q6_K, and Q8_0 / Q4_0 / Q5_0
+//! rows of whole 256-value groups (the rows whose activations are interleaved).
 //!
 //! The interleaved kernels ([`super::Q4KInterleaved`], [`super::SignedInterleaved`])
 //! hold 64 values of one weight row per register, so their sums come out per row and
@@ -16,17 +17,21 @@
 //!
 //! Q4_K: quants 0..=15 against the signed activations, eight positions per 32-value
 //! sub-block. Q6_K: `q − 32` is the signed side, so the activations are taken as `a + 128`
-//! (copied so per chunk) and each 16-value half's sum starts at `−128 · Σ (q − 32)`.
+//! (copied so per chunk) and each 16-value half's sum starts at `−128 · Σ (q − 32)`. The
+//! 32-value signed formats likewise, eight blocks at a time as one super-block, with a
+//! `d_a` per block (a multiply more per block and activation row).
 //!
 //! The activations stay in the interleaved order the other AVX-512 prefill kernels read
 //! (`Acts::interleaved`): a scale's sum does not depend on the order of its values, so the
 //! weights are unpacked in the activations' order ([`activation_offset`]).
 
-use super::super::avx2::{q4k_scales_mins, transpose_8x8_epi32};
+use super::super::avx2::{q4k_scales_mins, signed_block_scales, transpose_8x8_epi32};
 use super::super::blocks::{unpacked_rows, Acts, BlockQ4K, BlockQ6K, QK, QK_K};
-use super::{Q4KInterleaved, SignedInterleaved, UnpackQ6K, UNPACKED_Q4K, UNPACKED_SIGNED};
+use super::{signed_interleaved_rows, Q4KInterleaved, SignedInterleaved, SignedPair, UnpackQ6K};
+use super::{UNPACKED_Q4K, UNPACKED_SIGNED};
 use std::arch::x86_64::*;
 use std::cell::RefCell;
+use std::marker::PhantomData;
 use std::thread::LocalKey;
 
 /// Weight rows per group: one 512-bit register of i32 or f32 lanes.
@@ -135,9 +140,36 @@ struct Q6KGroup {
     start: [[i32; ROWS]; 16],
 }
 
+/// Q8_0, Q4_0 or Q5_0 rows of whole 256-value groups, eight blocks taken as one
+/// super-block.
+struct SignedGroups<W>(PhantomData<W>);
+
+/// Sixteen rows' eight signed blocks unpacked: `q[j][p]` holds the quants of position `p`
+/// of block `j` of every row; `scales[j]` the rows' `d` of block `j`, and `start[j]` their
+/// `−128 · Σ q` over it. 6,144 bytes where the file holds 16 · 8 · 34 (Q8_0).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct SignedGroup {
+    q: [[[u8; 64]; 8]; 8],
+    scales: [[f32; ROWS]; 8],
+    start: [[i32; ROWS]; 8],
+}
+
 thread_local! {
     static Q4K_GROUPS: RefCell<Vec<Q4KGroup>> = const { RefCell::new(Vec::new()) };
     static Q6K_GROUPS: RefCell<Vec<Q6KGroup>> = const { RefCell::new(Vec::new()) };
+    static SIGNED_GROUPS: RefCell<Vec<SignedGroup>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `−128 · Σ` of the signed quants at `q` (four positions, sixteen rows each), the start
+/// of a sum against activations taken as `a + 128`.
+#[inline(always)]
+unsafe fn start_of(q: &[[u8; 64]]) -> __m512i {
+    let mut sum = _mm512_setzero_si512();
+    for p in q {
+        sum = dot4::<true>(sum, p, [1u8; 4].as_ptr());
+    }
+    _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<7>(sum))
 }
 
 impl RowGroup for Q4KGroups {
@@ -257,13 +289,9 @@ impl RowGroup for Q6KGroups {
                 *row = _mm256_sub_epi8(_mm256_or_si256(lo, hi), offset);
             }
             store_transposed(&rows, &mut out.q[j]);
-            // per half, −128 · Σ (q − 32) of every row: its four positions' sums
+            // per half, −128 · Σ (q − 32) of every row over its four positions
             for half in 0..2 {
-                let mut sum = _mm512_setzero_si512();
-                for p in 4 * half..4 * half + 4 {
-                    sum = dot4::<true>(sum, &out.q[j][p], [1u8; 4].as_ptr());
-                }
-                let start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<7>(sum));
+                let start = start_of(&out.q[j][4 * half..4 * half + 4]);
                 _mm512_store_si512(out.start[2 * j + half].as_mut_ptr() as *mut __m512i, start);
             }
         }
@@ -313,6 +341,77 @@ impl RowGroup for Q6KGroups {
         ldd: usize,
     ) {
         unpacked_rows::<SignedInterleaved, UnpackQ6K>(&UNPACKED_SIGNED, w, nb, rows, acts, dst, ldd)
+    }
+}
+
+impl<W: SignedPair> RowGroup for SignedGroups<W> {
+    type Block = [W::Block; 8];
+    type Group = SignedGroup;
+    const UNSIGNED_ACTS: bool = true;
+
+    fn scratch() -> &'static LocalKey<RefCell<Vec<SignedGroup>>> {
+        &SIGNED_GROUPS
+    }
+
+    #[inline(always)]
+    unsafe fn unpack(first: *const [W::Block; 8], stride: usize, out: &mut SignedGroup) {
+        for r in 0..ROWS {
+            let mut d = [0f32; 8];
+            _mm256_storeu_ps(d.as_mut_ptr(), signed_block_scales(first.add(r * stride) as *const W::Block));
+            for (j, d) in d.iter().enumerate() {
+                out.scales[j][r] = *d;
+            }
+        }
+        for j in 0..8 {
+            let mut rows = [_mm256_setzero_si256(); ROWS];
+            for (r, row) in rows.iter_mut().enumerate() {
+                *row = W::quants((first.add(r * stride) as *const W::Block).add(j));
+            }
+            store_transposed(&rows, &mut out.q[j]);
+            _mm512_store_si512(out.start[j].as_mut_ptr() as *mut __m512i, start_of(&out.q[j]));
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn tile<const C: usize>(
+        group: *const SignedGroup,
+        qs: [*const u8; C],
+        ds: [*const [f32; 2]; C],
+        sbs: usize,
+    ) -> [__m512; C] {
+        let mut acc = [_mm512_setzero_ps(); C];
+        for sb in 0..sbs {
+            let blk = &*group.add(sb);
+            for j in 0..8 {
+                let start = _mm512_load_si512(blk.start[j].as_ptr() as *const __m512i);
+                let mut isum = [start; C];
+                for p in 0..8 {
+                    let at = sb * QK_K + activation_offset(j, p);
+                    for c in 0..C {
+                        isum[c] = dot4::<true>(isum[c], &blk.q[j][p], qs[c].add(at));
+                    }
+                }
+                let scales = _mm512_load_ps(blk.scales[j].as_ptr());
+                for c in 0..C {
+                    // d_a of block j (`ActScale::Block`)
+                    let dot = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[c]), scales);
+                    acc[c] = _mm512_fmadd_ps(dot, _mm512_set1_ps((*ds[c].add(sb * 8 + j))[0]), acc[c]);
+                }
+            }
+        }
+        acc
+    }
+
+    #[inline(always)]
+    unsafe fn tail(
+        w: *const [W::Block; 8],
+        nb: usize,
+        rows: std::ops::Range<usize>,
+        acts: &Acts<'_>,
+        dst: *mut f32,
+        ldd: usize,
+    ) {
+        signed_interleaved_rows::<W>(w as *const W::Block, nb, rows, acts, dst, ldd)
     }
 }
 
@@ -437,3 +536,21 @@ macro_rules! grouped_entry {
 
 grouped_entry!(q4k_grouped_rows, Q4KGroups, BlockQ4K);
 grouped_entry!(q6k_grouped_rows, Q6KGroups, BlockQ6K);
+
+/// Q8_0, Q4_0 or Q5_0 prefill of rows whose length is a multiple of 256 against
+/// interleaved activations, in groups of sixteen rows (see the module's comment).
+///
+/// # Safety
+/// As [`super::super::blocks::drive`], with `acts` interleaved and `nb` a multiple of 8;
+/// the CPU has AVX-512 F/BW/VNNI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(in super::super) unsafe fn signed_grouped_rows<W: SignedPair>(
+    w: *const W::Block,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    grouped_rows::<SignedGroups<W>>(w as *const [W::Block; 8], nb, rows, acts, dst, ldd)
+}
