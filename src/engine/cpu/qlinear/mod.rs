@@ -199,9 +199,21 @@ impl Isa {
                 avx512::signed_grouped_rows::<BlockQ5_0>(w50, nb, rows, acts, dst, ldd)
             }
             #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512Vnni, Kind::Q8_0) if acts.m >= avx512::GROUPED_MIN_ROWS => {
+                avx512::signed_grouped_rows::<BlockQ8_0>(w80, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q8_0) => avx512::signed_rows::<BlockQ8_0>(w80, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512Vnni, Kind::Q4_0) if acts.m >= avx512::GROUPED_MIN_ROWS => {
+                avx512::signed_grouped_rows::<BlockQ4_0>(w40, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q4_0) => avx512::signed_rows::<BlockQ4_0>(w40, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512Vnni, Kind::Q5_0) if acts.m >= avx512::GROUPED_MIN_ROWS => {
+                avx512::signed_grouped_rows::<BlockQ5_0>(w50, nb, rows, acts, dst, ldd)
+            }
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q5_0) => avx512::signed_rows::<BlockQ5_0>(w50, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]

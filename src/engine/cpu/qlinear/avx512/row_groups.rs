@@ -25,14 +25,19 @@
 //! (`Acts::interleaved`): a scale's sum does not depend on the order of its values, so the
 //! weights are unpacked in the activations' order ([`activation_offset`]).
 
-use super::super::avx2::{q4k_scales_mins, signed_block_scales, transpose_8x8_epi32};
+use super::super::avx2::{q4k_scales_mins, transpose_8x8_epi32};
 use super::super::blocks::{unpacked_rows, Acts, BlockQ4K, BlockQ6K, QK, QK_K};
-use super::{signed_interleaved_rows, Q4KInterleaved, SignedInterleaved, SignedPair, UnpackQ6K};
+use super::{signed_interleaved_rows, signed_rows, Q4KInterleaved, SignedInterleaved, SignedPair, UnpackQ6K};
 use super::{UNPACKED_Q4K, UNPACKED_SIGNED};
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::thread::LocalKey;
+
+/// The fewest activation rows for which the signed formats' rows in the natural order
+/// (not of whole 256-value groups) are grouped: shorter prompts keep the file-layout
+/// kernel, whose tiles need no unpacking (an estimate by instruction count, as AVX2's).
+pub(in super::super) const GROUPED_MIN_ROWS: usize = 4;
 
 /// Weight rows per group: one 512-bit register of i32 or f32 lanes.
 const ROWS: usize = 16;
@@ -41,14 +46,16 @@ const ROWS: usize = 16;
 /// registers.
 const COLS: usize = 8;
 
-/// Super-blocks per chunk of a row (1,024 values): a group's chunk (~20 KiB) and a tile's
-/// activations (8 KiB) stay in L1 together.
-const CHUNK_SBS: usize = 4;
+/// Values per chunk of a row: a group's chunk (~20 KiB) and a tile's activations (8 KiB)
+/// stay in L1 together.
+const CHUNK_VALUES: usize = 1024;
 
 /// A K-quant format's sixteen-row groups.
 trait RowGroup {
-    /// The file's super-block.
+    /// The file's super-block (or the blocks taken as one).
     type Block;
+    /// Values per `Block`: 256, or 32 for single signed blocks.
+    const VALUES: usize = QK_K;
     /// Sixteen rows' super-blocks at one position, unpacked.
     type Group: Copy + 'static;
     /// Whether the tile reads activations as `a + 128` (unsigned bytes).
@@ -140,25 +147,27 @@ struct Q6KGroup {
     start: [[i32; ROWS]; 16],
 }
 
-/// Q8_0, Q4_0 or Q5_0 rows of whole 256-value groups, eight blocks taken as one
-/// super-block.
-struct SignedGroups<W>(PhantomData<W>);
+/// Q8_0, Q4_0 or Q5_0 rows, `N` blocks taken as one super-block: eight against
+/// interleaved activations (rows of whole 256-value groups), one against the natural
+/// order (any other row length).
+struct SignedGroups<W, const N: usize>(PhantomData<W>);
 
-/// Sixteen rows' eight signed blocks unpacked: `q[j][p]` holds the quants of position `p`
+/// Sixteen rows' `N` signed blocks unpacked: `q[j][p]` holds the quants of position `p`
 /// of block `j` of every row; `scales[j]` the rows' `d` of block `j`, and `start[j]` their
-/// `−128 · Σ q` over it. 6,144 bytes where the file holds 16 · 8 · 34 (Q8_0).
+/// `−128 · Σ q` over it. 768 bytes per block where the file holds 16 · 34 (Q8_0).
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
-struct SignedGroup {
-    q: [[[u8; 64]; 8]; 8],
-    scales: [[f32; ROWS]; 8],
-    start: [[i32; ROWS]; 8],
+struct SignedGroup<const N: usize> {
+    q: [[[u8; 64]; 8]; N],
+    scales: [[f32; ROWS]; N],
+    start: [[i32; ROWS]; N],
 }
 
 thread_local! {
     static Q4K_GROUPS: RefCell<Vec<Q4KGroup>> = const { RefCell::new(Vec::new()) };
     static Q6K_GROUPS: RefCell<Vec<Q6KGroup>> = const { RefCell::new(Vec::new()) };
-    static SIGNED_GROUPS: RefCell<Vec<SignedGroup>> = const { RefCell::new(Vec::new()) };
+    static SIGNED_GROUPS: RefCell<Vec<SignedGroup<8>>> = const { RefCell::new(Vec::new()) };
+    static SIGNED_BLOCKS: RefCell<Vec<SignedGroup<1>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// `−128 · Σ` of the signed quants at `q` (four positions, sixteen rows each), the start
@@ -344,25 +353,47 @@ impl RowGroup for Q6KGroups {
     }
 }
 
-impl<W: SignedPair> RowGroup for SignedGroups<W> {
-    type Block = [W::Block; 8];
-    type Group = SignedGroup;
+/// The scratch of [`SignedGroups`] with `N` blocks per group.
+trait SignedScratch<const N: usize> {
+    fn scratch() -> &'static LocalKey<RefCell<Vec<SignedGroup<N>>>>;
+}
+
+impl<W> SignedScratch<8> for SignedGroups<W, 8> {
+    fn scratch() -> &'static LocalKey<RefCell<Vec<SignedGroup<8>>>> {
+        &SIGNED_GROUPS
+    }
+}
+
+impl<W> SignedScratch<1> for SignedGroups<W, 1> {
+    fn scratch() -> &'static LocalKey<RefCell<Vec<SignedGroup<1>>>> {
+        &SIGNED_BLOCKS
+    }
+}
+
+impl<W: SignedPair, const N: usize> RowGroup for SignedGroups<W, N>
+where
+    SignedGroups<W, N>: SignedScratch<N>,
+{
+    type Block = [W::Block; N];
+    type Group = SignedGroup<N>;
+    const VALUES: usize = N * QK;
     const UNSIGNED_ACTS: bool = true;
 
-    fn scratch() -> &'static LocalKey<RefCell<Vec<SignedGroup>>> {
-        &SIGNED_GROUPS
+    fn scratch() -> &'static LocalKey<RefCell<Vec<SignedGroup<N>>>> {
+        <Self as SignedScratch<N>>::scratch()
     }
 
     #[inline(always)]
-    unsafe fn unpack(first: *const [W::Block; 8], stride: usize, out: &mut SignedGroup) {
+    unsafe fn unpack(first: *const [W::Block; N], stride: usize, out: &mut SignedGroup<N>) {
         for r in 0..ROWS {
-            let mut d = [0f32; 8];
-            _mm256_storeu_ps(d.as_mut_ptr(), signed_block_scales(first.add(r * stride) as *const W::Block));
-            for (j, d) in d.iter().enumerate() {
-                out.scales[j][r] = *d;
+            let blk = first.add(r * stride) as *const W::Block;
+            for j in 0..N {
+                // every signed block starts with its f16 scale
+                let d = std::ptr::read_unaligned(blk.add(j) as *const u16) as i32;
+                out.scales[j][r] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
             }
         }
-        for j in 0..8 {
+        for j in 0..N {
             let mut rows = [_mm256_setzero_si256(); ROWS];
             for (r, row) in rows.iter_mut().enumerate() {
                 *row = W::quants((first.add(r * stride) as *const W::Block).add(j));
@@ -374,7 +405,7 @@ impl<W: SignedPair> RowGroup for SignedGroups<W> {
 
     #[inline(always)]
     unsafe fn tile<const C: usize>(
-        group: *const SignedGroup,
+        group: *const SignedGroup<N>,
         qs: [*const u8; C],
         ds: [*const [f32; 2]; C],
         sbs: usize,
@@ -382,11 +413,12 @@ impl<W: SignedPair> RowGroup for SignedGroups<W> {
         let mut acc = [_mm512_setzero_ps(); C];
         for sb in 0..sbs {
             let blk = &*group.add(sb);
-            for j in 0..8 {
+            for j in 0..N {
                 let start = _mm512_load_si512(blk.start[j].as_ptr() as *const __m512i);
                 let mut isum = [start; C];
                 for p in 0..8 {
-                    let at = sb * QK_K + activation_offset(j, p);
+                    // a single block is in the natural order: position p at 4p
+                    let at = sb * N * QK + if N == 1 { 4 * p } else { activation_offset(j, p) };
                     for c in 0..C {
                         isum[c] = dot4::<true>(isum[c], &blk.q[j][p], qs[c].add(at));
                     }
@@ -395,7 +427,7 @@ impl<W: SignedPair> RowGroup for SignedGroups<W> {
                 for c in 0..C {
                     // d_a of block j (`ActScale::Block`)
                     let dot = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[c]), scales);
-                    acc[c] = _mm512_fmadd_ps(dot, _mm512_set1_ps((*ds[c].add(sb * 8 + j))[0]), acc[c]);
+                    acc[c] = _mm512_fmadd_ps(dot, _mm512_set1_ps((*ds[c].add(sb * N + j))[0]), acc[c]);
                 }
             }
         }
@@ -404,14 +436,18 @@ impl<W: SignedPair> RowGroup for SignedGroups<W> {
 
     #[inline(always)]
     unsafe fn tail(
-        w: *const [W::Block; 8],
+        w: *const [W::Block; N],
         nb: usize,
         rows: std::ops::Range<usize>,
         acts: &Acts<'_>,
         dst: *mut f32,
         ldd: usize,
     ) {
-        signed_interleaved_rows::<W>(w as *const W::Block, nb, rows, acts, dst, ldd)
+        if N == 1 {
+            signed_rows::<W>(w as *const W::Block, nb, rows, acts, dst, ldd)
+        } else {
+            signed_interleaved_rows::<W>(w as *const W::Block, nb, rows, acts, dst, ldd)
+        }
     }
 }
 
@@ -430,27 +466,27 @@ unsafe fn columns<G: RowGroup, const C: usize>(
 ) {
     // the chunk's activations as unsigned bytes `a + 128`, for the kernels that read them
     // so (written before they are read; not zeroed)
-    let mut unsigned = std::mem::MaybeUninit::<[[u8; CHUNK_SBS * QK_K]; C]>::uninit();
-    let unsigned = unsigned.as_mut_ptr() as *mut [u8; CHUNK_SBS * QK_K];
+    let mut unsigned = std::mem::MaybeUninit::<[[u8; CHUNK_VALUES]; C]>::uninit();
+    let unsigned = unsigned.as_mut_ptr() as *mut [u8; CHUNK_VALUES];
     let mut s0 = 0;
     while s0 < sbs {
-        let n = (sbs - s0).min(CHUNK_SBS);
+        let n = (sbs - s0).min(CHUNK_VALUES / G::VALUES);
         let mut qs: [*const u8; C] = [std::ptr::null(); C];
         for (c, q) in qs.iter_mut().enumerate() {
-            let src = acts.row_qs(i0 + c).add(s0 * QK_K) as *const u8;
+            let src = acts.row_qs(i0 + c).add(s0 * G::VALUES) as *const u8;
             *q = src;
             if G::UNSIGNED_ACTS {
-                let flip = _mm512_set1_epi8(-128);
-                for i in (0..n * QK_K).step_by(64) {
-                    let v = _mm512_xor_si512(_mm512_loadu_si512(src.add(i) as *const __m512i), flip);
-                    _mm512_storeu_si512((unsigned.add(c) as *mut u8).add(i) as *mut __m512i, v);
+                let flip = _mm256_set1_epi8(-128);
+                for i in (0..n * G::VALUES).step_by(32) {
+                    let v = _mm256_xor_si256(_mm256_loadu_si256(src.add(i) as *const __m256i), flip);
+                    _mm256_storeu_si256((unsigned.add(c) as *mut u8).add(i) as *mut __m256i, v);
                 }
                 *q = unsigned.add(c) as *const u8;
             }
         }
         let mut ds: [*const [f32; 2]; C] = [std::ptr::null(); C];
         for (c, d) in ds.iter_mut().enumerate() {
-            *d = acts.row_ds(i0 + c).add(s0 * (QK_K / QK));
+            *d = acts.row_ds(i0 + c).add(s0 * (G::VALUES / QK));
         }
         for g in 0..groups.len() / sbs {
             let acc = G::tile::<C>(groups.as_ptr().add(g * sbs + s0), qs, ds, n);
@@ -476,7 +512,7 @@ unsafe fn grouped_rows<G: RowGroup>(
     dst: *mut f32,
     ldd: usize,
 ) {
-    let sbs = nb / (QK_K / QK);
+    let sbs = nb / (G::VALUES / QK);
     let groups = rows.len() / ROWS;
     // taken out of its cell and put back, not used inside a closure (a closure is compiled
     // without this function's instruction set)
@@ -537,11 +573,12 @@ macro_rules! grouped_entry {
 grouped_entry!(q4k_grouped_rows, Q4KGroups, BlockQ4K);
 grouped_entry!(q6k_grouped_rows, Q6KGroups, BlockQ6K);
 
-/// Q8_0, Q4_0 or Q5_0 prefill of rows whose length is a multiple of 256 against
-/// interleaved activations, in groups of sixteen rows (see the module's comment).
+/// Q8_0, Q4_0 or Q5_0 prefill in groups of sixteen rows (see the module's comment):
+/// eight blocks at a time against interleaved activations (rows of whole 256-value
+/// groups), else one at a time in the natural order.
 ///
 /// # Safety
-/// As [`super::super::blocks::drive`], with `acts` interleaved and `nb` a multiple of 8;
+/// As [`super::super::blocks::drive`] (`nb` a multiple of 8 when `acts` are interleaved);
 /// the CPU has AVX-512 F/BW/VNNI.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 pub(in super::super) unsafe fn signed_grouped_rows<W: SignedPair>(
@@ -552,5 +589,9 @@ pub(in super::super) unsafe fn signed_grouped_rows<W: SignedPair>(
     dst: *mut f32,
     ldd: usize,
 ) {
-    grouped_rows::<SignedGroups<W>>(w as *const [W::Block; 8], nb, rows, acts, dst, ldd)
+    if acts.interleaved {
+        grouped_rows::<SignedGroups<W, 8>>(w as *const [W::Block; 8], nb, rows, acts, dst, ldd)
+    } else {
+        grouped_rows::<SignedGroups<W, 1>>(w as *const [W::Block; 1], nb, rows, acts, dst, ldd)
+    }
 }
