@@ -169,6 +169,10 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             (Isa::AvxVnni, Kind::Q4_1) => avx2::q4_1_rows_vnni(w41, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512Vnni, Kind::Q4_1) if acts.m >= avx512::GROUPED_MIN_ROWS => {
+                avx512::q4_1_grouped_rows(w41, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q4_1) => avx512::q4_1_rows(w41, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx2, Kind::Q4K) if acts.m >= avx2::GROUPED_MIN_ROWS => {

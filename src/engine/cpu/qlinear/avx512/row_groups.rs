@@ -1,5 +1,5 @@
-//! AVX-512 prefill on groups of sixteen weight rows: Q4_K, Q6_K, and Q8_0 / Q4_0 / Q5_0
-//! rows of whole 256-value groups (the rows whose activations are interleaved).
+//! AVX-512 prefill on groups of sixteen weight rows: Q4_K, Q6_K, Q8_0 / Q4_0 / Q5_0 and
+//! Q4_1.
 //!
 //! The interleaved kernels ([`super::Q4KInterleaved`], [`super::SignedInterleaved`])
 //! hold 64 values of one weight row per register, so their sums come out per row and
@@ -19,24 +19,28 @@
 //! sub-block. Q6_K: `q − 32` is the signed side, so the activations are taken as `a + 128`
 //! (copied so per chunk) and each 16-value half's sum starts at `−128 · Σ (q − 32)`. The
 //! 32-value signed formats likewise, eight blocks at a time as one super-block, with a
-//! `d_a` per block (a multiply more per block and activation row).
+//! `d_a` per block (a multiply more per block and activation row), or one block at a time
+//! where rows are not whole 256-value groups. Q4_1: quants 0..=15 against the signed
+//! activations, one block at a time, its `m · s_a` one FMA per block.
 //!
-//! The activations stay in the interleaved order the other AVX-512 prefill kernels read
-//! (`Acts::interleaved`): a scale's sum does not depend on the order of its values, so the
-//! weights are unpacked in the activations' order ([`activation_offset`]).
+//! Where the activations are in the interleaved order the other AVX-512 prefill kernels
+//! read (`Acts::interleaved`), they stay so: a scale's sum does not depend on the order of
+//! its values, so the weights are unpacked in the activations' order
+//! ([`activation_offset`]).
 
 use super::super::avx2::{q4k_scales_mins, transpose_8x8_epi32};
-use super::super::blocks::{unpacked_rows, Acts, BlockQ4K, BlockQ6K, QK, QK_K};
-use super::{signed_interleaved_rows, signed_rows, Q4KInterleaved, SignedInterleaved, SignedPair, UnpackQ6K};
+use super::super::blocks::{drive, unpacked_rows, Acts, BlockQ4K, BlockQ4_1, BlockQ6K, QK, QK_K};
+use super::{signed_interleaved_rows, signed_rows, Q4KInterleaved, SignedInterleaved, SignedPair, UnpackQ6K, Q4_1};
 use super::{UNPACKED_Q4K, UNPACKED_SIGNED};
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::thread::LocalKey;
 
-/// The fewest activation rows for which the signed formats' rows in the natural order
-/// (not of whole 256-value groups) are grouped: shorter prompts keep the file-layout
-/// kernel, whose tiles need no unpacking (an estimate by instruction count, as AVX2's).
+/// The fewest activation rows for which rows in the natural order (Q4_1, and the signed
+/// formats' rows not of whole 256-value groups) are grouped: shorter prompts keep the
+/// file-layout kernels, whose tiles need no unpacking (an estimate by instruction count,
+/// as AVX2's).
 pub(in super::super) const GROUPED_MIN_ROWS: usize = 4;
 
 /// Weight rows per group: one 512-bit register of i32 or f32 lanes.
@@ -163,7 +167,21 @@ struct SignedGroup<const N: usize> {
     start: [[i32; ROWS]; N],
 }
 
+struct Q4_1Groups;
+
+/// Sixteen Q4_1 rows' block unpacked: `q[p]` holds the quants (0..=15) of position `p` of
+/// every row; `scales` the rows' `d`, `mins` their `m`. 640 bytes where the file holds
+/// 16 · 20.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Q4_1Group {
+    q: [[u8; 64]; 8],
+    scales: [f32; ROWS],
+    mins: [f32; ROWS],
+}
+
 thread_local! {
+    static Q4_1_GROUPS: RefCell<Vec<Q4_1Group>> = const { RefCell::new(Vec::new()) };
     static Q4K_GROUPS: RefCell<Vec<Q4KGroup>> = const { RefCell::new(Vec::new()) };
     static Q6K_GROUPS: RefCell<Vec<Q6KGroup>> = const { RefCell::new(Vec::new()) };
     static SIGNED_GROUPS: RefCell<Vec<SignedGroup<8>>> = const { RefCell::new(Vec::new()) };
@@ -451,6 +469,74 @@ where
     }
 }
 
+impl RowGroup for Q4_1Groups {
+    type Block = BlockQ4_1;
+    type Group = Q4_1Group;
+    const VALUES: usize = QK;
+    const UNSIGNED_ACTS: bool = false;
+
+    fn scratch() -> &'static LocalKey<RefCell<Vec<Q4_1Group>>> {
+        &Q4_1_GROUPS
+    }
+
+    #[inline(always)]
+    unsafe fn unpack(first: *const BlockQ4_1, stride: usize, out: &mut Q4_1Group) {
+        let mask = _mm_set1_epi8(0x0F);
+        let mut rows = [_mm256_setzero_si256(); ROWS];
+        for (r, row) in rows.iter_mut().enumerate() {
+            let blk = first.add(r * stride);
+            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(blk as *const i32)));
+            out.scales[r] = _mm_cvtss_f32(dm);
+            out.mins[r] = _mm_cvtss_f32(_mm_movehdup_ps(dm));
+            // values 0..16 in the low nibbles, 16..32 in the high
+            let raw = _mm_loadu_si128((*blk).qs.as_ptr() as *const __m128i);
+            let (low, high) = (_mm_and_si128(raw, mask), _mm_and_si128(_mm_srli_epi16::<4>(raw), mask));
+            *row = _mm256_set_m128i(high, low);
+        }
+        store_transposed(&rows, &mut out.q);
+    }
+
+    #[inline(always)]
+    unsafe fn tile<const C: usize>(
+        group: *const Q4_1Group,
+        qs: [*const u8; C],
+        ds: [*const [f32; 2]; C],
+        blocks: usize,
+    ) -> [__m512; C] {
+        let mut acc = [_mm512_setzero_ps(); C];
+        for b in 0..blocks {
+            let blk = &*group.add(b);
+            let mut isum = [_mm512_setzero_si512(); C];
+            for p in 0..8 {
+                for c in 0..C {
+                    isum[c] = dot4::<false>(isum[c], &blk.q[p], qs[c].add(b * QK + 4 * p));
+                }
+            }
+            let (scales, mins) = (_mm512_load_ps(blk.scales.as_ptr()), _mm512_load_ps(blk.mins.as_ptr()));
+            for c in 0..C {
+                // d_w · d_a · Σ q_w q_a + m_w · s_a, s_a = d_a · Σ q_a
+                let [da, sa] = *ds[c].add(b);
+                let dot = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[c]), scales);
+                acc[c] = _mm512_fmadd_ps(dot, _mm512_set1_ps(da), acc[c]);
+                acc[c] = _mm512_fmadd_ps(mins, _mm512_set1_ps(sa), acc[c]);
+            }
+        }
+        acc
+    }
+
+    #[inline(always)]
+    unsafe fn tail(
+        w: *const BlockQ4_1,
+        nb: usize,
+        rows: std::ops::Range<usize>,
+        acts: &Acts<'_>,
+        dst: *mut f32,
+        ldd: usize,
+    ) {
+        drive::<Q4_1>(w, nb, rows, acts, dst, ldd)
+    }
+}
+
 /// Activation rows `i0..i0 + C` against every unpacked group (`sbs` per group), a chunk of
 /// super-blocks at a time; group `g`'s outputs go to `dst[i * ldd + row0 + 16g ..]`.
 #[inline(always)]
@@ -550,12 +636,11 @@ unsafe fn grouped_rows<G: RowGroup>(
 
 macro_rules! grouped_entry {
     ($name:ident, $group:ty, $block:ty) => {
-        /// Prefill against interleaved activations in groups of sixteen rows (see the
-        /// module's comment).
+        /// Prefill in groups of sixteen rows (see the module's comment).
         ///
         /// # Safety
-        /// As [`super::super::blocks::drive`], with `acts` interleaved; the CPU has
-        /// AVX-512 F/BW/VNNI.
+        /// As [`super::super::blocks::drive`], with `acts` interleaved for the K-quants
+        /// (never for Q4_1); the CPU has AVX-512 F/BW/VNNI.
         #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
         pub(in super::super) unsafe fn $name(
             w: *const $block,
@@ -570,6 +655,7 @@ macro_rules! grouped_entry {
     };
 }
 
+grouped_entry!(q4_1_grouped_rows, Q4_1Groups, BlockQ4_1);
 grouped_entry!(q4k_grouped_rows, Q4KGroups, BlockQ4K);
 grouped_entry!(q6k_grouped_rows, Q6KGroups, BlockQ6K);
 
