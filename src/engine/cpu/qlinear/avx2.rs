@@ -17,7 +17,9 @@
 //! sum's lanes with one multiply-add per super-block; Q6_K's `q - 32` is the pair sums
 //! of `q` less 32 times the activations' (`maddubs(32, a)`, once per activation block).
 //! Their prefill of four or more activation rows runs on weights unpacked into groups of
-//! eight rows instead ([`row_groups`]), where one scale serves several registers.
+//! eight rows instead ([`row_groups`]), where one scale serves several registers; their
+//! decode (one activation row) has tiles of its own that keep every sum in registers and
+//! unpack each super-block's scales once ([`q4k_decode`], [`q6k_decode`]).
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -444,6 +446,94 @@ pub(super) unsafe fn signed_interleaved_rows_vnni<W: SignedBlock>(
 /// and per super-block `acc += f32(isum) * d * d_a`.
 pub(super) struct Q6K<D>(PhantomData<D>);
 
+/// The quants (0..64) of 32-value sub-block `4h + K` of a Q6_K super-block: the low
+/// (`K < 2`) or high nibbles of `ql` bytes `64h + 32(K % 2)..`, and bits `2K..2K + 2` of
+/// `qh` bytes `32h..` moved to bits 4 and 5 (ggml's `dequantize_row_q6_K` order).
+#[inline(always)]
+unsafe fn q6k_quants<const K: usize>(blk: *const BlockQ6K, h: usize, low4: __m256i, bits45: __m256i) -> __m256i {
+    let ql = _mm256_loadu_si256((*blk).ql.as_ptr().add(64 * h + 32 * (K % 2)) as *const __m256i);
+    let qh = _mm256_loadu_si256((*blk).qh.as_ptr().add(32 * h) as *const __m256i);
+    let lo = if K < 2 { ql } else { _mm256_srli_epi16::<4>(ql) };
+    // 16-bit shifts: what crosses into the other byte is masked off with the rest
+    let hi = match K {
+        0 => _mm256_slli_epi16::<4>(qh),
+        1 => _mm256_slli_epi16::<2>(qh),
+        2 => qh,
+        _ => _mm256_srli_epi16::<2>(qh),
+    };
+    _mm256_or_si256(_mm256_and_si256(lo, low4), _mm256_and_si256(hi, bits45))
+}
+
+/// [`Q6K`]'s tile for one activation row (decode): every sum in registers, each
+/// sub-block's two scales one broadcast load and one shuffle from scales widened once per
+/// super-block, and no run-time shifts.
+#[inline(always)]
+unsafe fn q6k_decode<D: ScaledDot, const R: usize>(
+    w: [*const BlockQ6K; R],
+    q: *const i8,
+    ds: *const [f32; 2],
+    super_blocks: usize,
+) -> [f32; R] {
+    let low4 = _mm256_set1_epi8(0x0F);
+    let bits45 = _mm256_set1_epi8(0x30);
+    let offset = _mm256_set1_epi8(32);
+    // an i32 of two i16 scales to the first over the low 128 bits, the second over the high
+    #[rustfmt::skip]
+    let spread = _mm256_setr_epi8(
+        0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+    );
+    let mut acc = [_mm256_setzero_ps(); R];
+    let lead = prefetch_lead(&w);
+    for sb in 0..super_blocks {
+        // the activations share one d over the super-block (`ActScale::SuperBlock`)
+        let da = (*ds.add(sb * QK_K / QK))[0];
+        let mut sc16 = [[0i16; 16]; R];
+        for r in 0..R {
+            let blk = w[r].add(sb);
+            let p = (blk as *const i8).wrapping_add(lead);
+            for line in 0..4 {
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64 * line));
+            }
+            let scales = _mm_loadu_si128((*blk).scales.as_ptr() as *const __m128i);
+            _mm256_storeu_si256(sc16[r].as_mut_ptr() as *mut __m256i, _mm256_cvtepi8_epi16(scales));
+        }
+        let mut isum = [_mm256_setzero_si256(); R];
+        let qb = q.add(sb * QK_K);
+        macro_rules! sub_block {
+            ($h:expr, $k:literal) => {{
+                let j = 4 * $h + $k;
+                let a = _mm256_loadu_si256(qb.add(QK * j) as *const __m256i);
+                // q - 32 against the activations: the products of q, less 32 times theirs
+                let off = _mm256_maddubs_epi16(offset, a);
+                for r in 0..R {
+                    let qx = q6k_quants::<$k>(w[r].add(sb), $h, low4, bits45);
+                    let pair = std::ptr::read_unaligned(sc16[r].as_ptr().add(2 * j) as *const i32);
+                    let scale = _mm256_shuffle_epi8(_mm256_set1_epi32(pair), spread);
+                    isum[r] = D::scaled_dot_less(isum[r], qx, a, off, scale);
+                }
+            }};
+        }
+        for h in 0..2 {
+            sub_block!(h, 0);
+            sub_block!(h, 1);
+            sub_block!(h, 2);
+            sub_block!(h, 3);
+        }
+        for r in 0..R {
+            // F16C, not `half`'s to_f32: that is a call with a run-time CPU check
+            let d = std::ptr::read_unaligned(&(*w[r].add(sb)).d as *const _ as *const u16) as i32;
+            let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(dw * da), acc[r]);
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum(acc[r]);
+    }
+    out
+}
+
 impl<D: ScaledDot> TileKernel for Q6K<D> {
     type Block = BlockQ6K;
     const BLOCKS_PER: usize = 8;
@@ -455,6 +545,14 @@ impl<D: ScaledDot> TileKernel for Q6K<D> {
         ds: [*const [f32; 2]; C],
         nb: usize,
     ) -> [[f32; C]; R] {
+        if C == 1 {
+            let sums = q6k_decode::<D, R>(w, qs[0], ds[0], nb / Self::BLOCKS_PER);
+            let mut out = [[0f32; C]; R];
+            for r in 0..R {
+                out[r][0] = sums[r];
+            }
+            return out;
+        }
         let low4 = _mm256_set1_epi8(0x0F);
         let low2 = _mm256_set1_epi8(0x03);
         let offset = _mm256_set1_epi8(32);
@@ -547,6 +645,72 @@ unsafe fn q4k_act_scales(ds: *const [f32; 2]) -> (__m256, __m256) {
     (_mm256_shuffle_ps::<0b10_00_10_00>(v0, v1), _mm256_shuffle_ps::<0b11_01_11_01>(v0, v1))
 }
 
+/// [`Q4K`]'s tile for one activation row (decode), where nothing amortizes a super-block's
+/// scale unpacking: every sum stays in registers, each row's 32 bytes of a 64-value group
+/// are loaded once for both nibbles, the scales and mins are unpacked once per super-block,
+/// and the offsets go into the same f32 lanes as the scaled sums.
+#[inline(always)]
+unsafe fn q4k_decode<D: ScaledDot, const R: usize>(
+    w: [*const BlockQ4K; R],
+    q: *const i8,
+    ds: *const [f32; 2],
+    super_blocks: usize,
+) -> [f32; R] {
+    let mask = _mm256_set1_epi8(0x0F);
+    // the mins (bytes 8..16 of `q4k_scales_mins`) in the lane order of `q4k_act_scales`
+    let min_order = _mm_setr_epi8(8, 9, 12, 13, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let lead = prefetch_lead(&w);
+    for b in 0..super_blocks {
+        let ds = ds.add(b * QK_K / QK);
+        // the activations share one d over the super-block (`ActScale::SuperBlock`)
+        let da = (*ds)[0];
+        let (_, sa) = q4k_act_scales(ds);
+        // each sub-block scale twice in an i32, read back one at a time as a broadcast (a
+        // load alone, where broadcasting one i16 from memory also takes a shuffle)
+        let mut sc32 = [[0i32; 8]; R];
+        let mut dw = [0f32; R];
+        for r in 0..R {
+            let blk = w[r].add(b);
+            let p = (blk as *const i8).wrapping_add(lead);
+            _mm_prefetch::<_MM_HINT_T0>(p);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128));
+            let sm = q4k_scales_mins(blk);
+            let sc = _mm_cvtepu8_epi16(sm);
+            _mm_storeu_si128(sc32[r].as_mut_ptr() as *mut __m128i, _mm_unpacklo_epi16(sc, sc));
+            _mm_storeu_si128(sc32[r].as_mut_ptr().add(4) as *mut __m128i, _mm_unpackhi_epi16(sc, sc));
+            let dd = load_f16_pair(blk as *const u8);
+            dw[r] = _mm_cvtss_f32(dd);
+            let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_shuffle_epi8(sm, min_order)));
+            let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dd));
+            acc[r] = _mm256_fnmadd_ps(_mm256_mul_ps(mins, dmin), sa, acc[r]);
+        }
+        let mut isum = [_mm256_setzero_si256(); R];
+        let qb = q.add(b * QK_K);
+        for g in 0..QK_K / 64 {
+            // 64 values: the low nibbles of the group's 32 bytes are sub-block 2g, the high 2g + 1
+            let a_lo = _mm256_loadu_si256(qb.add(64 * g) as *const __m256i);
+            let a_hi = _mm256_loadu_si256(qb.add(64 * g + 32) as *const __m256i);
+            for r in 0..R {
+                let raw = _mm256_loadu_si256((*w[r].add(b)).qs.as_ptr().add(32 * g) as *const __m256i);
+                let lo = _mm256_and_si256(raw, mask);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), mask);
+                isum[r] = D::scaled_dot(isum[r], lo, a_lo, _mm256_set1_epi32(sc32[r][2 * g]));
+                isum[r] = D::scaled_dot(isum[r], hi, a_hi, _mm256_set1_epi32(sc32[r][2 * g + 1]));
+            }
+        }
+        for r in 0..R {
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(dw[r] * da), acc[r]);
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum(acc[r]);
+    }
+    out
+}
+
 impl<D: ScaledDot> TileKernel for Q4K<D> {
     type Block = BlockQ4K;
     const BLOCKS_PER: usize = QK_K / QK;
@@ -560,6 +724,14 @@ impl<D: ScaledDot> TileKernel for Q4K<D> {
     ) -> [[f32; C]; R] {
         // `nb` counts 32-value blocks; the loops below walk super-blocks.
         let nb = nb / Self::BLOCKS_PER;
+        if C == 1 {
+            let sums = q4k_decode::<D, R>(w, qs[0], ds[0], nb);
+            let mut out = [[0f32; C]; R];
+            for r in 0..R {
+                out[r][0] = sums[r];
+            }
+            return out;
+        }
         let mask = _mm256_set1_epi8(0x0F);
         // f32 sums, touched once per super-block: kept in memory so that the registers
         // hold the integer sums of the sub-block loop
