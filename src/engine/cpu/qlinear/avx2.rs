@@ -19,7 +19,9 @@
 //! Their prefill of four or more activation rows runs on weights unpacked into groups of
 //! eight rows instead ([`row_groups`]), where one scale serves several registers; their
 //! decode (one activation row) has tiles of its own that keep every sum in registers and
-//! unpack each super-block's scales once ([`q4k_decode`], [`q6k_decode`]).
+//! unpack each super-block's scales once ([`q4k_decode`], [`q6k_decode`]), and reads one
+//! weight row at a time: one long stream for the hardware prefetcher
+//! (`TileKernel::DECODE_ONE_ROW`).
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -536,6 +538,7 @@ unsafe fn q6k_decode<D: ScaledDot, const R: usize>(
 
 impl<D: ScaledDot> TileKernel for Q6K<D> {
     type Block = BlockQ6K;
+    const DECODE_ONE_ROW: bool = true;
     const BLOCKS_PER: usize = 8;
 
     #[inline(always)]
@@ -713,6 +716,7 @@ unsafe fn q4k_decode<D: ScaledDot, const R: usize>(
 
 impl<D: ScaledDot> TileKernel for Q4K<D> {
     type Block = BlockQ4K;
+    const DECODE_ONE_ROW: bool = true;
     const BLOCKS_PER: usize = QK_K / QK;
 
     #[inline(always)]
