@@ -273,10 +273,10 @@ pub const DECODE_ONE_ROW_BYTES: usize = 1024;
 ///
 /// Decode (`m == 1`) walks the rows four at a time so that one activation load serves four
 /// weight rows (or one at a time: `K::DECODE_ONE_ROW`, or rows of at most
-/// [`DECODE_ONE_ROW_BYTES`]); prefill keeps a tile of
-/// `K::PREFILL_COLS` activation rows hot in L1 and walks the rows of this unit in pairs (or
-/// one by one, `K::PAIRED_ROWS`), so each weight block is unpacked once per tile, a chunk
-/// of [`PREFILL_CHUNK_BLOCKS`] at a time.
+/// [`DECODE_ONE_ROW_BYTES`] on x86-64); prefill keeps a tile of `K::PREFILL_COLS`
+/// activation rows hot in L1 and walks the rows of this unit in pairs (or one by one,
+/// `K::PAIRED_ROWS`), so each weight block is unpacked once per tile, a chunk of
+/// [`PREFILL_CHUNK_BLOCKS`] at a time.
 ///
 /// # Safety
 /// `w` points at `rows.end * nb / K::BLOCKS_PER` blocks; `dst` is valid for writes at every
