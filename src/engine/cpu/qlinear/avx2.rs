@@ -118,7 +118,7 @@ unsafe fn sums<const R: usize, const C: usize>(acc: [[__m256; C]; R]) -> [[f32; 
 
 /// `(d, m)` (or `(d, first byte pair)`) of a block as `[d, m, 0, 0]` in f32.
 #[inline(always)]
-unsafe fn load_f16_pair(p: *const u8) -> __m128 {
+pub(super) unsafe fn load_f16_pair(p: *const u8) -> __m128 {
     _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)))
 }
 
@@ -448,6 +448,24 @@ pub(super) unsafe fn signed_interleaved_rows_vnni<W: SignedBlock>(
 /// and per super-block `acc += f32(isum) * d * d_a`.
 pub(super) struct Q6K<D>(PhantomData<D>);
 
+/// A Q6_K block's `d` in f32: F16C, not `half`'s to_f32 (a call with a run-time CPU
+/// check), and two bytes read, not four: `d` ends the block.
+#[inline(always)]
+unsafe fn q6k_d(blk: *const BlockQ6K) -> f32 {
+    let d = std::ptr::read_unaligned(&(*blk).d as *const _ as *const u16) as i32;
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d)))
+}
+
+/// A one-activation-row tile's accumulators as [`TileKernel::tile`]'s result (`C` is 1).
+#[inline(always)]
+unsafe fn decode_sums<const R: usize, const C: usize>(acc: [__m256; R]) -> [[f32; C]; R] {
+    let mut out = [[0f32; C]; R];
+    for r in 0..R {
+        out[r][0] = hsum(acc[r]);
+    }
+    out
+}
+
 /// The quants (0..64) of 32-value sub-block `4h + K` of a Q6_K super-block: the low
 /// (`K < 2`) or high nibbles of `ql` bytes `64h + 32(K % 2)..`, and bits `2K..2K + 2` of
 /// `qh` bytes `32h..` moved to bits 4 and 5 (ggml's `dequantize_row_q6_K` order).
@@ -475,7 +493,7 @@ unsafe fn q6k_decode<D: ScaledDot, const R: usize>(
     q: *const i8,
     ds: *const [f32; 2],
     super_blocks: usize,
-) -> [f32; R] {
+) -> [__m256; R] {
     let low4 = _mm256_set1_epi8(0x0F);
     let bits45 = _mm256_set1_epi8(0x30);
     let offset = _mm256_set1_epi8(32);
@@ -523,17 +541,11 @@ unsafe fn q6k_decode<D: ScaledDot, const R: usize>(
             sub_block!(h, 3);
         }
         for r in 0..R {
-            // F16C, not `half`'s to_f32: that is a call with a run-time CPU check
-            let d = std::ptr::read_unaligned(&(*w[r].add(sb)).d as *const _ as *const u16) as i32;
-            let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
+            let dw = q6k_d(w[r].add(sb));
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(dw * da), acc[r]);
         }
     }
-    let mut out = [0f32; R];
-    for r in 0..R {
-        out[r] = hsum(acc[r]);
-    }
-    out
+    acc
 }
 
 impl<D: ScaledDot> TileKernel for Q6K<D> {
@@ -549,12 +561,7 @@ impl<D: ScaledDot> TileKernel for Q6K<D> {
         nb: usize,
     ) -> [[f32; C]; R] {
         if C == 1 {
-            let sums = q6k_decode::<D, R>(w, qs[0], ds[0], nb / Self::BLOCKS_PER);
-            let mut out = [[0f32; C]; R];
-            for r in 0..R {
-                out[r][0] = sums[r];
-            }
-            return out;
+            return decode_sums(q6k_decode::<D, R>(w, qs[0], ds[0], nb / Self::BLOCKS_PER));
         }
         let low4 = _mm256_set1_epi8(0x0F);
         let low2 = _mm256_set1_epi8(0x03);
@@ -596,9 +603,7 @@ impl<D: ScaledDot> TileKernel for Q6K<D> {
                 }
             }
             for r in 0..R {
-                // F16C, not `half`'s to_f32: that is a call with a run-time CPU check
-                let d = std::ptr::read_unaligned(&(*w[r].add(sb)).d as *const _ as *const u16) as i32;
-                let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
+                let dw = q6k_d(w[r].add(sb));
                 for c in 0..C {
                     let f = _mm256_set1_ps(dw * da[c]);
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][c]), f, acc[r][c]);
@@ -658,7 +663,7 @@ unsafe fn q4k_decode<D: ScaledDot, const R: usize>(
     q: *const i8,
     ds: *const [f32; 2],
     super_blocks: usize,
-) -> [f32; R] {
+) -> [__m256; R] {
     let mask = _mm256_set1_epi8(0x0F);
     // the mins (bytes 8..16 of `q4k_scales_mins`) in the lane order of `q4k_act_scales`
     let min_order = _mm_setr_epi8(8, 9, 12, 13, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
@@ -707,11 +712,7 @@ unsafe fn q4k_decode<D: ScaledDot, const R: usize>(
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(dw[r] * da), acc[r]);
         }
     }
-    let mut out = [0f32; R];
-    for r in 0..R {
-        out[r] = hsum(acc[r]);
-    }
-    out
+    acc
 }
 
 impl<D: ScaledDot> TileKernel for Q4K<D> {
@@ -729,12 +730,7 @@ impl<D: ScaledDot> TileKernel for Q4K<D> {
         // `nb` counts 32-value blocks; the loops below walk super-blocks.
         let nb = nb / Self::BLOCKS_PER;
         if C == 1 {
-            let sums = q4k_decode::<D, R>(w, qs[0], ds[0], nb);
-            let mut out = [[0f32; C]; R];
-            for r in 0..R {
-                out[r][0] = sums[r];
-            }
-            return out;
+            return decode_sums(q4k_decode::<D, R>(w, qs[0], ds[0], nb));
         }
         let mask = _mm256_set1_epi8(0x0F);
         // f32 sums, touched once per super-block: kept in memory so that the registers

@@ -28,7 +28,7 @@
 //! its values, so the weights are unpacked in the activations' order
 //! ([`activation_offset`]).
 
-use super::super::avx2::{q4k_scales_mins, transpose_8x8_epi32};
+use super::super::avx2::{load_f16_pair, q4k_scales_mins, transpose_8x8_epi32};
 use super::super::blocks::{drive, unpacked_rows, Acts, BlockQ4K, BlockQ4_1, BlockQ6K, QK, QK_K};
 use super::{signed_interleaved_rows, signed_rows, Q4KInterleaved, SignedInterleaved, SignedPair, UnpackQ6K, Q4_1};
 use super::{UNPACKED_Q4K, UNPACKED_SIGNED};
@@ -485,7 +485,7 @@ impl RowGroup for Q4_1Groups {
         let mut rows = [_mm256_setzero_si256(); ROWS];
         for (r, row) in rows.iter_mut().enumerate() {
             let blk = first.add(r * stride);
-            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(blk as *const i32)));
+            let dm = load_f16_pair(blk as *const u8);
             out.scales[r] = _mm_cvtss_f32(dm);
             out.mins[r] = _mm_cvtss_f32(_mm_movehdup_ps(dm));
             // values 0..16 in the low nibbles, 16..32 in the high
