@@ -748,3 +748,36 @@ fn a_decode_job_gives_the_same_outputs_whatever_ranges_compute_them() {
         }
     }
 }
+
+/// A prompt fed in pieces (the composer reads a draft ahead a few words at a time) gives
+/// every row the bits it gets fed whole: all prefill (two or more activation rows) takes the
+/// same kernel whatever the number of rows, and each activation row's sums do not depend on
+/// the others. (Decode, one row, takes its own kernels and rounds differently.)
+#[test]
+fn prefill_outputs_do_not_depend_on_how_the_rows_are_split() {
+    let mut rng = Rng(0x5eed_0010);
+    let formats = [GgmlDType::Q4_1, GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q5_0, GgmlDType::Q4K, GgmlDType::Q6K];
+    for dtype in formats {
+        // 37 rows: AVX-512's groups of sixteen and AVX2's of eight, with a tail; 640 values
+        // (no whole 256-value group: the natural order) and 1,024 (whole groups)
+        let widths: &[usize] = if matches!(dtype, GgmlDType::Q4K | GgmlDType::Q6K) { &[1024] } else { &[640, 1024] };
+        for &k in widths {
+            let lin = QLinear::new(random_weight(&mut rng, 37, k, dtype), Kernels::Fast).unwrap();
+            let x = random_acts(&mut rng, 9, k);
+            for isa in Isa::all_supported() {
+                let whole: Vec<f32> =
+                    forward_with(&lin, isa, &tensor(x.clone(), &[9, k])).flatten_all().unwrap().to_vec1().unwrap();
+                let mut pieces = Vec::new();
+                let mut i0 = 0;
+                for m in [2, 3, 4] {
+                    let part = tensor(x[i0 * k..(i0 + m) * k].to_vec(), &[m, k]);
+                    pieces.extend(forward_with(&lin, isa, &part).flatten_all().unwrap().to_vec1::<f32>().unwrap());
+                    i0 += m;
+                }
+                assert_eq!(i0, 9);
+                let differ = whole.iter().zip(&pieces).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+                assert_eq!(differ, 0, "{dtype:?} {isa:?} k={k}: {differ} of {} outputs differ", whole.len());
+            }
+        }
+    }
+}

@@ -21,8 +21,8 @@
 //! the start; two registers per i16 sum (2 · 2 · 255 · 32 < 2^15).
 //!
 //! By instruction count the unpacking costs about as much as a few activation rows'
-//! products of the same weights, so short prompts keep the file-layout kernels
-//! ([`GROUPED_MIN_ROWS`]; the threshold is that estimate, not a measurement).
+//! products of the same weights; still every prefill (two or more rows) is grouped
+//! ([`GROUPED_MIN_ROWS`]), so that a row's sums do not depend on how the prompt was split.
 
 use super::super::blocks::{drive, Acts, BlockQ4K, BlockQ6K, TileKernel, QK, QK_K};
 use super::{load_f16_pair, q4k_scales_mins, Madd, ScaledDot, Vnni, Q4K, Q6K};
@@ -30,8 +30,10 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 use std::thread::LocalKey;
 
-/// The fewest activation rows for which the grouped kernels are used.
-pub(in super::super) const GROUPED_MIN_ROWS: usize = 4;
+/// The fewest activation rows for which the grouped kernels are used: every prefill. A
+/// prompt fed in pieces (a draft read ahead a few words at a time) must give the bits it
+/// gives fed whole, and the grouped and file-layout kernels sum in different orders.
+pub(in super::super) const GROUPED_MIN_ROWS: usize = 2;
 
 /// Activation rows per tile: their i16, i32 and f32 sums take 12 of the 16 registers.
 const COLS: usize = 4;

@@ -38,10 +38,10 @@ use std::marker::PhantomData;
 use std::thread::LocalKey;
 
 /// The fewest activation rows for which rows in the natural order (Q4_1, and the signed
-/// formats' rows not of whole 256-value groups) are grouped: shorter prompts keep the
-/// file-layout kernels, whose tiles need no unpacking (an estimate by instruction count,
-/// as AVX2's).
-pub(in super::super) const GROUPED_MIN_ROWS: usize = 4;
+/// formats' rows not of whole 256-value groups) are grouped: every prefill, as AVX2's
+/// (a prompt fed in pieces must give the bits it gives fed whole; the file-layout
+/// kernels, left to decode, sum in another order).
+pub(in super::super) const GROUPED_MIN_ROWS: usize = 2;
 
 /// Weight rows per group: one 512-bit register of i32 or f32 lanes.
 const ROWS: usize = 16;
