@@ -26,8 +26,8 @@
 #![allow(clippy::missing_safety_doc)]
 
 use super::blocks::{
-    drive, unpacked_rows, ActScale, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel,
-    Unpack, QK, QK_K,
+    add_tail_blocks, drive, unpacked_rows, ActScale, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K,
+    BlockQ8_0, TileKernel, Unpack, QK, QK_K,
 };
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
@@ -401,11 +401,12 @@ thread_local! {
     static UNPACKED_SIGNED8: std::cell::RefCell<Vec<UnpackedSigned8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Prefill of Q8_0, Q4_0 or Q5_0 rows of whole 256-value groups on the interleaved
-/// activations ([`SignedInterleaved`]), AVX2.
+/// Prefill of Q8_0, Q4_0 or Q5_0 rows of at least one 256-value group on the interleaved
+/// activations: the whole groups by [`SignedInterleaved`], the blocks after them (rows of
+/// 576 or 640 values) by [`Signed`], AVX2.
 ///
 /// # Safety
-/// As [`drive`]; `nb` is a multiple of 8; the CPU has AVX2, FMA and F16C.
+/// As [`drive`]; `nb` is at least 8; the CPU has AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn signed_interleaved_rows<W: SignedBlock>(
     w: *const W::Block,
@@ -415,13 +416,14 @@ pub(super) unsafe fn signed_interleaved_rows<W: SignedBlock>(
     dst: *mut f32,
     ldd: usize,
 ) {
-    unpacked_rows::<SignedInterleaved<Madd>, UnpackSigned8<W>>(&UNPACKED_SIGNED8, w, nb, rows, acts, dst, ldd)
+    unpacked_rows::<SignedInterleaved<Madd>, UnpackSigned8<W>>(&UNPACKED_SIGNED8, w, nb, rows.clone(), acts, dst, ldd);
+    add_tail_blocks::<Signed<W, Madd>>(w, nb, nb / 8 * 8, rows, acts, dst, ldd)
 }
 
 /// [`signed_interleaved_rows`] with AVX-VNNI.
 ///
 /// # Safety
-/// As [`drive`]; `nb` is a multiple of 8; the CPU has AVX2, FMA, F16C and AVX-VNNI.
+/// As [`drive`]; `nb` is at least 8; the CPU has AVX2, FMA, F16C and AVX-VNNI.
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 pub(super) unsafe fn signed_interleaved_rows_vnni<W: SignedBlock>(
     w: *const W::Block,
@@ -431,7 +433,8 @@ pub(super) unsafe fn signed_interleaved_rows_vnni<W: SignedBlock>(
     dst: *mut f32,
     ldd: usize,
 ) {
-    unpacked_rows::<SignedInterleaved<Vnni>, UnpackSigned8<W>>(&UNPACKED_SIGNED8, w, nb, rows, acts, dst, ldd)
+    unpacked_rows::<SignedInterleaved<Vnni>, UnpackSigned8<W>>(&UNPACKED_SIGNED8, w, nb, rows.clone(), acts, dst, ldd);
+    add_tail_blocks::<Signed<W, Vnni>>(w, nb, nb / 8 * 8, rows, acts, dst, ldd)
 }
 
 /// Q6_K tiles against activations with one scale per super-block. Per 32-value block, for

@@ -173,7 +173,8 @@ pub struct Acts<'a> {
     /// Each 256-value super-block's quants in the sub-block-interleaved order of
     /// [`interleave_super_blocks`] (for the AVX-512 prefill kernels only: Q4_K, Q6_K, and
     /// Q8_0 / Q4_0 / Q5_0 rows of whole 256-value groups), or, for the AVX2 prefill of those
-    /// three, of [`interleave_blocks`].
+    /// three (rows of at least one group), of [`interleave_blocks`]; the values after a
+    /// row's last whole group stay in the natural order.
     pub interleaved: bool,
 }
 
@@ -186,8 +187,8 @@ pub fn interleave_super_blocks(qs: &mut [i8]) {
     transpose_pieces(qs, 16);
 }
 
-/// Reorders each 256 quants of `qs` (eight 32-value blocks) for the AVX2 prefill
-/// kernels: 32-byte register `k` holds values `4k..4k + 4` of each block, so its 32-bit
+/// Reorders each whole 256 quants of `qs` (eight 32-value blocks; a shorter rest stays
+/// as it is) for the AVX2 prefill kernels: 32-byte register `k` holds values `4k..4k + 4` of each block, so its 32-bit
 /// lane `l` meets block `l`, the same lane in all eight (a transpose of the blocks' 4-byte
 /// pieces, 8 × 8).
 pub fn interleave_blocks(qs: &mut [i8]) {
@@ -389,10 +390,11 @@ pub trait Unpack {
 /// The prefill of weight rows `rows` against interleaved activations with tile kernel
 /// `K`: the rows are unpacked once, by `U`, into this thread's `scratch`, and then run
 /// against every activation row, so the unpacking is not repeated per tile of activation
-/// rows.
+/// rows. Only the row's whole `K::BLOCKS_PER` blocks are: the blocks after them (AVX2's
+/// signed rows of 576 or 640 values) are the caller's ([`add_tail_blocks`]).
 ///
 /// # Safety
-/// As [`drive`] for `w`.
+/// As [`drive`] for `w`, with `nb` the 32-value blocks of a weight row.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -407,7 +409,9 @@ pub unsafe fn unpacked_rows<K: TileKernel, U: Unpack<Out = K::Block>>(
 ) where
     K::Block: Copy,
 {
+    // unpacked blocks per row, and the file's blocks per weight row
     let per_row = nb / K::BLOCKS_PER;
+    let src_per_row = nb / (K::BLOCKS_PER / U::PER);
     // the scratch is taken out of its cell and put back, not used inside a closure: a
     // closure is compiled without this function's instruction set (a nested call on this thread
     // finds the cell empty and allocates its own)
@@ -416,9 +420,72 @@ pub unsafe fn unpacked_rows<K: TileKernel, U: Unpack<Out = K::Block>>(
     // SAFETY (of the zeroed blocks): the unpacked types are plain bytes and numbers
     unpacked.resize(rows.len() * per_row, std::mem::zeroed());
     for (i, out) in unpacked.iter_mut().enumerate() {
-        U::unpack(w.add((rows.start * per_row + i) * U::PER), out);
+        let (r, g) = (rows.start + i / per_row, i % per_row);
+        U::unpack(w.add(r * src_per_row + g * U::PER), out);
     }
     // rows 0.. of the scratch are rows `rows` of the weight: `dst` shifts to match
-    drive::<K>(unpacked.as_ptr(), nb, 0..rows.len(), acts, dst.add(rows.start), ldd);
+    drive::<K>(unpacked.as_ptr(), per_row * K::BLOCKS_PER, 0..rows.len(), acts, dst.add(rows.start), ldd);
     scratch.with(|cell| cell.replace(unpacked));
+}
+
+/// Adds to `dst` the products of blocks `from..nb` of weight rows `rows` (`K` reads the
+/// file's 32-value blocks, `K::BLOCKS_PER == 1`) with the same blocks of every activation
+/// row, which are in the natural order there: the blocks after the last whole 256-value
+/// group of a prefill whose groups run interleaved ([`unpacked_rows`]). Each activation
+/// row's sums are its own, so a row's result does not depend on the others.
+///
+/// # Safety
+/// As [`drive`]; `from <= nb`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn add_tail_blocks<K: TileKernel>(
+    w: *const K::Block,
+    nb: usize,
+    from: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    debug_assert_eq!(K::BLOCKS_PER, 1);
+    if from == nb {
+        return;
+    }
+    macro_rules! cols {
+        ($c:literal, $i0:expr) => {{
+            let i0 = $i0;
+            let qs: [*const i8; $c] = std::array::from_fn(|c| acts.row_qs(i0 + c).add(from * QK));
+            let ds: [*const [f32; 2]; $c] = std::array::from_fn(|c| acts.row_ds(i0 + c).add(from));
+            let wrow = |r: usize| w.add(r * nb + from);
+            let add = |r: usize, c: usize, v: f32| *dst.add((i0 + c) * ldd + r) += v;
+            let mut r = rows.start;
+            while r + 2 <= rows.end {
+                let out = K::tile::<2, $c>([wrow(r), wrow(r + 1)], qs, ds, nb - from);
+                for (j, o) in out.iter().enumerate() {
+                    for (c, v) in o.iter().enumerate() {
+                        add(r + j, c, *v);
+                    }
+                }
+                r += 2;
+            }
+            if r < rows.end {
+                let out = K::tile::<1, $c>([wrow(r)], qs, ds, nb - from);
+                for (c, v) in out[0].iter().enumerate() {
+                    add(r, c, *v);
+                }
+            }
+        }};
+    }
+    let mut i0 = 0;
+    while i0 + 4 <= acts.m {
+        cols!(4, i0);
+        i0 += 4;
+    }
+    match acts.m - i0 {
+        0 => {}
+        1 => cols!(1, i0),
+        2 => cols!(2, i0),
+        _ => cols!(3, i0),
+    }
 }

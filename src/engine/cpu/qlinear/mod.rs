@@ -113,7 +113,8 @@ impl Isa {
     /// ([`blocks::interleave_super_blocks`]): AVX-512 Q4_K and Q6_K, and Q8_0, Q4_0 and
     /// Q5_0 rows of whole 256-value groups, whose products over 256 values then stay in
     /// integers; AVX2 the same three signed formats, in its own order
-    /// ([`blocks::interleave_blocks`]).
+    /// ([`blocks::interleave_blocks`]), in rows of at least one group (the blocks after the
+    /// last whole group stay in the natural order).
     fn interleaves(self, kind: Kind, k: usize) -> bool {
         #[cfg(target_arch = "x86_64")]
         if self == Isa::Avx512Vnni {
@@ -125,7 +126,7 @@ impl Isa {
         }
         #[cfg(target_arch = "x86_64")]
         if matches!(self, Isa::Avx2 | Isa::AvxVnni) {
-            return matches!(kind, Kind::Q8_0 | Kind::Q4_0 | Kind::Q5_0) && k.is_multiple_of(QK_K);
+            return matches!(kind, Kind::Q8_0 | Kind::Q4_0 | Kind::Q5_0) && k >= QK_K;
         }
         let _ = (self, kind, k);
         false
