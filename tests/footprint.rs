@@ -150,12 +150,15 @@ fn a_long_prompt_stays_under_the_predicted_footprint_at_every_budget() {
     // policy), so desktop is left out; on 6gb the cache allowance sets the budget. A KV type
     // whose 6gb budget is already the model's whole context gets the same budget on 8gb:
     // that run would repeat this one (each of these 8K-token prefills is ~1 min in CI).
+    // f32's whole context is left to f16's: the cache's bytes are exact in the prediction
+    // (checked at f32's 6gb budget), and what grows with the budget besides them, prefill
+    // attention's f32 copy of a layer's keys, is larger for f16 (values converted too).
     for kv in ["f32", "f16", "q8_0"] {
         let six = peak_and_predicted(&["--tier", "6gb", "--kv", kv, "--max-tokens", "8"], &prompt);
         let six_budget = six.budget;
         assert_under(&format!("6gb {kv}, budget {six_budget}"), six);
-        if six_budget >= whole_context {
-            eprintln!("8gb {kv}: the same budget as 6gb ({six_budget}, the whole context), not run again");
+        if six_budget >= whole_context || kv == "f32" {
+            eprintln!("8gb {kv}: not run (6gb budget {six_budget}; see above)");
             continue;
         }
         let eight = peak_and_predicted(&["--tier", "8gb", "--kv", kv, "--max-tokens", "8"], &prompt);
