@@ -188,9 +188,9 @@ pub fn interleave_super_blocks(qs: &mut [i8]) {
 }
 
 /// Reorders each whole 256 quants of `qs` (eight 32-value blocks; a shorter rest stays
-/// as it is) for the AVX2 prefill kernels: 32-byte register `k` holds values `4k..4k + 4` of each block, so its 32-bit
-/// lane `l` meets block `l`, the same lane in all eight (a transpose of the blocks' 4-byte
-/// pieces, 8 × 8).
+/// as it is) for the AVX2 prefill kernels: 32-byte register `k` holds values `4k..4k + 4`
+/// of each block, so its 32-bit lane `l` meets block `l`, the same lane in all eight (a
+/// transpose of the blocks' 4-byte pieces, 8 × 8).
 pub fn interleave_blocks(qs: &mut [i8]) {
     transpose_pieces(qs, 8);
 }
