@@ -201,8 +201,8 @@ fn a_pasted_line_without_spaces_stays_under_the_predicted_footprint() {
         })
         .collect();
     line.push('\n');
-    // What this case is about is the line's tokenization, before the budget cuts it: a
-    // budget of 1,024 keeps the prediction small (the bound tighter) and the prefill short.
+    // What this case checks is the 2 MB line read and cut before it is tokenized; a budget
+    // of 1,024 keeps the prediction small (the bound tighter) and the prefill short.
     let args = ["--tier", "6gb", "--budget", "1024", "--max-tokens", "8"];
     assert_under("2 MB line, 6gb, budget 1024", peak_and_predicted(&args, &line));
 }
