@@ -26,7 +26,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use super::blocks::{
-    add_tail_blocks, drive, unpacked_rows, ActScale, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K,
+    drive, prefill_blocks, unpacked_rows, ActScale, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K,
     BlockQ8_0, TileKernel, Unpack, QK, QK_K,
 };
 use std::arch::x86_64::*;
@@ -417,7 +417,7 @@ pub(super) unsafe fn signed_interleaved_rows<W: SignedBlock>(
     ldd: usize,
 ) {
     unpacked_rows::<SignedInterleaved<Madd>, UnpackSigned8<W>>(&UNPACKED_SIGNED8, w, nb, rows.clone(), acts, dst, ldd);
-    add_tail_blocks::<Signed<W, Madd>>(w, nb, nb / 8 * 8, rows, acts, dst, ldd)
+    prefill_blocks::<Signed<W, Madd>>(w, nb, nb / 8 * 8..nb, rows, acts, dst, ldd)
 }
 
 /// [`signed_interleaved_rows`] with AVX-VNNI.
@@ -434,7 +434,7 @@ pub(super) unsafe fn signed_interleaved_rows_vnni<W: SignedBlock>(
     ldd: usize,
 ) {
     unpacked_rows::<SignedInterleaved<Vnni>, UnpackSigned8<W>>(&UNPACKED_SIGNED8, w, nb, rows.clone(), acts, dst, ldd);
-    add_tail_blocks::<Signed<W, Vnni>>(w, nb, nb / 8 * 8, rows, acts, dst, ldd)
+    prefill_blocks::<Signed<W, Vnni>>(w, nb, nb / 8 * 8..nb, rows, acts, dst, ldd)
 }
 
 /// Q6_K tiles against activations with one scale per super-block. Per 32-value block, for

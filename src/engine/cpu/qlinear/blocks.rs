@@ -316,16 +316,39 @@ pub unsafe fn drive<K: TileKernel>(
         }
         return;
     }
+    prefill_blocks::<K>(w, row_blocks, 0..nb, rows, acts, dst, ldd);
+}
 
+/// The prefill half of [`drive`], over blocks `blocks` of each weight row (32-value blocks,
+/// multiples of `K::BLOCKS_PER`; rows `row_stride` of `K::Block` apart): it writes `dst`
+/// when `blocks` starts at 0 and adds to it otherwise, so that the blocks after a row's
+/// whole 256-value groups, which AVX2's interleaved signed prefill leaves in the file's
+/// layout, add to what the groups gave.
+///
+/// # Safety
+/// As [`drive`], with every row `row_stride` blocks apart and `blocks` within them.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn prefill_blocks<K: TileKernel>(
+    w: *const K::Block,
+    row_stride: usize,
+    blocks: std::ops::Range<usize>,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    let wrow = |r: usize| w.add(r * row_stride);
+    let m = acts.m;
     // each tile of activation rows walks the rows' values a chunk at a time, so that the
     // tile's activations (up to 8 rows of 2,048 bytes) stay in L1 however long the rows
     let chunk = PREFILL_CHUNK_BLOCKS.max(K::BLOCKS_PER);
     macro_rules! cols {
         ($c:literal, $i0:expr) => {{
             let i0 = $i0;
-            let mut k0 = 0;
-            while k0 < nb {
-                let kn = (nb - k0).min(chunk);
+            let mut k0 = blocks.start;
+            while k0 < blocks.end {
+                let kn = (blocks.end - k0).min(chunk);
                 let qs: [*const i8; $c] = std::array::from_fn(|c| acts.row_qs(i0 + c).add(k0 * QK));
                 let ds: [*const [f32; 2]; $c] = std::array::from_fn(|c| acts.row_ds(i0 + c).add(k0));
                 let wrow = |r: usize| wrow(r).add(k0 / K::BLOCKS_PER);
@@ -391,7 +414,7 @@ pub trait Unpack {
 /// `K`: the rows are unpacked once, by `U`, into this thread's `scratch`, and then run
 /// against every activation row, so the unpacking is not repeated per tile of activation
 /// rows. Only the row's whole `K::BLOCKS_PER` blocks are: the blocks after them (AVX2's
-/// signed rows of 576 or 640 values) are the caller's ([`add_tail_blocks`]).
+/// signed rows of 576 or 640 values) are the caller's ([`prefill_blocks`]).
 ///
 /// # Safety
 /// As [`drive`] for `w`, with `nb` the 32-value blocks of a weight row.
@@ -426,66 +449,4 @@ pub unsafe fn unpacked_rows<K: TileKernel, U: Unpack<Out = K::Block>>(
     // rows 0.. of the scratch are rows `rows` of the weight: `dst` shifts to match
     drive::<K>(unpacked.as_ptr(), per_row * K::BLOCKS_PER, 0..rows.len(), acts, dst.add(rows.start), ldd);
     scratch.with(|cell| cell.replace(unpacked));
-}
-
-/// Adds to `dst` the products of blocks `from..nb` of weight rows `rows` (`K` reads the
-/// file's 32-value blocks, `K::BLOCKS_PER == 1`) with the same blocks of every activation
-/// row, which are in the natural order there: the blocks after the last whole 256-value
-/// group of a prefill whose groups run interleaved ([`unpacked_rows`]). Each activation
-/// row's sums are its own, so a row's result does not depend on the others.
-///
-/// # Safety
-/// As [`drive`]; `from <= nb`.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn add_tail_blocks<K: TileKernel>(
-    w: *const K::Block,
-    nb: usize,
-    from: usize,
-    rows: std::ops::Range<usize>,
-    acts: &Acts<'_>,
-    dst: *mut f32,
-    ldd: usize,
-) {
-    debug_assert_eq!(K::BLOCKS_PER, 1);
-    if from == nb {
-        return;
-    }
-    macro_rules! cols {
-        ($c:literal, $i0:expr) => {{
-            let i0 = $i0;
-            let qs: [*const i8; $c] = std::array::from_fn(|c| acts.row_qs(i0 + c).add(from * QK));
-            let ds: [*const [f32; 2]; $c] = std::array::from_fn(|c| acts.row_ds(i0 + c).add(from));
-            let wrow = |r: usize| w.add(r * nb + from);
-            let add = |r: usize, c: usize, v: f32| *dst.add((i0 + c) * ldd + r) += v;
-            let mut r = rows.start;
-            while r + 2 <= rows.end {
-                let out = K::tile::<2, $c>([wrow(r), wrow(r + 1)], qs, ds, nb - from);
-                for (j, o) in out.iter().enumerate() {
-                    for (c, v) in o.iter().enumerate() {
-                        add(r + j, c, *v);
-                    }
-                }
-                r += 2;
-            }
-            if r < rows.end {
-                let out = K::tile::<1, $c>([wrow(r)], qs, ds, nb - from);
-                for (c, v) in out[0].iter().enumerate() {
-                    add(r, c, *v);
-                }
-            }
-        }};
-    }
-    let mut i0 = 0;
-    while i0 + 4 <= acts.m {
-        cols!(4, i0);
-        i0 += 4;
-    }
-    match acts.m - i0 {
-        0 => {}
-        1 => cols!(1, i0),
-        2 => cols!(2, i0),
-        _ => cols!(3, i0),
-    }
 }
