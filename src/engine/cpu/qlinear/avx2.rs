@@ -454,7 +454,7 @@ pub(super) struct Q6K<D>(PhantomData<D>);
 /// A Q6_K block's `d` in f32: F16C, not `half`'s to_f32 (a call with a run-time CPU
 /// check), and two bytes read, not four: `d` ends the block.
 #[inline(always)]
-unsafe fn q6k_d(blk: *const BlockQ6K) -> f32 {
+pub(super) unsafe fn q6k_d(blk: *const BlockQ6K) -> f32 {
     let d = std::ptr::read_unaligned(&(*blk).d as *const _ as *const u16) as i32;
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d)))
 }

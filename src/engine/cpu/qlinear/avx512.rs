@@ -31,7 +31,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::avx2::{prefetch_lead, q4k_scales_mins, signed_block_scales, SignedBlock};
+use super::avx2::{prefetch_lead, q4k_scales_mins, q6k_d, signed_block_scales, SignedBlock};
 use super::blocks::{
     drive, unpacked_rows, Acts, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, TileKernel, Unpack, QK,
     QK_K,
@@ -653,10 +653,7 @@ impl TileKernel for Q6K {
                 let blk = w[r].add(sb);
                 let sc =
                     _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((*blk).scales.as_ptr() as *const __m128i)));
-                let d = _mm_cvtph_ps(_mm_cvtsi32_si128(
-                    std::ptr::read_unaligned(&(*blk).d as *const _ as *const u16) as i32
-                ));
-                let scales = _mm512_mul_ps(sc, _mm512_broadcastss_ps(d));
+                let scales = _mm512_mul_ps(sc, _mm512_set1_ps(q6k_d(blk)));
                 for c in 0..C {
                     let da = _mm512_set1_ps((*ds[c].add(sb * Self::BLOCKS_PER))[0]);
                     _mm512_storeu_ps(factors[r][c].as_mut_ptr(), _mm512_mul_ps(scales, da));
@@ -840,8 +837,7 @@ impl Unpack for UnpackQ6K {
         }
         store_signed(q, out);
         let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((*blk).scales.as_ptr() as *const __m128i)));
-        let d = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(&(*blk).d as *const _ as *const u16) as i32));
-        _mm512_store_ps(out.scales.as_mut_ptr(), _mm512_mul_ps(sc, _mm512_broadcastss_ps(d)));
+        _mm512_store_ps(out.scales.as_mut_ptr(), _mm512_mul_ps(sc, _mm512_set1_ps(q6k_d(blk))));
     }
 }
 

@@ -25,7 +25,7 @@
 //! ([`GROUPED_MIN_ROWS`]), so that a row's sums do not depend on how the prompt was split.
 
 use super::super::blocks::{drive, Acts, BlockQ4K, BlockQ6K, TileKernel, QK, QK_K};
-use super::{load_f16_pair, q4k_scales_mins, Madd, ScaledDot, Vnni, Q4K, Q6K};
+use super::{load_f16_pair, q4k_scales_mins, q6k_d, Madd, ScaledDot, Vnni, Q4K, Q6K};
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 use std::thread::LocalKey;
@@ -271,8 +271,7 @@ impl RowGroup for Q6KGroups {
         }
         for (r, sums) in weight_sums.iter().enumerate() {
             let blk = first.add(r * stride);
-            let d = std::ptr::read_unaligned(&(*blk).d as *const _ as *const u16) as i32;
-            out.d[r] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
+            out.d[r] = q6k_d(blk);
             let mut lanes = [0i32; 8];
             _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, *sums);
             out.offset[r] = 128 * lanes.iter().sum::<i32>();

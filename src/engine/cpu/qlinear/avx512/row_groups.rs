@@ -28,7 +28,7 @@
 //! its values, so the weights are unpacked in the activations' order
 //! ([`activation_offset`]).
 
-use super::super::avx2::{load_f16_pair, q4k_scales_mins, transpose_8x8_epi32};
+use super::super::avx2::{load_f16_pair, q4k_scales_mins, q6k_d, transpose_8x8_epi32};
 use super::super::blocks::{drive, unpacked_rows, Acts, BlockQ4K, BlockQ4_1, BlockQ6K, QK, QK_K};
 use super::{signed_interleaved_rows, signed_rows, Q4KInterleaved, SignedInterleaved, SignedPair, UnpackQ6K, Q4_1};
 use super::{UNPACKED_Q4K, UNPACKED_SIGNED};
@@ -297,8 +297,7 @@ impl RowGroup for Q6KGroups {
         let (low4, low2, offset) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03), _mm256_set1_epi8(32));
         for r in 0..ROWS {
             let blk = first.add(r * stride);
-            let d = std::ptr::read_unaligned(&(*blk).d as *const _ as *const u16) as i32;
-            let d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
+            let d = q6k_d(blk);
             for h in 0..QK_K / 16 {
                 out.scales[h][r] = d * (*blk).scales[h] as f32;
             }
