@@ -327,14 +327,14 @@ impl<W: SignedBlock> Unpack for UnpackSigned8<W> {
 
     #[inline(always)]
     unsafe fn unpack(blk: *const W::Block, out: &mut UnpackedSigned8) {
-        let mut natural = [[0i32; 8]; 8];
+        // block `l`'s 4-byte piece `k` is element `k` of row `l`: the transpose puts it in
+        // lane `l` of register `k`
+        let mut natural = [_mm256_setzero_si256(); 8];
         for (j, block) in natural.iter_mut().enumerate() {
-            _mm256_storeu_si256(block.as_mut_ptr() as *mut __m256i, W::quants(blk.add(j)));
+            *block = W::quants(blk.add(j));
         }
-        for (k, register) in out.q.iter_mut().enumerate() {
-            for (l, lane) in register.iter_mut().enumerate() {
-                *lane = natural[l][k];
-            }
+        for (register, q) in out.q.iter_mut().zip(transpose_8x8_epi32(natural)) {
+            _mm256_store_si256(register.as_mut_ptr() as *mut __m256i, q);
         }
         _mm256_store_ps(out.scales.as_mut_ptr(), signed_block_scales(blk));
     }
