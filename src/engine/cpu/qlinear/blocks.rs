@@ -410,6 +410,27 @@ pub trait Unpack {
     unsafe fn unpack(src: *const Self::Src, out: &mut Self::Out);
 }
 
+/// This thread's `scratch` of unpacked blocks, taken out of its cell and at least `n`
+/// long; the caller puts it back (`scratch.with(|cell| cell.replace(..))`). Taken out, not
+/// used inside a closure: a closure is compiled without the caller's instruction set (a
+/// nested call on this thread finds the cell empty and allocates its own). Grown, never
+/// cleared: callers unpack every block they read, and zeroing a unit's whole scratch
+/// first (up to 160 KiB) was ~6 % of a three-token prefill.
+///
+/// # Safety
+/// A `T` of zero bytes is a valid `T` (plain bytes and numbers).
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn take_scratch<T: Copy>(
+    scratch: &'static std::thread::LocalKey<std::cell::RefCell<Vec<T>>>,
+    n: usize,
+) -> Vec<T> {
+    let mut blocks = scratch.with(|cell| cell.take());
+    if blocks.len() < n {
+        blocks.resize(n, std::mem::zeroed());
+    }
+    blocks
+}
+
 /// The prefill of weight rows `rows` against interleaved activations with tile kernel
 /// `K`: the rows are unpacked once, by `U`, into this thread's `scratch`, and then run
 /// against every activation row, so the unpacking is not repeated per tile of activation
@@ -435,14 +456,10 @@ pub unsafe fn unpacked_rows<K: TileKernel, U: Unpack<Out = K::Block>>(
     // unpacked blocks per row, and the file's blocks per weight row
     let per_row = nb / K::BLOCKS_PER;
     let src_per_row = nb / (K::BLOCKS_PER / U::PER);
-    // the scratch is taken out of its cell and put back, not used inside a closure: a
-    // closure is compiled without this function's instruction set (a nested call on this thread
-    // finds the cell empty and allocates its own)
-    let mut unpacked = scratch.with(|cell| cell.take());
-    unpacked.clear();
+    let n = rows.len() * per_row;
     // SAFETY (of the zeroed blocks): the unpacked types are plain bytes and numbers
-    unpacked.resize(rows.len() * per_row, std::mem::zeroed());
-    for (i, out) in unpacked.iter_mut().enumerate() {
+    let mut unpacked = take_scratch(scratch, n);
+    for (i, out) in unpacked[..n].iter_mut().enumerate() {
         let (r, g) = (rows.start + i / per_row, i % per_row);
         U::unpack(w.add(r * src_per_row + g * U::PER), out);
     }

@@ -759,9 +759,10 @@ fn prefill_outputs_do_not_depend_on_how_the_rows_are_split() {
     let formats = [GgmlDType::Q4_1, GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q5_0, GgmlDType::Q4K, GgmlDType::Q6K];
     for dtype in formats {
         // 37 rows: AVX-512's groups of sixteen and AVX2's of eight, with a tail; 640 values
-        // (AVX-512: the natural order; AVX2: two whole 256-value groups and a tail) and
-        // 1,024 (whole groups)
-        let widths: &[usize] = if matches!(dtype, GgmlDType::Q4K | GgmlDType::Q6K) { &[1024] } else { &[640, 1024] };
+        // (AVX-512: the natural order; AVX2: two whole 256-value groups and a tail), 1,024
+        // (whole groups) and, for the K-quants, 2,048 (two of AVX2's chunks of a row)
+        let widths: &[usize] =
+            if matches!(dtype, GgmlDType::Q4K | GgmlDType::Q6K) { &[1024, 2048] } else { &[640, 1024] };
         for &k in widths {
             let lin = QLinear::new(random_weight(&mut rng, 37, k, dtype), Kernels::Fast).unwrap();
             let x = random_acts(&mut rng, 9, k);

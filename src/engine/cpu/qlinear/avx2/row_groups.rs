@@ -21,11 +21,14 @@
 //! the start; two registers per i16 sum (2 · 2 · 255 · 32 < 2^15).
 //!
 //! By instruction count the unpacking costs about as much as a few activation rows'
-//! products of the same weights; still every prefill (two or more rows) is grouped
-//! ([`GROUPED_MIN_ROWS`]), so that a row's sums do not depend on how the prompt was split.
+//! products of the same weights. Every prefill (two or more rows) sums in this order
+//! ([`GROUPED_MIN_ROWS`]), so that a row's sums do not depend on how the prompt was split;
+//! below [`UNPACKED_MIN_ROWS`] the groups are read from the file instead
+//! ([`RowGroup::file_tile`]): each row's integer sum is taken whole and then scaled in the
+//! same steps, the same bits without the unpacking.
 
-use super::super::blocks::{drive, Acts, BlockQ4K, BlockQ6K, TileKernel, QK, QK_K};
-use super::{load_f16_pair, q4k_scales_mins, q6k_d, Madd, ScaledDot, Vnni, Q4K, Q6K};
+use super::super::blocks::{drive, take_scratch, Acts, BlockQ4K, BlockQ6K, TileKernel, QK, QK_K};
+use super::{load_f16_pair, q4k_scales_mins, q6k_d, Madd, ScaledDot, Vnni, PREFETCH_BYTES, Q4K, Q6K};
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 use std::thread::LocalKey;
@@ -34,6 +37,11 @@ use std::thread::LocalKey;
 /// prompt fed in pieces (a draft read ahead a few words at a time) must give the bits it
 /// gives fed whole, and the grouped and file-layout kernels sum in different orders.
 pub(in super::super) const GROUPED_MIN_ROWS: usize = 2;
+
+/// The fewest activation rows for which the rows are unpacked: below it ([`file_columns`])
+/// the unpacking costs more than it saves (a three-token piece of a draft read ahead took
+/// ~1.8x as long unpacked on a Llama-1B Q4_K_M file).
+const UNPACKED_MIN_ROWS: usize = 4;
 
 /// Activation rows per tile: their i16, i32 and f32 sums take 12 of the 16 registers.
 const COLS: usize = 4;
@@ -62,6 +70,18 @@ trait RowGroup {
     unsafe fn tile<D: ScaledDot, const C: usize>(
         group: *const Self::Group,
         qs: [*const u8; C],
+        ds: [*const [f32; 2]; C],
+        sbs: usize,
+    ) -> [__m256; C];
+    /// [`Self::tile`]'s sums from the file's blocks (the eight rows at `first`, `first +
+    /// stride`, …), not unpacked, against signed activations: each row's integer sum of a
+    /// super-block is the same number summed in another order, and the f32 steps are
+    /// `tile`'s, so the outputs are the same bits. For prefills of too few activation
+    /// rows to pay for the unpacking ([`UNPACKED_MIN_ROWS`]).
+    unsafe fn file_tile<D: ScaledDot, const C: usize>(
+        first: *const Self::Block,
+        stride: usize,
+        qs: [*const i8; C],
         ds: [*const [f32; 2]; C],
         sbs: usize,
     ) -> [__m256; C];
@@ -98,6 +118,16 @@ pub(in super::super) unsafe fn transpose_8x8_epi32(x: [__m256i; 8]) -> [__m256i;
         _mm256_permute2x128_si256::<0x31>(e26, f26),
         _mm256_permute2x128_si256::<0x31>(e37, f37),
     ]
+}
+
+/// Eight rows' integer sums, each as eight i32 partial sums (`x[row]`), as one register
+/// of the rows' totals (lane `r`: row `r`).
+#[inline(always)]
+unsafe fn row_totals(x: [__m256i; 8]) -> __m256i {
+    // per 128-bit half, [row 0, 1, 2, 3] and [row 4, 5, 6, 7] of the half's four lanes
+    let low = _mm256_hadd_epi32(_mm256_hadd_epi32(x[0], x[1]), _mm256_hadd_epi32(x[2], x[3]));
+    let high = _mm256_hadd_epi32(_mm256_hadd_epi32(x[4], x[5]), _mm256_hadd_epi32(x[6], x[7]));
+    _mm256_add_epi32(_mm256_permute2x128_si256::<0x20>(low, high), _mm256_permute2x128_si256::<0x31>(low, high))
 }
 
 /// Eight rows' 32 values, one register each, as eight registers of four values of every
@@ -214,6 +244,59 @@ impl RowGroup for Q4KGroups {
         }
         acc
     }
+    #[inline(always)]
+    unsafe fn file_tile<D: ScaledDot, const C: usize>(
+        first: *const BlockQ4K,
+        stride: usize,
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        sbs: usize,
+    ) -> [__m256; C] {
+        let mask = _mm256_set1_epi8(0x0F);
+        let mut acc = [_mm256_setzero_ps(); C];
+        for sb in 0..sbs {
+            // per activation row, each weight row's sum as eight partial sums
+            let mut partial = [[_mm256_setzero_si256(); 8]; C];
+            // `unpack`'s `d` and `mins`, computed as it does
+            let mut d = [0f32; 8];
+            let mut mins = [[0f32; 8]; 8];
+            for r in 0..8 {
+                let blk = first.add(r * stride + sb);
+                prefetch_next_group(blk, stride, std::mem::size_of::<BlockQ4K>());
+                let mut sm = [0u8; 16];
+                _mm_storeu_si128(sm.as_mut_ptr() as *mut __m128i, q4k_scales_mins(blk));
+                let dd = load_f16_pair(blk as *const u8);
+                d[r] = _mm_cvtss_f32(dd);
+                let dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+                for j in 0..QK_K / QK {
+                    mins[j][r] = dmin * sm[8 + j] as f32;
+                }
+                for (j, &sc) in sm[..QK_K / QK].iter().enumerate() {
+                    // sub-block j: the low (even j) or high nibbles of the 32 bytes at 32 * (j / 2)
+                    let raw = _mm256_loadu_si256((*blk).qs.as_ptr().add(QK * (j / 2)) as *const __m256i);
+                    let raw = if j % 2 == 0 { raw } else { _mm256_srli_epi16::<4>(raw) };
+                    let q = _mm256_and_si256(raw, mask);
+                    let scale = _mm256_set1_epi16(sc as i16);
+                    for c in 0..C {
+                        let a = _mm256_loadu_si256(qs[c].add(sb * QK_K + QK * j) as *const __m256i);
+                        partial[c][r] = D::scaled_dot(partial[c][r], q, a, scale);
+                    }
+                }
+            }
+            // from here as `tile`
+            let d = _mm256_loadu_ps(d.as_ptr());
+            for c in 0..C {
+                let ds = ds[c].add(sb * QK_K / QK);
+                let f = _mm256_mul_ps(d, _mm256_set1_ps((*ds)[0]));
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(row_totals(partial[c])), f, acc[c]);
+                for j in 0..QK_K / QK {
+                    let mins = _mm256_loadu_ps(mins[j].as_ptr());
+                    acc[c] = _mm256_fnmadd_ps(mins, _mm256_set1_ps((*ds.add(j))[1]), acc[c]);
+                }
+            }
+        }
+        acc
+    }
 }
 
 struct Q6KGroups;
@@ -319,6 +402,58 @@ impl RowGroup for Q6KGroups {
         }
         acc
     }
+    #[inline(always)]
+    unsafe fn file_tile<D: ScaledDot, const C: usize>(
+        first: *const BlockQ6K,
+        stride: usize,
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        sbs: usize,
+    ) -> [__m256; C] {
+        let (low4, low2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03));
+        // bytes 0-7 take the first half's scale, bytes 8-15 the second's
+        let spread = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+        let mut acc = [_mm256_setzero_ps(); C];
+        for sb in 0..sbs {
+            // q - 32 against the activations: the products of q, less 32 times theirs
+            let mut less = [[_mm256_setzero_si256(); C]; QK_K / QK];
+            for (j, less) in less.iter_mut().enumerate() {
+                for c in 0..C {
+                    let a = _mm256_loadu_si256(qs[c].add(sb * QK_K + QK * j) as *const __m256i);
+                    less[c] = _mm256_maddubs_epi16(_mm256_set1_epi8(32), a);
+                }
+            }
+            let mut partial = [[_mm256_setzero_si256(); 8]; C];
+            let mut d = [0f32; 8];
+            for r in 0..8 {
+                let blk = first.add(r * stride + sb);
+                prefetch_next_group(blk, stride, std::mem::size_of::<BlockQ6K>());
+                d[r] = q6k_d(blk);
+                for (j, less) in less.iter().enumerate() {
+                    let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
+                    let (ql_shift, qh_shift) = (_mm_cvtsi32_si128(ql_shift as i32), _mm_cvtsi32_si128(qh_shift as i32));
+                    let ql = _mm256_loadu_si256((*blk).ql.as_ptr().add(ql_at) as *const __m256i);
+                    let lo = _mm256_and_si256(_mm256_srl_epi16(ql, ql_shift), low4);
+                    let qh = _mm256_loadu_si256((*blk).qh.as_ptr().add(qh_at) as *const __m256i);
+                    let hi = _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, qh_shift), low2));
+                    let q = _mm256_or_si256(lo, hi);
+                    let pair = std::ptr::read_unaligned((*blk).scales.as_ptr().add(2 * j) as *const u16);
+                    let sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_cvtsi32_si128(pair as i32), spread));
+                    for c in 0..C {
+                        let a = _mm256_loadu_si256(qs[c].add(sb * QK_K + QK * j) as *const __m256i);
+                        partial[c][r] = D::scaled_dot_less(partial[c][r], q, a, less[c], sc);
+                    }
+                }
+            }
+            // from here as `tile`
+            let d = _mm256_loadu_ps(d.as_ptr());
+            for c in 0..C {
+                let f = _mm256_mul_ps(d, _mm256_set1_ps((*ds[c].add(sb * QK_K / QK))[0]));
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(row_totals(partial[c])), f, acc[c]);
+            }
+        }
+        acc
+    }
 }
 
 /// `maddubs(broadcast(four bytes at a), w)`: four unsigned activations against four signed
@@ -368,14 +503,61 @@ unsafe fn columns<G: RowGroup, D: ScaledDot, const C: usize>(
         }
         for g in 0..groups.len() / sbs {
             let acc = G::tile::<D, C>(groups.as_ptr().add(g * sbs + s0), qs, ds, n);
-            for (c, sums) in acc.iter().enumerate() {
-                // the first chunk writes the outputs, later ones add to them
-                let out = dst.add((i0 + c) * ldd + row0 + 8 * g);
-                let sums = if s0 == 0 { *sums } else { _mm256_add_ps(*sums, _mm256_loadu_ps(out)) };
-                _mm256_storeu_ps(out, sums);
-            }
+            put_sums(acc, dst, ldd, i0, row0 + 8 * g, s0 == 0);
         }
         s0 += n;
+    }
+}
+
+/// [`columns`] with the groups read from the file ([`RowGroup::file_tile`]): the eight
+/// rows from `row0 + 8g` of the weight `w` for `g` in `0..groups`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn file_columns<G: RowGroup, D: ScaledDot, const C: usize>(
+    w: *const G::Block,
+    sbs: usize,
+    groups: usize,
+    acts: &Acts<'_>,
+    i0: usize,
+    dst: *mut f32,
+    ldd: usize,
+    row0: usize,
+) {
+    // group after group, each a chunk at a time (the chunks as `columns` takes them, so that
+    // the outputs are summed alike): eight rows read from start to end, streams the
+    // hardware prefetcher follows
+    for g in 0..groups {
+        let mut s0 = 0;
+        while s0 < sbs {
+            let n = (sbs - s0).min(CHUNK_SBS);
+            let qs: [*const i8; C] = std::array::from_fn(|c| acts.row_qs(i0 + c).add(s0 * QK_K));
+            let ds: [*const [f32; 2]; C] = std::array::from_fn(|c| acts.row_ds(i0 + c).add(s0 * (QK_K / QK)));
+            let acc = G::file_tile::<D, C>(w.add((row0 + 8 * g) * sbs + s0), sbs, qs, ds, n);
+            put_sums(acc, dst, ldd, i0, row0 + 8 * g, s0 == 0);
+            s0 += n;
+        }
+    }
+}
+
+/// Asks for the cache lines of the `bytes` at `blk` in the next group's rows: the same
+/// place `8 * stride` blocks on, as [`super::prefetch_lead`] leads a tile.
+#[inline(always)]
+unsafe fn prefetch_next_group<B>(blk: *const B, stride: usize, bytes: usize) {
+    let lead = (8 * stride * std::mem::size_of::<B>()).clamp(PREFETCH_BYTES, 1 << 16);
+    let p = (blk as *const i8).wrapping_add(lead);
+    for line in (0..bytes).step_by(64) {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line));
+    }
+}
+
+/// A tile's sums (lane `r`: weight row `row + r`) into the outputs of activation rows
+/// `i0..`: the first chunk of a row writes them, later ones add to them.
+#[inline(always)]
+unsafe fn put_sums<const C: usize>(acc: [__m256; C], dst: *mut f32, ldd: usize, i0: usize, row: usize, first: bool) {
+    for (c, sums) in acc.iter().enumerate() {
+        let out = dst.add((i0 + c) * ldd + row);
+        let sums = if first { *sums } else { _mm256_add_ps(*sums, _mm256_loadu_ps(out)) };
+        _mm256_storeu_ps(out, sums);
     }
 }
 
@@ -392,30 +574,35 @@ unsafe fn grouped_rows<G: RowGroup, D: ScaledDot>(
 ) {
     let sbs = nb / (QK_K / QK);
     let groups = rows.len() / 8;
-    // taken out of its cell and put back, not used inside a closure (a closure is compiled
-    // without this function's instruction set)
-    let mut unpacked = G::scratch().with(|cell| cell.take());
-    unpacked.clear();
-    // SAFETY (of the zeroed groups): plain bytes and numbers
-    unpacked.resize(groups * sbs, std::mem::zeroed());
-    for g in 0..groups {
-        let first = w.add((rows.start + 8 * g) * sbs);
-        for sb in 0..sbs {
-            G::unpack(first.add(sb), sbs, &mut unpacked[g * sbs + sb]);
+    const _: () = assert!(UNPACKED_MIN_ROWS == 4, "file_columns takes one to three rows");
+    match acts.m {
+        1 => file_columns::<G, D, 1>(w, sbs, groups, acts, 0, dst, ldd, rows.start),
+        2 => file_columns::<G, D, 2>(w, sbs, groups, acts, 0, dst, ldd, rows.start),
+        m if m < UNPACKED_MIN_ROWS => file_columns::<G, D, 3>(w, sbs, groups, acts, 0, dst, ldd, rows.start),
+        _ => {
+            // SAFETY (of the zeroed groups): plain bytes and numbers
+            let mut scratch = take_scratch(G::scratch(), groups * sbs);
+            let unpacked = &mut scratch[..groups * sbs];
+            for g in 0..groups {
+                let first = w.add((rows.start + 8 * g) * sbs);
+                for sb in 0..sbs {
+                    G::unpack(first.add(sb), sbs, &mut unpacked[g * sbs + sb]);
+                }
+            }
+            let mut i0 = 0;
+            while i0 < acts.m {
+                let n = (acts.m - i0).min(COLS);
+                match n {
+                    4 => columns::<G, D, 4>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
+                    3 => columns::<G, D, 3>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
+                    2 => columns::<G, D, 2>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
+                    _ => columns::<G, D, 1>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
+                }
+                i0 += n;
+            }
+            G::scratch().with(|cell| cell.replace(scratch));
         }
     }
-    let mut i0 = 0;
-    while i0 < acts.m {
-        let n = (acts.m - i0).min(COLS);
-        match n {
-            4 => columns::<G, D, 4>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
-            3 => columns::<G, D, 3>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
-            2 => columns::<G, D, 2>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
-            _ => columns::<G, D, 1>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
-        }
-        i0 += n;
-    }
-    G::scratch().with(|cell| cell.replace(unpacked));
     let tail = rows.start + 8 * groups..rows.end;
     if !tail.is_empty() {
         drive::<G::Tail<D>>(w, nb, tail, acts, dst, ldd);

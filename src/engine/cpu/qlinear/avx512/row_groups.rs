@@ -29,7 +29,7 @@
 //! ([`activation_offset`]).
 
 use super::super::avx2::{load_f16_pair, q4k_scales_mins, q6k_d, transpose_8x8_epi32};
-use super::super::blocks::{drive, unpacked_rows, Acts, BlockQ4K, BlockQ4_1, BlockQ6K, QK, QK_K};
+use super::super::blocks::{drive, take_scratch, unpacked_rows, Acts, BlockQ4K, BlockQ4_1, BlockQ6K, QK, QK_K};
 use super::{signed_interleaved_rows, signed_rows, Q4KInterleaved, SignedInterleaved, SignedPair, UnpackQ6K, Q4_1};
 use super::{UNPACKED_Q4K, UNPACKED_SIGNED};
 use std::arch::x86_64::*;
@@ -599,12 +599,9 @@ unsafe fn grouped_rows<G: RowGroup>(
 ) {
     let sbs = nb / (G::VALUES / QK);
     let groups = rows.len() / ROWS;
-    // taken out of its cell and put back, not used inside a closure (a closure is compiled
-    // without this function's instruction set)
-    let mut unpacked = G::scratch().with(|cell| cell.take());
-    unpacked.clear();
     // SAFETY (of the zeroed groups): plain bytes and numbers
-    unpacked.resize(groups * sbs, std::mem::zeroed());
+    let mut scratch = take_scratch(G::scratch(), groups * sbs);
+    let unpacked = &mut scratch[..groups * sbs];
     for g in 0..groups {
         let first = w.add((rows.start + ROWS * g) * sbs);
         for sb in 0..sbs {
@@ -615,18 +612,18 @@ unsafe fn grouped_rows<G: RowGroup>(
     while i0 < acts.m {
         let n = (acts.m - i0).min(COLS);
         match n {
-            8 => columns::<G, 8>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
-            7 => columns::<G, 7>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
-            6 => columns::<G, 6>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
-            5 => columns::<G, 5>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
-            4 => columns::<G, 4>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
-            3 => columns::<G, 3>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
-            2 => columns::<G, 2>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
-            _ => columns::<G, 1>(&unpacked, sbs, acts, i0, dst, ldd, rows.start),
+            8 => columns::<G, 8>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
+            7 => columns::<G, 7>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
+            6 => columns::<G, 6>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
+            5 => columns::<G, 5>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
+            4 => columns::<G, 4>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
+            3 => columns::<G, 3>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
+            2 => columns::<G, 2>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
+            _ => columns::<G, 1>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
         }
         i0 += n;
     }
-    G::scratch().with(|cell| cell.replace(unpacked));
+    G::scratch().with(|cell| cell.replace(scratch));
     let tail = rows.start + ROWS * groups..rows.end;
     if !tail.is_empty() {
         G::tail(w, nb, tail, acts, dst, ldd);
