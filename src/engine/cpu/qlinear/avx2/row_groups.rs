@@ -402,6 +402,7 @@ impl RowGroup for Q6KGroups {
         }
         acc
     }
+
     #[inline(always)]
     unsafe fn file_tile<D: ScaledDot, const C: usize>(
         first: *const BlockQ6K,
@@ -562,7 +563,8 @@ unsafe fn put_sums<const C: usize>(acc: [__m256; C], dst: *mut f32, ldd: usize, 
 }
 
 /// Weight rows `rows` against all activation rows: whole groups of eight unpacked and run
-/// as above, the last `rows.len() % 8` in the file's layout.
+/// as above (or, for fewer than [`UNPACKED_MIN_ROWS`] activation rows, read from the file
+/// in the same order), the last `rows.len() % 8` in the file's layout.
 #[inline(always)]
 unsafe fn grouped_rows<G: RowGroup, D: ScaledDot>(
     w: *const G::Block,
