@@ -551,6 +551,28 @@ unsafe fn q6k_decode<D: ScaledDot, const R: usize>(
     acc
 }
 
+/// The quants (0..=63) of 32-value sub-block `j` of a Q6_K super-block, in
+/// [`BlockQ6K::sub_block`]'s order.
+#[inline(always)]
+pub(super) unsafe fn q6k_sub_block_quants(blk: *const BlockQ6K, j: usize) -> __m256i {
+    let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
+    let (ql_shift, qh_shift) = (_mm_cvtsi32_si128(ql_shift as i32), _mm_cvtsi32_si128(qh_shift as i32));
+    let ql = _mm256_loadu_si256((*blk).ql.as_ptr().add(ql_at) as *const __m256i);
+    let lo = _mm256_and_si256(_mm256_srl_epi16(ql, ql_shift), _mm256_set1_epi8(0x0F));
+    let qh = _mm256_loadu_si256((*blk).qh.as_ptr().add(qh_at) as *const __m256i);
+    let hi = _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, qh_shift), _mm256_set1_epi8(0x03)));
+    _mm256_or_si256(lo, hi)
+}
+
+/// Sub-block `j`'s two 16-value scales of a Q6_K super-block as i16, the first over
+/// lanes 0..8 (values 0..16), the second over 8..16.
+#[inline(always)]
+pub(super) unsafe fn q6k_sub_block_scales(blk: *const BlockQ6K, j: usize) -> __m256i {
+    let spread = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    let pair = std::ptr::read_unaligned((*blk).scales.as_ptr().add(2 * j) as *const u16);
+    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_cvtsi32_si128(pair as i32), spread))
+}
+
 impl<D: ScaledDot> TileKernel for Q6K<D> {
     type Block = BlockQ6K;
     const DECODE_ONE_ROW: bool = true;
@@ -566,11 +588,7 @@ impl<D: ScaledDot> TileKernel for Q6K<D> {
         if C == 1 {
             return decode_sums(q6k_decode::<D, R>(w, qs[0], ds[0], nb / Self::BLOCKS_PER));
         }
-        let low4 = _mm256_set1_epi8(0x0F);
-        let low2 = _mm256_set1_epi8(0x03);
         let offset = _mm256_set1_epi8(32);
-        // bytes 0-7 take scale 0, bytes 8-15 scale 1
-        let spread = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         let lead = prefetch_lead(&w);
         for sb in 0..nb / Self::BLOCKS_PER {
@@ -579,22 +597,14 @@ impl<D: ScaledDot> TileKernel for Q6K<D> {
             let mut isum = [[_mm256_setzero_si256(); C]; R];
             for j in 0..Self::BLOCKS_PER {
                 let b = sb * Self::BLOCKS_PER + j;
-                let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
-                let (ql_shift, qh_shift) = (_mm_cvtsi32_si128(ql_shift as i32), _mm_cvtsi32_si128(qh_shift as i32));
                 let mut qx = [_mm256_setzero_si256(); R];
                 let mut sc = [_mm256_setzero_si256(); R];
                 for r in 0..R {
                     let blk = w[r].add(sb);
                     // 8 blocks' prefetches 27 bytes apart touch every line of the 210 bytes
                     _mm_prefetch::<_MM_HINT_T0>((blk as *const i8).wrapping_add(lead + 27 * j));
-                    let ql = (*blk).ql.as_ptr().add(ql_at);
-                    let lo =
-                        _mm256_and_si256(_mm256_srl_epi16(_mm256_loadu_si256(ql as *const __m256i), ql_shift), low4);
-                    let qh = _mm256_loadu_si256((*blk).qh.as_ptr().add(qh_at) as *const __m256i);
-                    let hi = _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, qh_shift), low2));
-                    qx[r] = _mm256_or_si256(lo, hi);
-                    let pair = std::ptr::read_unaligned((*blk).scales.as_ptr().add(2 * j) as *const u16);
-                    sc[r] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_cvtsi32_si128(pair as i32), spread));
+                    qx[r] = q6k_sub_block_quants(blk, j);
+                    sc[r] = q6k_sub_block_scales(blk, j);
                 }
                 for c in 0..C {
                     let qy = _mm256_loadu_si256(qs[c].add(b * QK) as *const __m256i);

@@ -28,7 +28,10 @@
 //! same steps, the same bits without the unpacking.
 
 use super::super::blocks::{drive, take_scratch, Acts, BlockQ4K, BlockQ6K, TileKernel, QK, QK_K};
-use super::{load_f16_pair, q4k_scales_mins, q6k_d, Madd, ScaledDot, Vnni, PREFETCH_BYTES, Q4K, Q6K};
+use super::{
+    load_f16_pair, q4k_scales_mins, q6k_d, q6k_sub_block_quants, q6k_sub_block_scales, Madd, ScaledDot, Vnni,
+    PREFETCH_BYTES, Q4K, Q6K,
+};
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 use std::thread::LocalKey;
@@ -149,6 +152,19 @@ unsafe fn products(w: *const [u8; 32], a: *const u8) -> __m256i {
 
 struct Q4KGroups;
 
+/// A Q4_K super-block's eight sub-block scales, its `d`, and its eight `dmin · m_j`: what
+/// the groups keep of each row ([`Q4KGroups`]' `unpack` and `file_tile` alike).
+#[inline(always)]
+unsafe fn q4k_row_scales(blk: *const BlockQ4K) -> ([u8; 8], f32, [f32; 8]) {
+    let mut sm = [0u8; 16];
+    _mm_storeu_si128(sm.as_mut_ptr() as *mut __m128i, q4k_scales_mins(blk));
+    let dd = load_f16_pair(blk as *const u8);
+    let dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+    let scales = std::array::from_fn(|j| sm[j]);
+    let mins = std::array::from_fn(|j| dmin * sm[8 + j] as f32);
+    (scales, _mm_cvtss_f32(dd), mins)
+}
+
 /// Eight Q4_K rows' super-blocks unpacked: `q[j][g]` holds values `4g..4g + 4` of
 /// sub-block `j` of every row (bytes `4r..4r + 4`: row `r`); `scales[j]` sub-block `j`'s
 /// scale of row `r` in i16 lanes `2r` and `2r + 1`; `d` the rows' `d`, `mins[j]` their
@@ -180,16 +196,12 @@ impl RowGroup for Q4KGroups {
     #[inline(always)]
     unsafe fn unpack(first: *const BlockQ4K, stride: usize, out: &mut Q4KGroup) {
         for r in 0..8 {
-            let blk = first.add(r * stride);
-            let mut sm = [0u8; 16];
-            _mm_storeu_si128(sm.as_mut_ptr() as *mut __m128i, q4k_scales_mins(blk));
-            let dd = load_f16_pair(blk as *const u8);
-            out.d[r] = _mm_cvtss_f32(dd);
-            let dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+            let (scales, d, mins) = q4k_row_scales(first.add(r * stride));
+            out.d[r] = d;
             for j in 0..8 {
-                out.scales[j][2 * r] = sm[j] as i16;
-                out.scales[j][2 * r + 1] = sm[j] as i16;
-                out.mins[j][r] = dmin * sm[8 + j] as f32;
+                out.scales[j][2 * r] = scales[j] as i16;
+                out.scales[j][2 * r + 1] = scales[j] as i16;
+                out.mins[j][r] = mins[j];
             }
         }
         let mask = _mm256_set1_epi8(0x0F);
@@ -263,15 +275,12 @@ impl RowGroup for Q4KGroups {
             for r in 0..8 {
                 let blk = first.add(r * stride + sb);
                 prefetch_next_group(blk, stride, std::mem::size_of::<BlockQ4K>());
-                let mut sm = [0u8; 16];
-                _mm_storeu_si128(sm.as_mut_ptr() as *mut __m128i, q4k_scales_mins(blk));
-                let dd = load_f16_pair(blk as *const u8);
-                d[r] = _mm_cvtss_f32(dd);
-                let dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+                let (scales, dr, row_mins) = q4k_row_scales(blk);
+                d[r] = dr;
                 for j in 0..QK_K / QK {
-                    mins[j][r] = dmin * sm[8 + j] as f32;
+                    mins[j][r] = row_mins[j];
                 }
-                for (j, &sc) in sm[..QK_K / QK].iter().enumerate() {
+                for (j, &sc) in scales.iter().enumerate() {
                     // sub-block j: the low (even j) or high nibbles of the 32 bytes at 32 * (j / 2)
                     let raw = _mm256_loadu_si256((*blk).qs.as_ptr().add(QK * (j / 2)) as *const __m256i);
                     let raw = if j % 2 == 0 { raw } else { _mm256_srli_epi16::<4>(raw) };
@@ -327,28 +336,18 @@ impl RowGroup for Q6KGroups {
 
     #[inline(always)]
     unsafe fn unpack(first: *const BlockQ6K, stride: usize, out: &mut Q6KGroup) {
-        let (low4, low2, offset) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03), _mm256_set1_epi8(32));
-        let ones = _mm256_set1_epi8(1);
+        let (offset, ones) = (_mm256_set1_epi8(32), _mm256_set1_epi8(1));
         // per row, Σ_h sc_h · Σ (q - 32) over half h, as 8 x i32 lanes (summed below)
         let mut weight_sums = [_mm256_setzero_si256(); 8];
-        // bytes 0-7 take the first half's scale, bytes 8-15 the second's
-        let spread = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
         for j in 0..QK_K / QK {
-            let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
-            let (ql_shift, qh_shift) = (_mm_cvtsi32_si128(ql_shift as i32), _mm_cvtsi32_si128(qh_shift as i32));
             let mut rows = [_mm256_setzero_si256(); 8];
             for (r, row) in rows.iter_mut().enumerate() {
                 let blk = first.add(r * stride);
-                let ql = _mm256_loadu_si256((*blk).ql.as_ptr().add(ql_at) as *const __m256i);
-                let lo = _mm256_and_si256(_mm256_srl_epi16(ql, ql_shift), low4);
-                let qh = _mm256_loadu_si256((*blk).qh.as_ptr().add(qh_at) as *const __m256i);
-                let hi = _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, qh_shift), low2));
-                *row = _mm256_sub_epi8(_mm256_or_si256(lo, hi), offset);
+                *row = _mm256_sub_epi8(q6k_sub_block_quants(blk, j), offset);
                 // Σ (q - 32) per 16 values: pair sums, then per half in madd with the scales
-                let pair = std::ptr::read_unaligned((*blk).scales.as_ptr().add(2 * j) as *const u16);
-                let sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_cvtsi32_si128(pair as i32), spread));
                 let pairs = _mm256_maddubs_epi16(ones, *row);
-                weight_sums[r] = _mm256_add_epi32(weight_sums[r], _mm256_madd_epi16(pairs, sc));
+                weight_sums[r] =
+                    _mm256_add_epi32(weight_sums[r], _mm256_madd_epi16(pairs, q6k_sub_block_scales(blk, j)));
             }
             store_transposed(rows, &mut out.q[j]);
         }
@@ -411,9 +410,6 @@ impl RowGroup for Q6KGroups {
         ds: [*const [f32; 2]; C],
         sbs: usize,
     ) -> [__m256; C] {
-        let (low4, low2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03));
-        // bytes 0-7 take the first half's scale, bytes 8-15 the second's
-        let spread = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
         let mut acc = [_mm256_setzero_ps(); C];
         for sb in 0..sbs {
             // q - 32 against the activations: the products of q, less 32 times theirs
@@ -431,15 +427,7 @@ impl RowGroup for Q6KGroups {
                 prefetch_next_group(blk, stride, std::mem::size_of::<BlockQ6K>());
                 d[r] = q6k_d(blk);
                 for (j, less) in less.iter().enumerate() {
-                    let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
-                    let (ql_shift, qh_shift) = (_mm_cvtsi32_si128(ql_shift as i32), _mm_cvtsi32_si128(qh_shift as i32));
-                    let ql = _mm256_loadu_si256((*blk).ql.as_ptr().add(ql_at) as *const __m256i);
-                    let lo = _mm256_and_si256(_mm256_srl_epi16(ql, ql_shift), low4);
-                    let qh = _mm256_loadu_si256((*blk).qh.as_ptr().add(qh_at) as *const __m256i);
-                    let hi = _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, qh_shift), low2));
-                    let q = _mm256_or_si256(lo, hi);
-                    let pair = std::ptr::read_unaligned((*blk).scales.as_ptr().add(2 * j) as *const u16);
-                    let sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_cvtsi32_si128(pair as i32), spread));
+                    let (q, sc) = (q6k_sub_block_quants(blk, j), q6k_sub_block_scales(blk, j));
                     for c in 0..C {
                         let a = _mm256_loadu_si256(qs[c].add(sb * QK_K + QK * j) as *const __m256i);
                         partial[c][r] = D::scaled_dot_less(partial[c][r], q, a, less[c], sc);
@@ -562,6 +550,42 @@ unsafe fn put_sums<const C: usize>(acc: [__m256; C], dst: *mut f32, ldd: usize, 
     }
 }
 
+/// The `groups` groups of eight rows from `row0` of the weight `w` unpacked into this
+/// thread's scratch, then against all activation rows a tile at a time ([`columns`]).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn unpacked_columns<G: RowGroup, D: ScaledDot>(
+    w: *const G::Block,
+    sbs: usize,
+    groups: usize,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+    row0: usize,
+) {
+    // SAFETY (of the zeroed groups): plain bytes and numbers
+    let mut scratch = take_scratch(G::scratch(), groups * sbs);
+    let unpacked = &mut scratch[..groups * sbs];
+    for g in 0..groups {
+        let first = w.add((row0 + 8 * g) * sbs);
+        for sb in 0..sbs {
+            G::unpack(first.add(sb), sbs, &mut unpacked[g * sbs + sb]);
+        }
+    }
+    let mut i0 = 0;
+    while i0 < acts.m {
+        let n = (acts.m - i0).min(COLS);
+        match n {
+            4 => columns::<G, D, 4>(unpacked, sbs, acts, i0, dst, ldd, row0),
+            3 => columns::<G, D, 3>(unpacked, sbs, acts, i0, dst, ldd, row0),
+            2 => columns::<G, D, 2>(unpacked, sbs, acts, i0, dst, ldd, row0),
+            _ => columns::<G, D, 1>(unpacked, sbs, acts, i0, dst, ldd, row0),
+        }
+        i0 += n;
+    }
+    G::scratch().with(|cell| cell.replace(scratch));
+}
+
 /// Weight rows `rows` against all activation rows: whole groups of eight unpacked and run
 /// as above (or, for fewer than [`UNPACKED_MIN_ROWS`] activation rows, read from the file
 /// in the same order), the last `rows.len() % 8` in the file's layout.
@@ -581,29 +605,7 @@ unsafe fn grouped_rows<G: RowGroup, D: ScaledDot>(
         1 => file_columns::<G, D, 1>(w, sbs, groups, acts, 0, dst, ldd, rows.start),
         2 => file_columns::<G, D, 2>(w, sbs, groups, acts, 0, dst, ldd, rows.start),
         m if m < UNPACKED_MIN_ROWS => file_columns::<G, D, 3>(w, sbs, groups, acts, 0, dst, ldd, rows.start),
-        _ => {
-            // SAFETY (of the zeroed groups): plain bytes and numbers
-            let mut scratch = take_scratch(G::scratch(), groups * sbs);
-            let unpacked = &mut scratch[..groups * sbs];
-            for g in 0..groups {
-                let first = w.add((rows.start + 8 * g) * sbs);
-                for sb in 0..sbs {
-                    G::unpack(first.add(sb), sbs, &mut unpacked[g * sbs + sb]);
-                }
-            }
-            let mut i0 = 0;
-            while i0 < acts.m {
-                let n = (acts.m - i0).min(COLS);
-                match n {
-                    4 => columns::<G, D, 4>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
-                    3 => columns::<G, D, 3>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
-                    2 => columns::<G, D, 2>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
-                    _ => columns::<G, D, 1>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
-                }
-                i0 += n;
-            }
-            G::scratch().with(|cell| cell.replace(scratch));
-        }
+        _ => unpacked_columns::<G, D>(w, sbs, groups, acts, dst, ldd, rows.start),
     }
     let tail = rows.start + 8 * groups..rows.end;
     if !tail.is_empty() {
