@@ -28,7 +28,7 @@
 //! its values, so the weights are unpacked in the activations' order
 //! ([`activation_offset`]).
 
-use super::super::avx2::{load_f16_pair, q4k_scales_mins, q6k_d, transpose_8x8_epi32};
+use super::super::avx2::{load_f16_pair, q4k_row_scales, q6k_d, transpose_8x8_epi32};
 use super::super::blocks::{drive, take_scratch, unpacked_rows, Acts, BlockQ4K, BlockQ4_1, BlockQ6K, QK, QK_K};
 use super::{signed_interleaved_rows, signed_rows, Q4KInterleaved, SignedInterleaved, SignedPair, UnpackQ6K, Q4_1};
 use super::{UNPACKED_Q4K, UNPACKED_SIGNED};
@@ -127,28 +127,31 @@ struct Q4KGroups;
 
 /// Sixteen Q4_K rows' super-blocks unpacked: `q[j][p]` holds the four values of position
 /// `p` of sub-block `j` of every row (bytes `4r..4r + 4`: row `r`, values `4p..4p + 4`);
-/// `scales[j]` the rows' `d · sc_j`, `mins[j]` their `dmin · m_j`. 5,120 bytes where the
-/// file holds 16 · 144.
+/// `scales[j]` the rows' `sc_j`, `d` their `d`, `mins[j]` their `dmin · m_j`. 5,184 bytes
+/// where the file holds 16 · 144.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Q4KGroup {
     q: [[[u8; 64]; 8]; 8],
-    scales: [[f32; ROWS]; 8],
+    scales: [[i32; ROWS]; 8],
+    d: [f32; ROWS],
     mins: [[f32; ROWS]; 8],
 }
 
 struct Q6KGroups;
 
 /// Sixteen Q6_K rows' super-blocks unpacked: `q[j][p]` holds `q − 32` of the four values
-/// of position `p` of 32-value block `j` of every row; `scales[h]` the rows' `d · sc_h` of
-/// 16-value half `h`, and `start[h]` their `−128 · Σ (q − 32)` over it. 6,144 bytes where
-/// the file holds 16 · 210.
+/// of position `p` of 32-value block `j` of every row; `scales[h]` the rows' `sc_h` of
+/// 16-value sub-block `h`, `d` their `d`, and `start` their `−128 · Σ_h sc_h · Σ (q − 32)`
+/// (the sum against `a + 128` less the weights' part). 5,248 bytes where the file holds
+/// 16 · 210.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Q6KGroup {
     q: [[[u8; 64]; 8]; 8],
-    scales: [[f32; ROWS]; 16],
-    start: [[i32; ROWS]; 16],
+    scales: [[i32; ROWS]; 16],
+    d: [f32; ROWS],
+    start: [i32; ROWS],
 }
 
 /// Q8_0, Q4_0 or Q5_0 rows, `N` blocks taken as one super-block: eight against
@@ -199,6 +202,43 @@ unsafe fn start_of(q: &[[u8; 64]]) -> __m512i {
     _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<7>(sum))
 }
 
+/// A Q4_K super-block's f32 steps, as AVX2's groups take them (so that both give the same
+/// bits): per activation row `c`, `acc += f32(isum) · (d · d_a) − Σ_j mins_j · s_a,j`, where
+/// `isum` is the rows' `Σ_j sc_j · Σ q · a`, exact in integers, and `ds[c]` the super-block's
+/// activation scales.
+#[inline(always)]
+unsafe fn q4k_super_block_sums<const C: usize>(
+    acc: &mut [__m512; C],
+    isum: [__m512i; C],
+    d: __m512,
+    mins: &[[f32; ROWS]; 8],
+    ds: [*const [f32; 2]; C],
+) {
+    for c in 0..C {
+        // one d_a per super-block (`ActScale::SuperBlock`), s_a per sub-block
+        let f = _mm512_mul_ps(d, _mm512_set1_ps((*ds[c])[0]));
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), f, acc[c]);
+        for (j, mins) in mins.iter().enumerate() {
+            acc[c] = _mm512_fnmadd_ps(_mm512_loadu_ps(mins.as_ptr()), _mm512_set1_ps((*ds[c].add(j))[1]), acc[c]);
+        }
+    }
+}
+
+/// A Q6_K super-block's f32 steps, as AVX2's groups take them: `acc += f32(isum) ·
+/// (d · d_a)`, `isum` the rows' `Σ_h sc_h · Σ (q − 32) · a`.
+#[inline(always)]
+unsafe fn q6k_super_block_sums<const C: usize>(
+    acc: &mut [__m512; C],
+    isum: [__m512i; C],
+    d: __m512,
+    ds: [*const [f32; 2]; C],
+) {
+    for c in 0..C {
+        let f = _mm512_mul_ps(d, _mm512_set1_ps((*ds[c])[0]));
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), f, acc[c]);
+    }
+}
+
 impl RowGroup for Q4KGroups {
     type Block = BlockQ4K;
     type Group = Q4KGroup;
@@ -211,14 +251,11 @@ impl RowGroup for Q4KGroups {
     #[inline(always)]
     unsafe fn unpack(first: *const BlockQ4K, stride: usize, out: &mut Q4KGroup) {
         for r in 0..ROWS {
-            let blk = first.add(r * stride);
-            let mut sm = [0u8; 16];
-            _mm_storeu_si128(sm.as_mut_ptr() as *mut __m128i, q4k_scales_mins(blk));
-            let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(blk as *const i32)));
-            let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+            let (scales, d, mins) = q4k_row_scales(first.add(r * stride));
+            out.d[r] = d;
             for j in 0..QK_K / QK {
-                out.scales[j][r] = d * sm[j] as f32;
-                out.mins[j][r] = dmin * sm[8 + j] as f32;
+                out.scales[j][r] = scales[j] as i32;
+                out.mins[j][r] = mins[j];
             }
         }
         let mask = _mm256_set1_epi8(0x0F);
@@ -245,27 +282,22 @@ impl RowGroup for Q4KGroups {
         let mut acc = [_mm512_setzero_ps(); C];
         for sb in 0..sbs {
             let blk = &*group.add(sb);
-            let mut fsum = [_mm512_setzero_ps(); C];
+            let mut isum = [_mm512_setzero_si512(); C];
             for j in 0..QK_K / QK {
-                let mut isum = [_mm512_setzero_si512(); C];
+                let mut dots = [_mm512_setzero_si512(); C];
                 for p in 0..8 {
                     let at = sb * QK_K + activation_offset(j, p);
                     for c in 0..C {
-                        isum[c] = dot4::<false>(isum[c], &blk.q[j][p], qs[c].add(at));
+                        dots[c] = dot4::<false>(dots[c], &blk.q[j][p], qs[c].add(at));
                     }
                 }
-                let scales = _mm512_load_ps(blk.scales[j].as_ptr());
-                let mins = _mm512_load_ps(blk.mins[j].as_ptr());
+                let scales = _mm512_load_si512(blk.scales[j].as_ptr() as *const __m512i);
                 for c in 0..C {
-                    fsum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), scales, fsum[c]);
-                    // s_a of sub-block j: the activations' sum there
-                    acc[c] = _mm512_fnmadd_ps(mins, _mm512_set1_ps((*ds[c].add(sb * 8 + j))[1]), acc[c]);
+                    isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(dots[c], scales));
                 }
             }
-            for c in 0..C {
-                // one d_a per super-block (`ActScale::SuperBlock`)
-                acc[c] = _mm512_fmadd_ps(fsum[c], _mm512_set1_ps((*ds[c].add(sb * 8))[0]), acc[c]);
-            }
+            let sb_ds = ds.map(|d| d.add(sb * 8));
+            q4k_super_block_sums(&mut acc, isum, _mm512_load_ps(blk.d.as_ptr()), &blk.mins, sb_ds);
         }
         acc
     }
@@ -297,11 +329,12 @@ impl RowGroup for Q6KGroups {
         let (low4, low2, offset) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03), _mm256_set1_epi8(32));
         for r in 0..ROWS {
             let blk = first.add(r * stride);
-            let d = q6k_d(blk);
+            out.d[r] = q6k_d(blk);
             for h in 0..QK_K / 16 {
-                out.scales[h][r] = d * (*blk).scales[h] as f32;
+                out.scales[h][r] = (*blk).scales[h] as i32;
             }
         }
+        let mut start = _mm512_setzero_si512();
         for j in 0..QK_K / QK {
             let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
             let (ql_shift, qh_shift) = (_mm_cvtsi32_si128(ql_shift as i32), _mm_cvtsi32_si128(qh_shift as i32));
@@ -315,12 +348,14 @@ impl RowGroup for Q6KGroups {
                 *row = _mm256_sub_epi8(_mm256_or_si256(lo, hi), offset);
             }
             store_transposed(&rows, &mut out.q[j]);
-            // per half, −128 · Σ (q − 32) of every row over its four positions
+            // per half, sc_h · −128 · Σ (q − 32) of every row over its four positions
             for half in 0..2 {
-                let start = start_of(&out.q[j][4 * half..4 * half + 4]);
-                _mm512_store_si512(out.start[2 * j + half].as_mut_ptr() as *mut __m512i, start);
+                let scales = _mm512_load_si512(out.scales[2 * j + half].as_ptr() as *const __m512i);
+                let half_start = start_of(&out.q[j][4 * half..4 * half + 4]);
+                start = _mm512_add_epi32(start, _mm512_mullo_epi32(half_start, scales));
             }
         }
+        _mm512_store_si512(out.start.as_mut_ptr() as *mut __m512i, start);
     }
 
     #[inline(always)]
@@ -333,26 +368,23 @@ impl RowGroup for Q6KGroups {
         let mut acc = [_mm512_setzero_ps(); C];
         for sb in 0..sbs {
             let blk = &*group.add(sb);
-            let mut fsum = [_mm512_setzero_ps(); C];
+            let mut isum = [_mm512_load_si512(blk.start.as_ptr() as *const __m512i); C];
             for h in 0..QK_K / 16 {
                 let (j, half) = (h / 2, h % 2);
-                let start = _mm512_load_si512(blk.start[h].as_ptr() as *const __m512i);
-                let mut isum = [start; C];
+                let mut dots = [_mm512_setzero_si512(); C];
                 for p in 4 * half..4 * half + 4 {
                     let at = sb * QK_K + activation_offset(j, p);
                     for c in 0..C {
-                        isum[c] = dot4::<true>(isum[c], &blk.q[j][p], qs[c].add(at));
+                        dots[c] = dot4::<true>(dots[c], &blk.q[j][p], qs[c].add(at));
                     }
                 }
-                let scales = _mm512_load_ps(blk.scales[h].as_ptr());
+                let scales = _mm512_load_si512(blk.scales[h].as_ptr() as *const __m512i);
                 for c in 0..C {
-                    fsum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), scales, fsum[c]);
+                    isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(dots[c], scales));
                 }
             }
-            for c in 0..C {
-                // one d_a per super-block (`ActScale::SuperBlock`)
-                acc[c] = _mm512_fmadd_ps(fsum[c], _mm512_set1_ps((*ds[c].add(sb * 8))[0]), acc[c]);
-            }
+            let sb_ds = ds.map(|d| d.add(sb * 8));
+            q6k_super_block_sums(&mut acc, isum, _mm512_load_ps(blk.d.as_ptr()), sb_ds);
         }
         acc
     }
