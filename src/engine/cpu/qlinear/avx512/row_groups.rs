@@ -28,7 +28,7 @@
 //! its values, so the weights are unpacked in the activations' order
 //! ([`activation_offset`]).
 
-use super::super::avx2::{load_f16_pair, q4k_row_scales, q6k_d, transpose_8x8_epi32};
+use super::super::avx2::{load_f16_pair, q4k_row_scales, q6k_d, transpose_8x8_epi32, PREFETCH_BYTES};
 use super::super::blocks::{drive, take_scratch, unpacked_rows, Acts, BlockQ4K, BlockQ4_1, BlockQ6K, QK, QK_K};
 use super::{signed_interleaved_rows, signed_rows, Q4KInterleaved, SignedInterleaved, SignedPair, UnpackQ6K, Q4_1};
 use super::{UNPACKED_Q4K, UNPACKED_SIGNED};
@@ -121,6 +121,107 @@ unsafe fn dot4<const UNSIGNED: bool>(acc: __m512i, w: *const [u8; 64], a: *const
     } else {
         _mm512_dpbusd_epi32(acc, w, a)
     }
+}
+
+/// The fewest activation rows for which the K-quant rows are unpacked: below it
+/// ([`file_columns`]) the groups are read from the file, where the unpacking would cost
+/// more than it saves (a prompt read ahead while typing comes a few tokens at a time).
+const UNPACKED_MIN_ROWS: usize = 4;
+
+/// A K-quant format whose groups can also be read straight from the file.
+trait FileRows: RowGroup {
+    /// [`RowGroup::tile`]'s sums from the file's super-blocks (the sixteen rows at
+    /// `first`, `first + stride`, …), not unpacked, against the signed interleaved
+    /// activations: each row's integer sum of a super-block is the same number taken in
+    /// another order ([`row_totals`]), and the f32 steps are `tile`'s, so the outputs are
+    /// the same bits.
+    unsafe fn file_tile<const C: usize>(
+        first: *const Self::Block,
+        stride: usize,
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        sbs: usize,
+    ) -> [__m512; C];
+}
+
+/// For each of `ROWS` rows the sixteen i32 lanes `x[row]`, as one register of the rows'
+/// totals (lane `r`: row `r`).
+#[inline(always)]
+unsafe fn row_totals(x: &[__m512i; ROWS]) -> __m512i {
+    // pairs of rows: per 128-bit block [a0 + a2, b0 + b2, a1 + a3, b1 + b3]
+    let mut pairs = [_mm512_setzero_si512(); 8];
+    for (i, pair) in pairs.iter_mut().enumerate() {
+        let (a, b) = (x[2 * i], x[2 * i + 1]);
+        *pair = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    }
+    // four rows: per 128-bit block, each row's sum of that block
+    let mut quads = [_mm512_setzero_si512(); 4];
+    for (i, quad) in quads.iter_mut().enumerate() {
+        let (a, b) = (pairs[2 * i], pairs[2 * i + 1]);
+        *quad = _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+    }
+    // eight rows: blocks [rows 0..4 (blocks 0, 1), rows 0..4 (2, 3), rows 4..8 (0, 1), (2, 3)]
+    let mut eights = [_mm512_setzero_si512(); 2];
+    for (i, eight) in eights.iter_mut().enumerate() {
+        let (a, b) = (quads[2 * i], quads[2 * i + 1]);
+        *eight = _mm512_add_epi32(_mm512_shuffle_i32x4::<0x88>(a, b), _mm512_shuffle_i32x4::<0xDD>(a, b));
+    }
+    let (a, b) = (eights[0], eights[1]);
+    _mm512_add_epi32(_mm512_shuffle_i32x4::<0x88>(a, b), _mm512_shuffle_i32x4::<0xDD>(a, b))
+}
+
+/// Asks for the cache lines of the `Block` at `blk` in the next group's rows (the same
+/// place sixteen rows on), as [`super::prefetch_lead`] leads a tile.
+#[inline(always)]
+unsafe fn prefetch_next_group<B>(blk: *const B, stride: usize) {
+    let lead = (ROWS * stride * std::mem::size_of::<B>()).clamp(PREFETCH_BYTES, 1 << 16);
+    let p = (blk as *const i8).wrapping_add(lead);
+    for line in (0..std::mem::size_of::<B>()).step_by(64) {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line));
+    }
+}
+
+/// `$f` of `($l, $k)` for the sixteen lanes `l` of quarter `k` (0..4) of an interleaved
+/// super-block, as a table `[[u32; 16]; 4]`; or of lane `$l` alone, `[u32; 16]`.
+macro_rules! quarter_lanes {
+    (|$l:ident| $f:expr) => {
+        quarter_lanes!(|$l, _k| $f)[0]
+    };
+    (|$l:ident, $k:ident| $f:expr) => {{
+        let mut t = [[0u32; 16]; 4];
+        let mut $k = 0usize;
+        while $k < 4 {
+            let mut $l = 0usize;
+            while $l < 16 {
+                t[$k][$l] = ($f) as u32;
+                $l += 1;
+            }
+            $k += 1;
+        }
+        t
+    }};
+}
+
+/// Lane `l` of an interleaved quarter `k` holds values `16l + 4k ..+ 4` of the super-block:
+/// of Q4_K's sub-block `l / 2`, the low (even) or high (odd) nibbles of the 32 bytes at
+/// `32 · (l / 4)`, so the 32-bit word `8 · (l / 4) + 4 · (l % 2) + k` of `qs`, shifted by
+/// [`Q4K_NIBBLE_SHIFTS`].
+const Q4K_QUARTER_WORDS: [[u32; 16]; 4] = quarter_lanes!(|l, k| 8 * (l / 4) + 4 * (l % 2) + k);
+const Q4K_NIBBLE_SHIFTS: [u32; 16] = quarter_lanes!(|l| 4 * ((l / 2) % 2));
+
+/// As [`Q4K_QUARTER_WORDS`] for Q6_K, whose 32-value block `b = l / 2` finds its low bits
+/// and high bits where [`BlockQ6K::sub_block`] says: the words of `ql` and of `qh`, the
+/// low nibble's shift and the rotation that brings the two high bits to bits 4 and 5.
+const Q6K_QL_WORDS: [[u32; 16]; 4] =
+    quarter_lanes!(|l, k| 16 * (l / 8) + 8 * ((l / 2) % 2) + 4 * (l % 2) + k);
+const Q6K_QH_WORDS: [[u32; 16]; 4] = quarter_lanes!(|l, k| 8 * (l / 8) + 4 * (l % 2) + k);
+const Q6K_QL_SHIFTS: [u32; 16] = quarter_lanes!(|l| 4 * (((l / 2) % 4) / 2));
+const Q6K_QH_ROTATIONS: [u32; 16] = quarter_lanes!(|l| (4 + 32 - 2 * ((l / 2) % 4)) % 32);
+
+/// A constant table as a register.
+#[inline(always)]
+unsafe fn lanes(t: &[u32; 16]) -> __m512i {
+    _mm512_loadu_si512(t.as_ptr() as *const __m512i)
 }
 
 struct Q4KGroups;
@@ -402,6 +503,123 @@ impl RowGroup for Q6KGroups {
     }
 }
 
+impl FileRows for Q4KGroups {
+    #[inline(always)]
+    unsafe fn file_tile<const C: usize>(
+        first: *const BlockQ4K,
+        stride: usize,
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        sbs: usize,
+    ) -> [__m512; C] {
+        let (mask, shifts) = (_mm512_set1_epi8(0x0F), lanes(&Q4K_NIBBLE_SHIFTS));
+        // lane l's scale: sub-block l / 2's
+        let pairs = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+        let mut acc = [_mm512_setzero_ps(); C];
+        for sb in 0..sbs {
+            // per activation row, each weight row's 16 sub-block sums times their scales
+            let mut scaled = [[_mm512_setzero_si512(); ROWS]; C];
+            // `unpack`'s `d` and `mins`, computed as it does
+            let mut d = [0f32; ROWS];
+            let mut mins = [[0f32; ROWS]; 8];
+            for r in 0..ROWS {
+                let blk = first.add(r * stride + sb);
+                prefetch_next_group(blk, stride);
+                let (scales, dr, row_mins) = q4k_row_scales(blk);
+                d[r] = dr;
+                for j in 0..QK_K / QK {
+                    mins[j][r] = row_mins[j];
+                }
+                let sc = _mm_shuffle_epi8(_mm_loadl_epi64(scales.as_ptr() as *const __m128i), pairs);
+                let sc = _mm512_cvtepu8_epi32(sc);
+                let q = (*blk).qs.as_ptr();
+                let (low, high) = (_mm512_loadu_si512(q as *const __m512i), _mm512_loadu_si512(q.add(64) as *const __m512i));
+                let mut dots = [_mm512_setzero_si512(); C];
+                for k in 0..4 {
+                    let words = _mm512_permutex2var_epi32(low, lanes(&Q4K_QUARTER_WORDS[k]), high);
+                    let w = _mm512_and_si512(_mm512_srlv_epi32(words, shifts), mask);
+                    for c in 0..C {
+                        let a = _mm512_loadu_si512(qs[c].add(sb * QK_K + 64 * k) as *const __m512i);
+                        dots[c] = _mm512_dpbusd_epi32(dots[c], w, a);
+                    }
+                }
+                for c in 0..C {
+                    scaled[c][r] = _mm512_mullo_epi32(dots[c], sc);
+                }
+            }
+            // from here as `tile`
+            let mut isum = [_mm512_setzero_si512(); C];
+            for c in 0..C {
+                isum[c] = row_totals(&scaled[c]);
+            }
+            let sb_ds = ds.map(|d| d.add(sb * 8));
+            q4k_super_block_sums(&mut acc, isum, _mm512_loadu_ps(d.as_ptr()), &mins, sb_ds);
+        }
+        acc
+    }
+}
+
+impl FileRows for Q6KGroups {
+    #[inline(always)]
+    unsafe fn file_tile<const C: usize>(
+        first: *const BlockQ6K,
+        stride: usize,
+        qs: [*const i8; C],
+        ds: [*const [f32; 2]; C],
+        sbs: usize,
+    ) -> [__m512; C] {
+        let (low4, top2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+        let (ql_shifts, qh_rotations) = (lanes(&Q6K_QL_SHIFTS), lanes(&Q6K_QH_ROTATIONS));
+        let mut acc = [_mm512_setzero_ps(); C];
+        for sb in 0..sbs {
+            // the quants q are read unsigned (0..=63): q − 32 against the activations is
+            // q's products less 32 times the activations' sum, per 16-value sub-block
+            let mut less = [_mm512_setzero_si512(); C];
+            for (c, less) in less.iter_mut().enumerate() {
+                for k in 0..4 {
+                    let a = _mm512_loadu_si512(qs[c].add(sb * QK_K + 64 * k) as *const __m512i);
+                    *less = _mm512_dpbusd_epi32(*less, _mm512_set1_epi8(1), a);
+                }
+                *less = _mm512_slli_epi32::<5>(*less);
+            }
+            let mut scaled = [[_mm512_setzero_si512(); ROWS]; C];
+            let mut d = [0f32; ROWS];
+            for r in 0..ROWS {
+                let blk = first.add(r * stride + sb);
+                prefetch_next_group(blk, stride);
+                d[r] = q6k_d(blk);
+                let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((*blk).scales.as_ptr() as *const __m128i));
+                let ql = (*blk).ql.as_ptr();
+                let (ql0, ql1) = (_mm512_loadu_si512(ql as *const __m512i), _mm512_loadu_si512(ql.add(64) as *const __m512i));
+                let qh = _mm512_loadu_si512((*blk).qh.as_ptr() as *const __m512i);
+                let mut dots = [_mm512_setzero_si512(); C];
+                for k in 0..4 {
+                    let low = _mm512_permutex2var_epi32(ql0, lanes(&Q6K_QL_WORDS[k]), ql1);
+                    let low = _mm512_and_si512(_mm512_srlv_epi32(low, ql_shifts), low4);
+                    let high = _mm512_permutexvar_epi32(lanes(&Q6K_QH_WORDS[k]), qh);
+                    let high = _mm512_and_si512(_mm512_rolv_epi32(high, qh_rotations), top2);
+                    let w = _mm512_or_si512(low, high);
+                    for c in 0..C {
+                        let a = _mm512_loadu_si512(qs[c].add(sb * QK_K + 64 * k) as *const __m512i);
+                        dots[c] = _mm512_dpbusd_epi32(dots[c], w, a);
+                    }
+                }
+                for c in 0..C {
+                    scaled[c][r] = _mm512_mullo_epi32(_mm512_sub_epi32(dots[c], less[c]), sc);
+                }
+            }
+            // from here as `tile`
+            let mut isum = [_mm512_setzero_si512(); C];
+            for c in 0..C {
+                isum[c] = row_totals(&scaled[c]);
+            }
+            let sb_ds = ds.map(|d| d.add(sb * 8));
+            q6k_super_block_sums(&mut acc, isum, _mm512_loadu_ps(d.as_ptr()), sb_ds);
+        }
+        acc
+    }
+}
+
 /// The scratch of [`SignedGroups`] with `N` blocks per group.
 trait SignedScratch<const N: usize> {
     fn scratch() -> &'static LocalKey<RefCell<Vec<SignedGroup<N>>>>;
@@ -607,15 +825,88 @@ unsafe fn columns<G: RowGroup, const C: usize>(
         }
         for g in 0..groups.len() / sbs {
             let acc = G::tile::<C>(groups.as_ptr().add(g * sbs + s0), qs, ds, n);
-            for (c, sums) in acc.iter().enumerate() {
-                // the first chunk writes the outputs, later ones add to them
-                let out = dst.add((i0 + c) * ldd + row0 + ROWS * g);
-                let sums = if s0 == 0 { *sums } else { _mm512_add_ps(*sums, _mm512_loadu_ps(out)) };
-                _mm512_storeu_ps(out, sums);
-            }
+            put_sums(acc, dst, ldd, i0, row0 + ROWS * g, s0 == 0);
         }
         s0 += n;
     }
+}
+
+/// A tile's sums (lane `r`: weight row `row + r`) into the outputs of activation rows
+/// `i0..`: the first chunk of a row writes them, later ones add to them.
+#[inline(always)]
+unsafe fn put_sums<const C: usize>(acc: [__m512; C], dst: *mut f32, ldd: usize, i0: usize, row: usize, first: bool) {
+    for (c, sums) in acc.iter().enumerate() {
+        let out = dst.add((i0 + c) * ldd + row);
+        let sums = if first { *sums } else { _mm512_add_ps(*sums, _mm512_loadu_ps(out)) };
+        _mm512_storeu_ps(out, sums);
+    }
+}
+
+/// [`columns`] with the K-quant groups read from the file ([`FileRows::file_tile`]): the
+/// sixteen rows from `row0 + 16g` of the weight `w` for `g` in `0..groups`, against all
+/// `C` activation rows, in [`columns`]' chunks (so that the outputs are summed alike).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn file_columns<G: FileRows, const C: usize>(
+    w: *const G::Block,
+    sbs: usize,
+    groups: usize,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+    row0: usize,
+) {
+    for g in 0..groups {
+        let mut s0 = 0;
+        while s0 < sbs {
+            let n = (sbs - s0).min(CHUNK_VALUES / QK_K);
+            let qs: [*const i8; C] = std::array::from_fn(|c| acts.row_qs(c).add(s0 * QK_K));
+            let ds: [*const [f32; 2]; C] = std::array::from_fn(|c| acts.row_ds(c).add(s0 * (QK_K / QK)));
+            let acc = G::file_tile::<C>(w.add((row0 + ROWS * g) * sbs + s0), sbs, qs, ds, n);
+            put_sums(acc, dst, ldd, 0, row0 + ROWS * g, s0 == 0);
+            s0 += n;
+        }
+    }
+}
+
+/// The `groups` groups of sixteen rows from `row0` of the weight `w` unpacked into this
+/// thread's scratch, then against all activation rows a tile at a time ([`columns`]).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn unpacked_columns<G: RowGroup>(
+    w: *const G::Block,
+    sbs: usize,
+    groups: usize,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+    row0: usize,
+) {
+    // SAFETY (of the zeroed groups): plain bytes and numbers
+    let mut scratch = take_scratch(G::scratch(), groups * sbs);
+    let unpacked = &mut scratch[..groups * sbs];
+    for g in 0..groups {
+        let first = w.add((row0 + ROWS * g) * sbs);
+        for sb in 0..sbs {
+            G::unpack(first.add(sb), sbs, &mut unpacked[g * sbs + sb]);
+        }
+    }
+    let mut i0 = 0;
+    while i0 < acts.m {
+        let n = (acts.m - i0).min(COLS);
+        match n {
+            8 => columns::<G, 8>(unpacked, sbs, acts, i0, dst, ldd, row0),
+            7 => columns::<G, 7>(unpacked, sbs, acts, i0, dst, ldd, row0),
+            6 => columns::<G, 6>(unpacked, sbs, acts, i0, dst, ldd, row0),
+            5 => columns::<G, 5>(unpacked, sbs, acts, i0, dst, ldd, row0),
+            4 => columns::<G, 4>(unpacked, sbs, acts, i0, dst, ldd, row0),
+            3 => columns::<G, 3>(unpacked, sbs, acts, i0, dst, ldd, row0),
+            2 => columns::<G, 2>(unpacked, sbs, acts, i0, dst, ldd, row0),
+            _ => columns::<G, 1>(unpacked, sbs, acts, i0, dst, ldd, row0),
+        }
+        i0 += n;
+    }
+    G::scratch().with(|cell| cell.replace(scratch));
 }
 
 /// Weight rows `rows` against all (interleaved) activation rows: whole groups of sixteen
@@ -631,31 +922,36 @@ unsafe fn grouped_rows<G: RowGroup>(
 ) {
     let sbs = nb / (G::VALUES / QK);
     let groups = rows.len() / ROWS;
-    // SAFETY (of the zeroed groups): plain bytes and numbers
-    let mut scratch = take_scratch(G::scratch(), groups * sbs);
-    let unpacked = &mut scratch[..groups * sbs];
-    for g in 0..groups {
-        let first = w.add((rows.start + ROWS * g) * sbs);
-        for sb in 0..sbs {
-            G::unpack(first.add(sb), sbs, &mut unpacked[g * sbs + sb]);
-        }
+    unpacked_columns::<G>(w, sbs, groups, acts, dst, ldd, rows.start);
+    let tail = rows.start + ROWS * groups..rows.end;
+    if !tail.is_empty() {
+        G::tail(w, nb, tail, acts, dst, ldd);
     }
-    let mut i0 = 0;
-    while i0 < acts.m {
-        let n = (acts.m - i0).min(COLS);
-        match n {
-            8 => columns::<G, 8>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
-            7 => columns::<G, 7>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
-            6 => columns::<G, 6>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
-            5 => columns::<G, 5>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
-            4 => columns::<G, 4>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
-            3 => columns::<G, 3>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
-            2 => columns::<G, 2>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
-            _ => columns::<G, 1>(unpacked, sbs, acts, i0, dst, ldd, rows.start),
-        }
-        i0 += n;
+}
+
+/// [`grouped_rows`] for the K-quants, whose groups are read from the file
+/// ([`FileRows::file_tile`], the same bits) for prefills of fewer than
+/// [`UNPACKED_MIN_ROWS`] activation rows.
+#[inline(always)]
+unsafe fn k_quant_rows<G: FileRows>(
+    w: *const G::Block,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    acts: &Acts<'_>,
+    dst: *mut f32,
+    ldd: usize,
+) {
+    if acts.m >= UNPACKED_MIN_ROWS {
+        return grouped_rows::<G>(w, nb, rows, acts, dst, ldd);
     }
-    G::scratch().with(|cell| cell.replace(scratch));
+    let sbs = nb / (QK_K / QK);
+    let groups = rows.len() / ROWS;
+    const _: () = assert!(UNPACKED_MIN_ROWS == 4, "file_columns takes one to three rows");
+    match acts.m {
+        1 => file_columns::<G, 1>(w, sbs, groups, acts, dst, ldd, rows.start),
+        2 => file_columns::<G, 2>(w, sbs, groups, acts, dst, ldd, rows.start),
+        _ => file_columns::<G, 3>(w, sbs, groups, acts, dst, ldd, rows.start),
+    }
     let tail = rows.start + ROWS * groups..rows.end;
     if !tail.is_empty() {
         G::tail(w, nb, tail, acts, dst, ldd);
@@ -663,7 +959,7 @@ unsafe fn grouped_rows<G: RowGroup>(
 }
 
 macro_rules! grouped_entry {
-    ($name:ident, $group:ty, $block:ty) => {
+    ($name:ident, $rows:ident, $group:ty, $block:ty) => {
         /// Prefill in groups of sixteen rows (see the module's comment).
         ///
         /// # Safety
@@ -678,14 +974,14 @@ macro_rules! grouped_entry {
             dst: *mut f32,
             ldd: usize,
         ) {
-            grouped_rows::<$group>(w, nb, rows, acts, dst, ldd)
+            $rows::<$group>(w, nb, rows, acts, dst, ldd)
         }
     };
 }
 
-grouped_entry!(q4_1_grouped_rows, Q4_1Groups, BlockQ4_1);
-grouped_entry!(q4k_grouped_rows, Q4KGroups, BlockQ4K);
-grouped_entry!(q6k_grouped_rows, Q6KGroups, BlockQ6K);
+grouped_entry!(q4_1_grouped_rows, grouped_rows, Q4_1Groups, BlockQ4_1);
+grouped_entry!(q4k_grouped_rows, k_quant_rows, Q4KGroups, BlockQ4K);
+grouped_entry!(q6k_grouped_rows, k_quant_rows, Q6KGroups, BlockQ6K);
 
 /// Q8_0, Q4_0 or Q5_0 prefill in groups of sixteen rows (see the module's comment):
 /// eight blocks at a time against interleaved activations (rows of whole 256-value
