@@ -42,9 +42,10 @@ use std::thread::LocalKey;
 pub(in super::super) const GROUPED_MIN_ROWS: usize = 2;
 
 /// The fewest activation rows for which the rows are unpacked: below it ([`file_columns`])
-/// the unpacking costs more than it saves (a three-token piece of a draft read ahead took
-/// ~1.8x as long unpacked on a Llama-1B Q4_K_M file).
-const UNPACKED_MIN_ROWS: usize = 4;
+/// the unpacking costs more than it saves (on a Llama-1B Q4_K_M file a three-token piece of
+/// a draft read ahead took ~1.8x as long unpacked, a four-token piece 98-101 ms against
+/// 81-98 read from the file; six tokens, read as tiles of four and two, were slower).
+const UNPACKED_MIN_ROWS: usize = 5;
 
 /// Activation rows per tile: their i16, i32 and f32 sums take 12 of the 16 registers.
 const COLS: usize = 4;
@@ -600,11 +601,12 @@ unsafe fn grouped_rows<G: RowGroup, D: ScaledDot>(
 ) {
     let sbs = nb / (QK_K / QK);
     let groups = rows.len() / 8;
-    const _: () = assert!(UNPACKED_MIN_ROWS == 4, "file_columns takes one to three rows");
+    const _: () = assert!(UNPACKED_MIN_ROWS == COLS + 1, "file_columns takes one tile's rows");
     match acts.m {
         1 => file_columns::<G, D, 1>(w, sbs, groups, acts, 0, dst, ldd, rows.start),
         2 => file_columns::<G, D, 2>(w, sbs, groups, acts, 0, dst, ldd, rows.start),
-        m if m < UNPACKED_MIN_ROWS => file_columns::<G, D, 3>(w, sbs, groups, acts, 0, dst, ldd, rows.start),
+        3 => file_columns::<G, D, 3>(w, sbs, groups, acts, 0, dst, ldd, rows.start),
+        m if m < UNPACKED_MIN_ROWS => file_columns::<G, D, 4>(w, sbs, groups, acts, 0, dst, ldd, rows.start),
         _ => unpacked_columns::<G, D>(w, sbs, groups, acts, dst, ldd, rows.start),
     }
     let tail = rows.start + 8 * groups..rows.end;
