@@ -6,18 +6,19 @@
 //! activation row and are scaled and added one register at a time. Here a work unit's
 //! rows are unpacked sixteen at a time so that one register holds four values of each of
 //! sixteen rows; four activation bytes broadcast against it add their products straight
-//! into the sixteen rows' lanes, and each scale's sum is converted and scaled once for
-//! all sixteen:
+//! into the sixteen rows' lanes, and each scale's sum is scaled once for all sixteen:
 //!
 //! ```text
-//!   isum  = Σ_p vpdpbusd(w_p, broadcast(a[the four values p]))   16 rows, one scale's values
-//!   fsum += f32(isum) · [d·sc]_rows                                per scale
-//!   acc  += fsum · d_a (− Q4_K's Σ_j [dmin·m_j]_rows · s_a,j)      per super-block
+//!   dots  = Σ_p vpdpbusd(w_p, broadcast(a[the four values p]))   16 rows, one scale's values
+//!   isum += dots · [sc]_rows                   (K-quants, in integers; per scale)
+//!   acc  += f32(isum) · [d]_rows · d_a (− Q4_K's Σ_j [dmin·m_j]_rows · s_a,j)   per super-block
+//!   acc  += f32(dots) · [d]_rows · d_a         (the 32-value formats; per block)
 //! ```
 //!
-//! Q4_K: quants 0..=15 against the signed activations, eight positions per 32-value
+//! The K-quants' steps are those of AVX2's eight-row groups, so both paths give the same
+//! bits. Q4_K: quants 0..=15 against the signed activations, eight positions per 32-value
 //! sub-block. Q6_K: `q − 32` is the signed side, so the activations are taken as `a + 128`
-//! (copied so per chunk) and each 16-value half's sum starts at `−128 · Σ (q − 32)`. The
+//! (copied so per chunk) and the sum starts at `−128 · Σ_h sc_h · Σ (q − 32)`. The
 //! 32-value signed formats likewise, eight blocks at a time as one super-block, with a
 //! `d_a` per block (a multiply more per block and activation row), or one block at a time
 //! where rows are not whole 256-value groups. Q4_1: quants 0..=15 against the signed
@@ -27,6 +28,13 @@
 //! read (`Acts::interleaved`), they stay so: a scale's sum does not depend on the order of
 //! its values, so the weights are unpacked in the activations' order
 //! ([`activation_offset`]).
+//!
+//! The unpacking costs about as much as a few activation rows' products. For K-quant
+//! prefills of up to one tile of activation rows ([`UNPACKED_MIN_ROWS`]) the groups are
+//! read from the file instead ([`FileRows::file_tile`]): each row's quarter registers are
+//! gathered from its blocks in the activations' order, its integer sum taken whole and the
+//! sixteen rows' sums brought into one register ([`row_totals`]), then scaled in the same
+//! steps: the same bits without the unpacking.
 
 use super::super::avx2::{load_f16_pair, q4k_row_scales, q6k_d, transpose_8x8_epi32, PREFETCH_BYTES};
 use super::super::blocks::{drive, take_scratch, unpacked_rows, Acts, BlockQ4K, BlockQ4_1, BlockQ6K, QK, QK_K};
@@ -214,8 +222,7 @@ const Q4K_NIBBLE_SHIFTS: [u32; 16] = quarter_lanes!(|l| 4 * ((l / 2) % 2));
 /// As [`Q4K_QUARTER_WORDS`] for Q6_K, whose 32-value block `b = l / 2` finds its low bits
 /// and high bits where [`BlockQ6K::sub_block`] says: the words of `ql` and of `qh`, the
 /// low nibble's shift and the rotation that brings the two high bits to bits 4 and 5.
-const Q6K_QL_WORDS: [[u32; 16]; 4] =
-    quarter_lanes!(|l, k| 16 * (l / 8) + 8 * ((l / 2) % 2) + 4 * (l % 2) + k);
+const Q6K_QL_WORDS: [[u32; 16]; 4] = quarter_lanes!(|l, k| 16 * (l / 8) + 8 * ((l / 2) % 2) + 4 * (l % 2) + k);
 const Q6K_QH_WORDS: [[u32; 16]; 4] = quarter_lanes!(|l, k| 8 * (l / 8) + 4 * (l % 2) + k);
 const Q6K_QL_SHIFTS: [u32; 16] = quarter_lanes!(|l| 4 * (((l / 2) % 4) / 2));
 const Q6K_QH_ROTATIONS: [u32; 16] = quarter_lanes!(|l| (4 + 32 - 2 * ((l / 2) % 4)) % 32);
@@ -535,10 +542,11 @@ impl FileRows for Q4KGroups {
                 let sc = _mm_shuffle_epi8(_mm_loadl_epi64(scales.as_ptr() as *const __m128i), pairs);
                 let sc = _mm512_cvtepu8_epi32(sc);
                 let q = (*blk).qs.as_ptr();
-                let (low, high) = (_mm512_loadu_si512(q as *const __m512i), _mm512_loadu_si512(q.add(64) as *const __m512i));
+                let (low, high) =
+                    (_mm512_loadu_si512(q as *const __m512i), _mm512_loadu_si512(q.add(64) as *const __m512i));
                 let mut dots = [_mm512_setzero_si512(); C];
-                for k in 0..4 {
-                    let words = _mm512_permutex2var_epi32(low, lanes(&Q4K_QUARTER_WORDS[k]), high);
+                for (k, words) in Q4K_QUARTER_WORDS.iter().enumerate() {
+                    let words = _mm512_permutex2var_epi32(low, lanes(words), high);
                     let w = _mm512_and_si512(_mm512_srlv_epi32(words, shifts), mask);
                     for c in 0..C {
                         let a = _mm512_loadu_si512(qs[c].add(sb * QK_K + 64 * k) as *const __m512i);
@@ -592,7 +600,8 @@ impl FileRows for Q6KGroups {
                 d[r] = q6k_d(blk);
                 let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((*blk).scales.as_ptr() as *const __m128i));
                 let ql = (*blk).ql.as_ptr();
-                let (ql0, ql1) = (_mm512_loadu_si512(ql as *const __m512i), _mm512_loadu_si512(ql.add(64) as *const __m512i));
+                let (ql0, ql1) =
+                    (_mm512_loadu_si512(ql as *const __m512i), _mm512_loadu_si512(ql.add(64) as *const __m512i));
                 let qh = _mm512_loadu_si512((*blk).qh.as_ptr() as *const __m512i);
                 let mut dots = [_mm512_setzero_si512(); C];
                 for k in 0..4 {
