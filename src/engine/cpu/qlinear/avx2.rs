@@ -34,8 +34,8 @@ use std::marker::PhantomData;
 
 mod row_groups;
 pub(super) use row_groups::{
-    q4k_grouped_rows, q4k_grouped_rows_vnni, q4k_row_scales, q6k_grouped_rows, q6k_grouped_rows_vnni,
-    transpose_8x8_epi32, GROUPED_MIN_ROWS,
+    q4k_grouped_rows, q4k_grouped_rows_vnni, q6k_grouped_rows, q6k_grouped_rows_vnni, transpose_8x8_epi32,
+    GROUPED_MIN_ROWS,
 };
 
 /// The 8 x i32 partial dot product of 32 unsigned bytes with 32 signed bytes.

@@ -42,7 +42,8 @@ mod row_groups;
 /// Prefill on interleaved activations: sixteen rows at a time in [`row_groups`], the rest
 /// by [`Q4KInterleaved`] and [`SignedInterleaved`].
 pub(super) use row_groups::{
-    q4_1_grouped_rows, q4k_grouped_rows, q6k_grouped_rows, signed_grouped_rows, GROUPED_MIN_ROWS,
+    q4_1_grouped_rows, q4k_file_rows, q4k_grouped_rows, q6k_file_rows, q6k_grouped_rows, signed_grouped_rows,
+    GROUPED_MIN_ROWS, UNPACKED_MIN_ROWS,
 };
 
 /// The horizontal sums of a tile's accumulators. (Loops, not `map`: a closure is a

@@ -188,6 +188,10 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             (Isa::AvxVnni, Kind::Q4K) => avx2::q4k_rows_vnni(w4k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512Vnni, Kind::Q4K) if acts.interleaved && acts.m < avx512::UNPACKED_MIN_ROWS => {
+                avx512::q4k_file_rows(w4k, nb, rows, acts, dst, ldd)
+            }
+            #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q4K) if acts.interleaved => avx512::q4k_grouped_rows(w4k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q4K) => avx512::q4k_rows(w4k, nb, rows, acts, dst, ldd),
@@ -257,6 +261,10 @@ impl Isa {
             (Isa::AvxVnni, Kind::Q5_0) => avx2::q5_0_rows_vnni(w50, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx2, Kind::Q5_0) => avx2::q5_0_rows(w50, nb, rows, acts, dst, ldd),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512Vnni, Kind::Q6K) if acts.interleaved && acts.m < avx512::UNPACKED_MIN_ROWS => {
+                avx512::q6k_file_rows(w6k, nb, rows, acts, dst, ldd)
+            }
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, Kind::Q6K) if acts.interleaved => avx512::q6k_grouped_rows(w6k, nb, rows, acts, dst, ldd),
             #[cfg(target_arch = "x86_64")]

@@ -156,7 +156,7 @@ struct Q4KGroups;
 /// A Q4_K super-block's eight sub-block scales, its `d`, and its eight `dmin · m_j`: what
 /// the groups keep of each row ([`Q4KGroups`]' `unpack` and `file_tile` alike).
 #[inline(always)]
-pub(in super::super) unsafe fn q4k_row_scales(blk: *const BlockQ4K) -> ([u8; 8], f32, [f32; 8]) {
+unsafe fn q4k_row_scales(blk: *const BlockQ4K) -> ([u8; 8], f32, [f32; 8]) {
     let mut sm = [0u8; 16];
     _mm_storeu_si128(sm.as_mut_ptr() as *mut __m128i, q4k_scales_mins(blk));
     let dd = load_f16_pair(blk as *const u8);

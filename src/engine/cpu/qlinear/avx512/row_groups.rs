@@ -36,7 +36,7 @@
 //! sixteen rows' sums brought into one register ([`row_totals`]), then scaled in the same
 //! steps: the same bits without the unpacking.
 
-use super::super::avx2::{load_f16_pair, q4k_row_scales, q6k_d, transpose_8x8_epi32, PREFETCH_BYTES};
+use super::super::avx2::{load_f16_pair, q4k_scales_mins, q6k_d, transpose_8x8_epi32, PREFETCH_BYTES};
 use super::super::blocks::{drive, take_scratch, unpacked_rows, Acts, BlockQ4K, BlockQ4_1, BlockQ6K, QK, QK_K};
 use super::{signed_interleaved_rows, signed_rows, Q4KInterleaved, SignedInterleaved, SignedPair, UnpackQ6K, Q4_1};
 use super::{UNPACKED_Q4K, UNPACKED_SIGNED};
@@ -136,7 +136,7 @@ unsafe fn dot4<const UNSIGNED: bool>(acc: __m512i, w: *const [u8; 64], a: *const
 /// would cost more than it saves (a prompt read ahead while typing comes a few tokens at a
 /// time). Measured on Llama-1B-shaped Q4_K_M pieces: read from the file, 8 tokens took
 /// 92-93 ms against 147-176 unpacked; 12 tokens took 142-155 against 130-150.
-const UNPACKED_MIN_ROWS: usize = COLS + 1;
+pub(in super::super) const UNPACKED_MIN_ROWS: usize = COLS + 1;
 
 /// A K-quant format whose groups can also be read straight from the file.
 trait FileRows: RowGroup {
@@ -154,30 +154,37 @@ trait FileRows: RowGroup {
     ) -> [__m512; C];
 }
 
-/// For each of `ROWS` rows the sixteen i32 lanes `x[row]`, as one register of the rows'
-/// totals (lane `r`: row `r`).
+/// The 16 x 16 matrix of 32-bit elements `x[row][lane]`, transposed (`out[lane][row]`).
 #[inline(always)]
-unsafe fn row_totals(x: &[__m512i; ROWS]) -> __m512i {
-    // pairs of rows: per 128-bit block [a0 + a2, b0 + b2, a1 + a3, b1 + b3]
-    let mut pairs = [_mm512_setzero_si512(); 8];
-    for (i, pair) in pairs.iter_mut().enumerate() {
-        let (a, b) = (x[2 * i], x[2 * i + 1]);
-        *pair = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+unsafe fn transpose_16x16(x: &[__m512i; ROWS]) -> [__m512i; ROWS] {
+    // per 128-bit block, pairs of rows interleaved: [a0 b0 a1 b1] and [a2 b2 a3 b3]
+    let mut pairs = [_mm512_setzero_si512(); ROWS];
+    for i in 0..8 {
+        pairs[2 * i] = _mm512_unpacklo_epi32(x[2 * i], x[2 * i + 1]);
+        pairs[2 * i + 1] = _mm512_unpackhi_epi32(x[2 * i], x[2 * i + 1]);
     }
-    // four rows: per 128-bit block, each row's sum of that block
-    let mut quads = [_mm512_setzero_si512(); 4];
-    for (i, quad) in quads.iter_mut().enumerate() {
-        let (a, b) = (pairs[2 * i], pairs[2 * i + 1]);
-        *quad = _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+    // per 128-bit block b, `quads[4i + q]` holds rows 4i..4i + 4 of element 4b + q
+    let mut quads = [_mm512_setzero_si512(); ROWS];
+    for i in 0..4 {
+        let [lo01, hi01, lo23, hi23] = [pairs[4 * i], pairs[4 * i + 1], pairs[4 * i + 2], pairs[4 * i + 3]];
+        quads[4 * i] = _mm512_unpacklo_epi64(lo01, lo23);
+        quads[4 * i + 1] = _mm512_unpackhi_epi64(lo01, lo23);
+        quads[4 * i + 2] = _mm512_unpacklo_epi64(hi01, hi23);
+        quads[4 * i + 3] = _mm512_unpackhi_epi64(hi01, hi23);
     }
-    // eight rows: blocks [rows 0..4 (blocks 0, 1), rows 0..4 (2, 3), rows 4..8 (0, 1), (2, 3)]
-    let mut eights = [_mm512_setzero_si512(); 2];
-    for (i, eight) in eights.iter_mut().enumerate() {
-        let (a, b) = (quads[2 * i], quads[2 * i + 1]);
-        *eight = _mm512_add_epi32(_mm512_shuffle_i32x4::<0x88>(a, b), _mm512_shuffle_i32x4::<0xDD>(a, b));
+    // element 4b + q: block b of quads[q], quads[4 + q], quads[8 + q], quads[12 + q]
+    let mut out = [_mm512_setzero_si512(); ROWS];
+    for q in 0..4 {
+        let even01 = _mm512_shuffle_i32x4::<0x88>(quads[q], quads[4 + q]);
+        let odd01 = _mm512_shuffle_i32x4::<0xDD>(quads[q], quads[4 + q]);
+        let even23 = _mm512_shuffle_i32x4::<0x88>(quads[8 + q], quads[12 + q]);
+        let odd23 = _mm512_shuffle_i32x4::<0xDD>(quads[8 + q], quads[12 + q]);
+        out[q] = _mm512_shuffle_i32x4::<0x88>(even01, even23);
+        out[8 + q] = _mm512_shuffle_i32x4::<0xDD>(even01, even23);
+        out[4 + q] = _mm512_shuffle_i32x4::<0x88>(odd01, odd23);
+        out[12 + q] = _mm512_shuffle_i32x4::<0xDD>(odd01, odd23);
     }
-    let (a, b) = (eights[0], eights[1]);
-    _mm512_add_epi32(_mm512_shuffle_i32x4::<0x88>(a, b), _mm512_shuffle_i32x4::<0xDD>(a, b))
+    out
 }
 
 /// Asks for the cache lines of the `Block` at `blk` in the next group's rows (the same
@@ -237,31 +244,28 @@ struct Q4KGroups;
 
 /// Sixteen Q4_K rows' super-blocks unpacked: `q[j][p]` holds the four values of position
 /// `p` of sub-block `j` of every row (bytes `4r..4r + 4`: row `r`, values `4p..4p + 4`);
-/// `scales[j]` the rows' `sc_j`, `d` their `d`, `mins[j]` their `dmin · m_j`. 5,184 bytes
-/// where the file holds 16 · 144.
+/// `scales[j]` the rows' `d · sc_j`, `mins[j]` their `dmin · m_j`. 5,120 bytes where the
+/// file holds 16 · 144.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Q4KGroup {
     q: [[[u8; 64]; 8]; 8],
-    scales: [[i32; ROWS]; 8],
-    d: [f32; ROWS],
+    scales: [[f32; ROWS]; 8],
     mins: [[f32; ROWS]; 8],
 }
 
 struct Q6KGroups;
 
 /// Sixteen Q6_K rows' super-blocks unpacked: `q[j][p]` holds `q − 32` of the four values
-/// of position `p` of 32-value block `j` of every row; `scales[h]` the rows' `sc_h` of
-/// 16-value sub-block `h`, `d` their `d`, and `start` their `−128 · Σ_h sc_h · Σ (q − 32)`
-/// (the sum against `a + 128` less the weights' part). 5,248 bytes where the file holds
-/// 16 · 210.
+/// of position `p` of 32-value block `j` of every row; `scales[h]` the rows' `d · sc_h` of
+/// 16-value half `h`, and `start[h]` their `−128 · Σ (q − 32)` over it. 6,144 bytes where
+/// the file holds 16 · 210.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Q6KGroup {
     q: [[[u8; 64]; 8]; 8],
-    scales: [[i32; ROWS]; 16],
-    d: [f32; ROWS],
-    start: [i32; ROWS],
+    scales: [[f32; ROWS]; 16],
+    start: [[i32; ROWS]; 16],
 }
 
 /// Q8_0, Q4_0 or Q5_0 rows, `N` blocks taken as one super-block: eight against
@@ -312,41 +316,21 @@ unsafe fn start_of(q: &[[u8; 64]]) -> __m512i {
     _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<7>(sum))
 }
 
-/// A Q4_K super-block's f32 steps, as AVX2's groups take them (so that both give the same
-/// bits): per activation row `c`, `acc += f32(isum) · (d · d_a) − Σ_j mins_j · s_a,j`, where
-/// `isum` is the rows' `Σ_j sc_j · Σ q · a`, exact in integers, and `ds[c]` the super-block's
-/// activation scales.
+/// A Q4_K super-block's eight `d · sc_j` (lanes 0..8) and eight `dmin · m_j` (8..16):
+/// what the groups keep of each row ([`Q4KGroups`]' `unpack` and `file_tile` alike).
 #[inline(always)]
-unsafe fn q4k_super_block_sums<const C: usize>(
-    acc: &mut [__m512; C],
-    isum: [__m512i; C],
-    d: __m512,
-    mins: &[[f32; ROWS]; 8],
-    ds: [*const [f32; 2]; C],
-) {
-    for c in 0..C {
-        // one d_a per super-block (`ActScale::SuperBlock`), s_a per sub-block
-        let f = _mm512_mul_ps(d, _mm512_set1_ps((*ds[c])[0]));
-        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), f, acc[c]);
-        for (j, mins) in mins.iter().enumerate() {
-            acc[c] = _mm512_fnmadd_ps(_mm512_loadu_ps(mins.as_ptr()), _mm512_set1_ps((*ds[c].add(j))[1]), acc[c]);
-        }
-    }
+unsafe fn q4k_row_scales(blk: *const BlockQ4K) -> __m512 {
+    let scales_mins = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q4k_scales_mins(blk)));
+    let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(blk as *const i32)));
+    let d_then_dmin = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    _mm512_mul_ps(scales_mins, _mm512_permutexvar_ps(d_then_dmin, _mm512_castps128_ps512(dd)))
 }
 
-/// A Q6_K super-block's f32 steps, as AVX2's groups take them: `acc += f32(isum) ·
-/// (d · d_a)`, `isum` the rows' `Σ_h sc_h · Σ (q − 32) · a`.
+/// A Q6_K super-block's sixteen `d · sc_h` ([`Q6KGroups`]' `unpack` and `file_tile` alike).
 #[inline(always)]
-unsafe fn q6k_super_block_sums<const C: usize>(
-    acc: &mut [__m512; C],
-    isum: [__m512i; C],
-    d: __m512,
-    ds: [*const [f32; 2]; C],
-) {
-    for c in 0..C {
-        let f = _mm512_mul_ps(d, _mm512_set1_ps((*ds[c])[0]));
-        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), f, acc[c]);
-    }
+unsafe fn q6k_row_scales(blk: *const BlockQ6K) -> __m512 {
+    let scales = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((*blk).scales.as_ptr() as *const __m128i)));
+    _mm512_mul_ps(scales, _mm512_set1_ps(q6k_d(blk)))
 }
 
 impl RowGroup for Q4KGroups {
@@ -361,11 +345,14 @@ impl RowGroup for Q4KGroups {
     #[inline(always)]
     unsafe fn unpack(first: *const BlockQ4K, stride: usize, out: &mut Q4KGroup) {
         for r in 0..ROWS {
-            let (scales, d, mins) = q4k_row_scales(first.add(r * stride));
-            out.d[r] = d;
+            let blk = first.add(r * stride);
+            let mut sm = [0u8; 16];
+            _mm_storeu_si128(sm.as_mut_ptr() as *mut __m128i, q4k_scales_mins(blk));
+            let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(blk as *const i32)));
+            let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
             for j in 0..QK_K / QK {
-                out.scales[j][r] = scales[j] as i32;
-                out.mins[j][r] = mins[j];
+                out.scales[j][r] = d * sm[j] as f32;
+                out.mins[j][r] = dmin * sm[8 + j] as f32;
             }
         }
         let mask = _mm256_set1_epi8(0x0F);
@@ -392,22 +379,27 @@ impl RowGroup for Q4KGroups {
         let mut acc = [_mm512_setzero_ps(); C];
         for sb in 0..sbs {
             let blk = &*group.add(sb);
-            let mut isum = [_mm512_setzero_si512(); C];
+            let mut fsum = [_mm512_setzero_ps(); C];
             for j in 0..QK_K / QK {
-                let mut dots = [_mm512_setzero_si512(); C];
+                let mut isum = [_mm512_setzero_si512(); C];
                 for p in 0..8 {
                     let at = sb * QK_K + activation_offset(j, p);
                     for c in 0..C {
-                        dots[c] = dot4::<false>(dots[c], &blk.q[j][p], qs[c].add(at));
+                        isum[c] = dot4::<false>(isum[c], &blk.q[j][p], qs[c].add(at));
                     }
                 }
-                let scales = _mm512_load_si512(blk.scales[j].as_ptr() as *const __m512i);
+                let scales = _mm512_load_ps(blk.scales[j].as_ptr());
+                let mins = _mm512_load_ps(blk.mins[j].as_ptr());
                 for c in 0..C {
-                    isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(dots[c], scales));
+                    fsum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), scales, fsum[c]);
+                    // s_a of sub-block j: the activations' sum there
+                    acc[c] = _mm512_fnmadd_ps(mins, _mm512_set1_ps((*ds[c].add(sb * 8 + j))[1]), acc[c]);
                 }
             }
-            let sb_ds = ds.map(|d| d.add(sb * 8));
-            q4k_super_block_sums(&mut acc, isum, _mm512_load_ps(blk.d.as_ptr()), &blk.mins, sb_ds);
+            for c in 0..C {
+                // one d_a per super-block (`ActScale::SuperBlock`)
+                acc[c] = _mm512_fmadd_ps(fsum[c], _mm512_set1_ps((*ds[c].add(sb * 8))[0]), acc[c]);
+            }
         }
         acc
     }
@@ -438,13 +430,12 @@ impl RowGroup for Q6KGroups {
     unsafe fn unpack(first: *const BlockQ6K, stride: usize, out: &mut Q6KGroup) {
         let (low4, low2, offset) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03), _mm256_set1_epi8(32));
         for r in 0..ROWS {
-            let blk = first.add(r * stride);
-            out.d[r] = q6k_d(blk);
-            for h in 0..QK_K / 16 {
-                out.scales[h][r] = (*blk).scales[h] as i32;
+            let mut scales = [0f32; 16];
+            _mm512_storeu_ps(scales.as_mut_ptr(), q6k_row_scales(first.add(r * stride)));
+            for (h, scale) in scales.iter().enumerate() {
+                out.scales[h][r] = *scale;
             }
         }
-        let mut start = _mm512_setzero_si512();
         for j in 0..QK_K / QK {
             let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
             let (ql_shift, qh_shift) = (_mm_cvtsi32_si128(ql_shift as i32), _mm_cvtsi32_si128(qh_shift as i32));
@@ -458,14 +449,12 @@ impl RowGroup for Q6KGroups {
                 *row = _mm256_sub_epi8(_mm256_or_si256(lo, hi), offset);
             }
             store_transposed(&rows, &mut out.q[j]);
-            // per half, sc_h · −128 · Σ (q − 32) of every row over its four positions
+            // per half, −128 · Σ (q − 32) of every row over its four positions
             for half in 0..2 {
-                let scales = _mm512_load_si512(out.scales[2 * j + half].as_ptr() as *const __m512i);
-                let half_start = start_of(&out.q[j][4 * half..4 * half + 4]);
-                start = _mm512_add_epi32(start, _mm512_mullo_epi32(half_start, scales));
+                let start = start_of(&out.q[j][4 * half..4 * half + 4]);
+                _mm512_store_si512(out.start[2 * j + half].as_mut_ptr() as *mut __m512i, start);
             }
         }
-        _mm512_store_si512(out.start.as_mut_ptr() as *mut __m512i, start);
     }
 
     #[inline(always)]
@@ -478,23 +467,26 @@ impl RowGroup for Q6KGroups {
         let mut acc = [_mm512_setzero_ps(); C];
         for sb in 0..sbs {
             let blk = &*group.add(sb);
-            let mut isum = [_mm512_load_si512(blk.start.as_ptr() as *const __m512i); C];
+            let mut fsum = [_mm512_setzero_ps(); C];
             for h in 0..QK_K / 16 {
                 let (j, half) = (h / 2, h % 2);
-                let mut dots = [_mm512_setzero_si512(); C];
+                let start = _mm512_load_si512(blk.start[h].as_ptr() as *const __m512i);
+                let mut isum = [start; C];
                 for p in 4 * half..4 * half + 4 {
                     let at = sb * QK_K + activation_offset(j, p);
                     for c in 0..C {
-                        dots[c] = dot4::<true>(dots[c], &blk.q[j][p], qs[c].add(at));
+                        isum[c] = dot4::<true>(isum[c], &blk.q[j][p], qs[c].add(at));
                     }
                 }
-                let scales = _mm512_load_si512(blk.scales[h].as_ptr() as *const __m512i);
+                let scales = _mm512_load_ps(blk.scales[h].as_ptr());
                 for c in 0..C {
-                    isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(dots[c], scales));
+                    fsum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), scales, fsum[c]);
                 }
             }
-            let sb_ds = ds.map(|d| d.add(sb * 8));
-            q6k_super_block_sums(&mut acc, isum, _mm512_load_ps(blk.d.as_ptr()), sb_ds);
+            for c in 0..C {
+                // one d_a per super-block (`ActScale::SuperBlock`)
+                acc[c] = _mm512_fmadd_ps(fsum[c], _mm512_set1_ps((*ds[c].add(sb * 8))[0]), acc[c]);
+            }
         }
         acc
     }
@@ -522,25 +514,15 @@ impl FileRows for Q4KGroups {
         sbs: usize,
     ) -> [__m512; C] {
         let (mask, shifts) = (_mm512_set1_epi8(0x0F), lanes(&Q4K_NIBBLE_SHIFTS));
-        // lane l's scale: sub-block l / 2's
-        let pairs = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
         let mut acc = [_mm512_setzero_ps(); C];
         for sb in 0..sbs {
-            // per activation row, each weight row's 16 sub-block sums times their scales
-            let mut scaled = [[_mm512_setzero_si512(); ROWS]; C];
-            // `unpack`'s `d` and `mins`, computed as it does
-            let mut d = [0f32; ROWS];
-            let mut mins = [[0f32; ROWS]; 8];
+            // per activation row, each weight row's sums of its sixteen 16-value halves
+            let mut halves = [[_mm512_setzero_si512(); ROWS]; C];
+            let mut row_scales = [_mm512_setzero_si512(); ROWS];
             for r in 0..ROWS {
                 let blk = first.add(r * stride + sb);
                 prefetch_next_group(blk, stride);
-                let (scales, dr, row_mins) = q4k_row_scales(blk);
-                d[r] = dr;
-                for j in 0..QK_K / QK {
-                    mins[j][r] = row_mins[j];
-                }
-                let sc = _mm_shuffle_epi8(_mm_loadl_epi64(scales.as_ptr() as *const __m128i), pairs);
-                let sc = _mm512_cvtepu8_epi32(sc);
+                row_scales[r] = _mm512_castps_si512(q4k_row_scales(blk));
                 let q = (*blk).qs.as_ptr();
                 let (low, high) =
                     (_mm512_loadu_si512(q as *const __m512i), _mm512_loadu_si512(q.add(64) as *const __m512i));
@@ -554,16 +536,29 @@ impl FileRows for Q4KGroups {
                     }
                 }
                 for c in 0..C {
-                    scaled[c][r] = _mm512_mullo_epi32(dots[c], sc);
+                    halves[c][r] = dots[c];
                 }
             }
-            // from here as `tile`
-            let mut isum = [_mm512_setzero_si512(); C];
+            // the sixteen rows' lanes: `scales[j]` sub-block j's d · sc_j, `scales[8 + j]`
+            // its dmin · m_j; `sums[c][l]` half l's sums
+            let scales = transpose_16x16(&row_scales);
+            let mut sums = [[_mm512_setzero_si512(); ROWS]; C];
             for c in 0..C {
-                isum[c] = row_totals(&scaled[c]);
+                sums[c] = transpose_16x16(&halves[c]);
             }
-            let sb_ds = ds.map(|d| d.add(sb * 8));
-            q4k_super_block_sums(&mut acc, isum, _mm512_loadu_ps(d.as_ptr()), &mins, sb_ds);
+            // from here as `tile`
+            let mut fsum = [_mm512_setzero_ps(); C];
+            for j in 0..QK_K / QK {
+                let (sc, mins) = (_mm512_castsi512_ps(scales[j]), _mm512_castsi512_ps(scales[8 + j]));
+                for c in 0..C {
+                    let isum = _mm512_add_epi32(sums[c][2 * j], sums[c][2 * j + 1]);
+                    fsum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sc, fsum[c]);
+                    acc[c] = _mm512_fnmadd_ps(mins, _mm512_set1_ps((*ds[c].add(sb * 8 + j))[1]), acc[c]);
+                }
+            }
+            for c in 0..C {
+                acc[c] = _mm512_fmadd_ps(fsum[c], _mm512_set1_ps((*ds[c].add(sb * 8))[0]), acc[c]);
+            }
         }
         acc
     }
@@ -583,7 +578,7 @@ impl FileRows for Q6KGroups {
         let mut acc = [_mm512_setzero_ps(); C];
         for sb in 0..sbs {
             // the quants q are read unsigned (0..=63): q − 32 against the activations is
-            // q's products less 32 times the activations' sum, per 16-value sub-block
+            // q's products less 32 times the activations' sum, per 16-value half
             let mut less = [_mm512_setzero_si512(); C];
             for (c, less) in less.iter_mut().enumerate() {
                 for k in 0..4 {
@@ -592,13 +587,12 @@ impl FileRows for Q6KGroups {
                 }
                 *less = _mm512_slli_epi32::<5>(*less);
             }
-            let mut scaled = [[_mm512_setzero_si512(); ROWS]; C];
-            let mut d = [0f32; ROWS];
+            let mut halves = [[_mm512_setzero_si512(); ROWS]; C];
+            let mut row_scales = [_mm512_setzero_si512(); ROWS];
             for r in 0..ROWS {
                 let blk = first.add(r * stride + sb);
                 prefetch_next_group(blk, stride);
-                d[r] = q6k_d(blk);
-                let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((*blk).scales.as_ptr() as *const __m128i));
+                row_scales[r] = _mm512_castps_si512(q6k_row_scales(blk));
                 let ql = (*blk).ql.as_ptr();
                 let (ql0, ql1) =
                     (_mm512_loadu_si512(ql as *const __m512i), _mm512_loadu_si512(ql.add(64) as *const __m512i));
@@ -616,16 +610,25 @@ impl FileRows for Q6KGroups {
                     }
                 }
                 for c in 0..C {
-                    scaled[c][r] = _mm512_mullo_epi32(_mm512_sub_epi32(dots[c], less[c]), sc);
+                    halves[c][r] = _mm512_sub_epi32(dots[c], less[c]);
                 }
             }
-            // from here as `tile`
-            let mut isum = [_mm512_setzero_si512(); C];
+            // the sixteen rows' lanes: `scales[h]` half h's d · sc_h, `sums[c][h]` its sums
+            let scales = transpose_16x16(&row_scales);
+            let mut sums = [[_mm512_setzero_si512(); ROWS]; C];
             for c in 0..C {
-                isum[c] = row_totals(&scaled[c]);
+                sums[c] = transpose_16x16(&halves[c]);
             }
-            let sb_ds = ds.map(|d| d.add(sb * 8));
-            q6k_super_block_sums(&mut acc, isum, _mm512_loadu_ps(d.as_ptr()), sb_ds);
+            // from here as `tile`
+            let mut fsum = [_mm512_setzero_ps(); C];
+            for (h, sc) in scales.iter().enumerate() {
+                for c in 0..C {
+                    fsum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[c][h]), _mm512_castsi512_ps(*sc), fsum[c]);
+                }
+            }
+            for c in 0..C {
+                acc[c] = _mm512_fmadd_ps(fsum[c], _mm512_set1_ps((*ds[c].add(sb * 8))[0]), acc[c]);
+            }
         }
         acc
     }
@@ -836,7 +839,12 @@ unsafe fn columns<G: RowGroup, const C: usize>(
         }
         for g in 0..groups.len() / sbs {
             let acc = G::tile::<C>(groups.as_ptr().add(g * sbs + s0), qs, ds, n);
-            put_sums(acc, dst, ldd, i0, row0 + ROWS * g, s0 == 0);
+            for (c, sums) in acc.iter().enumerate() {
+                // the first chunk writes the outputs, later ones add to them
+                let out = dst.add((i0 + c) * ldd + row0 + ROWS * g);
+                let sums = if s0 == 0 { *sums } else { _mm512_add_ps(*sums, _mm512_loadu_ps(out)) };
+                _mm512_storeu_ps(out, sums);
+            }
         }
         s0 += n;
     }
@@ -940,11 +948,10 @@ unsafe fn grouped_rows<G: RowGroup>(
     }
 }
 
-/// [`grouped_rows`] for the K-quants, whose groups are read from the file
-/// ([`FileRows::file_tile`], the same bits) for prefills of fewer than
-/// [`UNPACKED_MIN_ROWS`] activation rows.
+/// [`grouped_rows`] with the K-quant groups read from the file ([`FileRows::file_tile`],
+/// the same bits), for prefills of fewer than [`UNPACKED_MIN_ROWS`] activation rows.
 #[inline(always)]
-unsafe fn k_quant_rows<G: FileRows>(
+unsafe fn file_rows<G: FileRows>(
     w: *const G::Block,
     nb: usize,
     rows: std::ops::Range<usize>,
@@ -952,9 +959,7 @@ unsafe fn k_quant_rows<G: FileRows>(
     dst: *mut f32,
     ldd: usize,
 ) {
-    if acts.m >= UNPACKED_MIN_ROWS {
-        return grouped_rows::<G>(w, nb, rows, acts, dst, ldd);
-    }
+    debug_assert!(acts.m < UNPACKED_MIN_ROWS);
     let sbs = nb / (QK_K / QK);
     let groups = rows.len() / ROWS;
     const _: () = assert!(UNPACKED_MIN_ROWS == COLS + 1, "file_columns takes one tile's rows");
@@ -981,7 +986,8 @@ macro_rules! grouped_entry {
         ///
         /// # Safety
         /// As [`super::super::blocks::drive`], with `acts` interleaved for the K-quants
-        /// (never for Q4_1); the CPU has AVX-512 F/BW/VNNI.
+        /// (never for Q4_1), and for the `*_file_rows` entries fewer than
+        /// [`UNPACKED_MIN_ROWS`] activation rows; the CPU has AVX-512 F/BW/VNNI.
         #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
         pub(in super::super) unsafe fn $name(
             w: *const $block,
@@ -997,8 +1003,12 @@ macro_rules! grouped_entry {
 }
 
 grouped_entry!(q4_1_grouped_rows, grouped_rows, Q4_1Groups, BlockQ4_1);
-grouped_entry!(q4k_grouped_rows, k_quant_rows, Q4KGroups, BlockQ4K);
-grouped_entry!(q6k_grouped_rows, k_quant_rows, Q6KGroups, BlockQ6K);
+grouped_entry!(q4k_grouped_rows, grouped_rows, Q4KGroups, BlockQ4K);
+grouped_entry!(q6k_grouped_rows, grouped_rows, Q6KGroups, BlockQ6K);
+// entries of their own, not branches of the ones above: with the branch there, the
+// unpacked Q4_K tiles of long prefills were compiled ~15 % slower
+grouped_entry!(q4k_file_rows, file_rows, Q4KGroups, BlockQ4K);
+grouped_entry!(q6k_file_rows, file_rows, Q6KGroups, BlockQ6K);
 
 /// Q8_0, Q4_0 or Q5_0 prefill in groups of sixteen rows (see the module's comment):
 /// eight blocks at a time against interleaved activations (rows of whole 256-value
