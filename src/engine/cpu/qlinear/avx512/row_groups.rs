@@ -6,19 +6,18 @@
 //! activation row and are scaled and added one register at a time. Here a work unit's
 //! rows are unpacked sixteen at a time so that one register holds four values of each of
 //! sixteen rows; four activation bytes broadcast against it add their products straight
-//! into the sixteen rows' lanes, and each scale's sum is scaled once for all sixteen:
+//! into the sixteen rows' lanes, and each scale's sum is converted and scaled once for
+//! all sixteen:
 //!
 //! ```text
-//!   dots  = Σ_p vpdpbusd(w_p, broadcast(a[the four values p]))   16 rows, one scale's values
-//!   isum += dots · [sc]_rows                   (K-quants, in integers; per scale)
-//!   acc  += f32(isum) · [d]_rows · d_a (− Q4_K's Σ_j [dmin·m_j]_rows · s_a,j)   per super-block
-//!   acc  += f32(dots) · [d]_rows · d_a         (the 32-value formats; per block)
+//!   isum  = Σ_p vpdpbusd(w_p, broadcast(a[the four values p]))   16 rows, one scale's values
+//!   fsum += f32(isum) · [d·sc]_rows                                per scale
+//!   acc  += fsum · d_a (− Q4_K's Σ_j [dmin·m_j]_rows · s_a,j)      per super-block
 //! ```
 //!
-//! The K-quants' steps are those of AVX2's eight-row groups, so both paths give the same
-//! bits. Q4_K: quants 0..=15 against the signed activations, eight positions per 32-value
+//! Q4_K: quants 0..=15 against the signed activations, eight positions per 32-value
 //! sub-block. Q6_K: `q − 32` is the signed side, so the activations are taken as `a + 128`
-//! (copied so per chunk) and the sum starts at `−128 · Σ_h sc_h · Σ (q − 32)`. The
+//! (copied so per chunk) and each 16-value half's sum starts at `−128 · Σ (q − 32)`. The
 //! 32-value signed formats likewise, eight blocks at a time as one super-block, with a
 //! `d_a` per block (a multiply more per block and activation row), or one block at a time
 //! where rows are not whole 256-value groups. Q4_1: quants 0..=15 against the signed
@@ -29,12 +28,13 @@
 //! its values, so the weights are unpacked in the activations' order
 //! ([`activation_offset`]).
 //!
-//! The unpacking costs about as much as a few activation rows' products. For K-quant
-//! prefills of up to one tile of activation rows ([`UNPACKED_MIN_ROWS`]) the groups are
-//! read from the file instead ([`FileRows::file_tile`]): each row's quarter registers are
-//! gathered from its blocks in the activations' order, its integer sum taken whole and the
-//! sixteen rows' sums brought into one register ([`row_totals`]), then scaled in the same
-//! steps: the same bits without the unpacking.
+//! The unpacking costs about as much as a few activation rows' products. K-quant prefills
+//! of up to one tile of activation rows ([`UNPACKED_MIN_ROWS`]) read the groups from the
+//! file instead ([`FileRows::file_tile`]): each row's four quarter registers are gathered
+//! from its block in the activations' order, its sixteen 16-value sums taken in one
+//! register, and the sixteen rows' registers (and scales) transposed
+//! ([`transpose_16x16`]) into the lanes the tile scales: the same numbers, the same f32
+//! steps, the same bits without the unpacking.
 
 use super::super::avx2::{load_f16_pair, q4k_scales_mins, q6k_d, transpose_8x8_epi32, PREFETCH_BYTES};
 use super::super::blocks::{drive, take_scratch, unpacked_rows, Acts, BlockQ4K, BlockQ4_1, BlockQ6K, QK, QK_K};
