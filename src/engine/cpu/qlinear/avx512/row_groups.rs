@@ -30,7 +30,7 @@
 //!
 //! The unpacking costs about as much as a few activation rows' products. K-quant prefills
 //! of up to one tile of activation rows ([`UNPACKED_MIN_ROWS`]) read the groups from the
-//! file instead ([`FileRows::file_tile`]): each row's four quarter registers are gathered
+//! file instead ([`file_tile`]): each row's four quarter registers are gathered
 //! from its block in the activations' order, its sixteen 16-value sums taken in one
 //! register, and the sixteen rows' registers (and scales) transposed
 //! ([`transpose_16x16`]) into the lanes the tile scales: the same numbers, the same f32
@@ -135,23 +135,28 @@ unsafe fn dot4<const UNSIGNED: bool>(acc: __m512i, w: *const [u8; 64], a: *const
 /// tile's worth, the groups are read from the file ([`file_columns`]), where the unpacking
 /// would cost more than it saves (a prompt read ahead while typing comes a few tokens at a
 /// time). Measured on Llama-1B-shaped Q4_K_M pieces: read from the file, 8 tokens took
-/// 92-93 ms against 147-176 unpacked; 12 tokens took 142-155 against 130-150.
+/// 94-111 ms against 111-128 unpacked; 12 tokens (two tiles) were no faster (142-155
+/// against 130-150 in an earlier version).
 pub(in super::super) const UNPACKED_MIN_ROWS: usize = COLS + 1;
 
-/// A K-quant format whose groups can also be read straight from the file.
+/// A K-quant format whose groups can also be read straight from the file ([`file_tile`]).
 trait FileRows: RowGroup {
-    /// [`RowGroup::tile`]'s sums from the file's super-blocks (the sixteen rows at
-    /// `first`, `first + stride`, …), not unpacked, against the signed interleaved
-    /// activations: each row's integer sum of a super-block is the same number taken in
-    /// another order ([`row_totals`]), and the f32 steps are `tile`'s, so the outputs are
-    /// the same bits.
-    unsafe fn file_tile<const C: usize>(
-        first: *const Self::Block,
-        stride: usize,
-        qs: [*const i8; C],
+    /// Whether the quarters' unsigned quants are `q` where the tile takes `q − 32` (Q6_K),
+    /// so that 32 times the activations' sum of each half comes off.
+    const UNSIGNED_OFFSET: bool;
+    /// A row's super-block as four quarter registers of unsigned quants (lane `l` of
+    /// quarter `k`: its values `16l + 4k ..+ 4`, the activations' interleaved order) and its
+    /// sixteen scales as `unpack` computes them, in one register.
+    unsafe fn row_quarters(blk: *const Self::Block) -> ([__m512i; 4], __m512);
+    /// `tile`'s f32 steps for one super-block: `sums[c][l]` the sixteen rows' sums of half
+    /// `l` against activation row `c`, `scales[l]` the rows' scale `l` (lanes: rows), `ds`
+    /// the activation rows' scales of the super-block.
+    unsafe fn scale_sums<const C: usize>(
+        acc: &mut [__m512; C],
+        sums: &[[__m512i; ROWS]; C],
+        scales: &[__m512i; ROWS],
         ds: [*const [f32; 2]; C],
-        sbs: usize,
-    ) -> [__m512; C];
+    );
 }
 
 /// The 16 x 16 matrix of 32-bit elements `x[row][lane]`, transposed (`out[lane][row]`).
@@ -505,133 +510,136 @@ impl RowGroup for Q6KGroups {
 }
 
 impl FileRows for Q4KGroups {
+    const UNSIGNED_OFFSET: bool = false;
+
     #[inline(always)]
-    unsafe fn file_tile<const C: usize>(
-        first: *const BlockQ4K,
-        stride: usize,
-        qs: [*const i8; C],
-        ds: [*const [f32; 2]; C],
-        sbs: usize,
-    ) -> [__m512; C] {
+    unsafe fn row_quarters(blk: *const BlockQ4K) -> ([__m512i; 4], __m512) {
         let (mask, shifts) = (_mm512_set1_epi8(0x0F), lanes(&Q4K_NIBBLE_SHIFTS));
-        let mut acc = [_mm512_setzero_ps(); C];
-        for sb in 0..sbs {
-            // per activation row, each weight row's sums of its sixteen 16-value halves
-            let mut halves = [[_mm512_setzero_si512(); ROWS]; C];
-            let mut row_scales = [_mm512_setzero_si512(); ROWS];
-            for r in 0..ROWS {
-                let blk = first.add(r * stride + sb);
-                prefetch_next_group(blk, stride);
-                row_scales[r] = _mm512_castps_si512(q4k_row_scales(blk));
-                let q = (*blk).qs.as_ptr();
-                let (low, high) =
-                    (_mm512_loadu_si512(q as *const __m512i), _mm512_loadu_si512(q.add(64) as *const __m512i));
-                let mut dots = [_mm512_setzero_si512(); C];
-                for (k, words) in Q4K_QUARTER_WORDS.iter().enumerate() {
-                    let words = _mm512_permutex2var_epi32(low, lanes(words), high);
-                    let w = _mm512_and_si512(_mm512_srlv_epi32(words, shifts), mask);
-                    for c in 0..C {
-                        let a = _mm512_loadu_si512(qs[c].add(sb * QK_K + 64 * k) as *const __m512i);
-                        dots[c] = _mm512_dpbusd_epi32(dots[c], w, a);
-                    }
-                }
-                for c in 0..C {
-                    halves[c][r] = dots[c];
-                }
-            }
-            // the sixteen rows' lanes: `scales[j]` sub-block j's d · sc_j, `scales[8 + j]`
-            // its dmin · m_j; `sums[c][l]` half l's sums
-            let scales = transpose_16x16(&row_scales);
-            let mut sums = [[_mm512_setzero_si512(); ROWS]; C];
+        let q = (*blk).qs.as_ptr();
+        let (low, high) = (_mm512_loadu_si512(q as *const __m512i), _mm512_loadu_si512(q.add(64) as *const __m512i));
+        let mut quarters = [_mm512_setzero_si512(); 4];
+        for (quarter, words) in quarters.iter_mut().zip(&Q4K_QUARTER_WORDS) {
+            let words = _mm512_permutex2var_epi32(low, lanes(words), high);
+            *quarter = _mm512_and_si512(_mm512_srlv_epi32(words, shifts), mask);
+        }
+        (quarters, q4k_row_scales(blk))
+    }
+
+    #[inline(always)]
+    unsafe fn scale_sums<const C: usize>(
+        acc: &mut [__m512; C],
+        sums: &[[__m512i; ROWS]; C],
+        scales: &[__m512i; ROWS],
+        ds: [*const [f32; 2]; C],
+    ) {
+        // `scales[j]`: sub-block j's d · sc_j, `scales[8 + j]` its dmin · m_j
+        let mut fsum = [_mm512_setzero_ps(); C];
+        for j in 0..QK_K / QK {
+            let (sc, mins) = (_mm512_castsi512_ps(scales[j]), _mm512_castsi512_ps(scales[8 + j]));
             for c in 0..C {
-                sums[c] = transpose_16x16(&halves[c]);
-            }
-            // from here as `tile`
-            let mut fsum = [_mm512_setzero_ps(); C];
-            for j in 0..QK_K / QK {
-                let (sc, mins) = (_mm512_castsi512_ps(scales[j]), _mm512_castsi512_ps(scales[8 + j]));
-                for c in 0..C {
-                    let isum = _mm512_add_epi32(sums[c][2 * j], sums[c][2 * j + 1]);
-                    fsum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sc, fsum[c]);
-                    acc[c] = _mm512_fnmadd_ps(mins, _mm512_set1_ps((*ds[c].add(sb * 8 + j))[1]), acc[c]);
-                }
-            }
-            for c in 0..C {
-                acc[c] = _mm512_fmadd_ps(fsum[c], _mm512_set1_ps((*ds[c].add(sb * 8))[0]), acc[c]);
+                let isum = _mm512_add_epi32(sums[c][2 * j], sums[c][2 * j + 1]);
+                fsum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sc, fsum[c]);
+                acc[c] = _mm512_fnmadd_ps(mins, _mm512_set1_ps((*ds[c].add(j))[1]), acc[c]);
             }
         }
-        acc
+        for c in 0..C {
+            acc[c] = _mm512_fmadd_ps(fsum[c], _mm512_set1_ps((*ds[c])[0]), acc[c]);
+        }
     }
 }
 
 impl FileRows for Q6KGroups {
+    const UNSIGNED_OFFSET: bool = true;
+
     #[inline(always)]
-    unsafe fn file_tile<const C: usize>(
-        first: *const BlockQ6K,
-        stride: usize,
-        qs: [*const i8; C],
-        ds: [*const [f32; 2]; C],
-        sbs: usize,
-    ) -> [__m512; C] {
+    unsafe fn row_quarters(blk: *const BlockQ6K) -> ([__m512i; 4], __m512) {
         let (low4, top2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
         let (ql_shifts, qh_rotations) = (lanes(&Q6K_QL_SHIFTS), lanes(&Q6K_QH_ROTATIONS));
-        let mut acc = [_mm512_setzero_ps(); C];
-        for sb in 0..sbs {
-            // the quants q are read unsigned (0..=63): q − 32 against the activations is
-            // q's products less 32 times the activations' sum, per 16-value half
-            let mut less = [_mm512_setzero_si512(); C];
-            for (c, less) in less.iter_mut().enumerate() {
-                for k in 0..4 {
-                    let a = _mm512_loadu_si512(qs[c].add(sb * QK_K + 64 * k) as *const __m512i);
-                    *less = _mm512_dpbusd_epi32(*less, _mm512_set1_epi8(1), a);
-                }
-                *less = _mm512_slli_epi32::<5>(*less);
-            }
-            let mut halves = [[_mm512_setzero_si512(); ROWS]; C];
-            let mut row_scales = [_mm512_setzero_si512(); ROWS];
-            for r in 0..ROWS {
-                let blk = first.add(r * stride + sb);
-                prefetch_next_group(blk, stride);
-                row_scales[r] = _mm512_castps_si512(q6k_row_scales(blk));
-                let ql = (*blk).ql.as_ptr();
-                let (ql0, ql1) =
-                    (_mm512_loadu_si512(ql as *const __m512i), _mm512_loadu_si512(ql.add(64) as *const __m512i));
-                let qh = _mm512_loadu_si512((*blk).qh.as_ptr() as *const __m512i);
-                let mut dots = [_mm512_setzero_si512(); C];
-                for k in 0..4 {
-                    let low = _mm512_permutex2var_epi32(ql0, lanes(&Q6K_QL_WORDS[k]), ql1);
-                    let low = _mm512_and_si512(_mm512_srlv_epi32(low, ql_shifts), low4);
-                    let high = _mm512_permutexvar_epi32(lanes(&Q6K_QH_WORDS[k]), qh);
-                    let high = _mm512_and_si512(_mm512_rolv_epi32(high, qh_rotations), top2);
-                    let w = _mm512_or_si512(low, high);
-                    for c in 0..C {
-                        let a = _mm512_loadu_si512(qs[c].add(sb * QK_K + 64 * k) as *const __m512i);
-                        dots[c] = _mm512_dpbusd_epi32(dots[c], w, a);
-                    }
-                }
-                for c in 0..C {
-                    halves[c][r] = _mm512_sub_epi32(dots[c], less[c]);
-                }
-            }
-            // the sixteen rows' lanes: `scales[h]` half h's d · sc_h, `sums[c][h]` its sums
-            let scales = transpose_16x16(&row_scales);
-            let mut sums = [[_mm512_setzero_si512(); ROWS]; C];
+        let ql = (*blk).ql.as_ptr();
+        let (ql0, ql1) = (_mm512_loadu_si512(ql as *const __m512i), _mm512_loadu_si512(ql.add(64) as *const __m512i));
+        let qh = _mm512_loadu_si512((*blk).qh.as_ptr() as *const __m512i);
+        let mut quarters = [_mm512_setzero_si512(); 4];
+        for (k, quarter) in quarters.iter_mut().enumerate() {
+            let low = _mm512_permutex2var_epi32(ql0, lanes(&Q6K_QL_WORDS[k]), ql1);
+            let low = _mm512_and_si512(_mm512_srlv_epi32(low, ql_shifts), low4);
+            let high = _mm512_permutexvar_epi32(lanes(&Q6K_QH_WORDS[k]), qh);
+            let high = _mm512_and_si512(_mm512_rolv_epi32(high, qh_rotations), top2);
+            *quarter = _mm512_or_si512(low, high);
+        }
+        (quarters, q6k_row_scales(blk))
+    }
+
+    #[inline(always)]
+    unsafe fn scale_sums<const C: usize>(
+        acc: &mut [__m512; C],
+        sums: &[[__m512i; ROWS]; C],
+        scales: &[__m512i; ROWS],
+        ds: [*const [f32; 2]; C],
+    ) {
+        // `scales[h]`: 16-value half h's d · sc_h
+        let mut fsum = [_mm512_setzero_ps(); C];
+        for (h, sc) in scales.iter().enumerate() {
             for c in 0..C {
-                sums[c] = transpose_16x16(&halves[c]);
-            }
-            // from here as `tile`
-            let mut fsum = [_mm512_setzero_ps(); C];
-            for (h, sc) in scales.iter().enumerate() {
-                for c in 0..C {
-                    fsum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[c][h]), _mm512_castsi512_ps(*sc), fsum[c]);
-                }
-            }
-            for c in 0..C {
-                acc[c] = _mm512_fmadd_ps(fsum[c], _mm512_set1_ps((*ds[c].add(sb * 8))[0]), acc[c]);
+                fsum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[c][h]), _mm512_castsi512_ps(*sc), fsum[c]);
             }
         }
-        acc
+        for c in 0..C {
+            acc[c] = _mm512_fmadd_ps(fsum[c], _mm512_set1_ps((*ds[c])[0]), acc[c]);
+        }
     }
+}
+
+/// [`RowGroup::tile`]'s sums from the file's super-blocks (the sixteen rows at `first`,
+/// `first + stride`, …), not unpacked, against the signed interleaved activations: each
+/// row's sixteen 16-value sums are the tile's integers taken in another order, brought into
+/// its lanes by [`transpose_16x16`], and the f32 steps are `tile`'s
+/// ([`FileRows::scale_sums`]), so the outputs are the same bits.
+#[inline(always)]
+unsafe fn file_tile<G: FileRows, const C: usize>(
+    first: *const G::Block,
+    stride: usize,
+    qs: [*const i8; C],
+    ds: [*const [f32; 2]; C],
+    sbs: usize,
+) -> [__m512; C] {
+    let mut acc = [_mm512_setzero_ps(); C];
+    for sb in 0..sbs {
+        let a = |c: usize, k: usize| qs[c].add(sb * QK_K + 64 * k) as *const __m512i;
+        // what the unsigned quants' products carry beyond the tile's: 32 · Σ a per half
+        let mut offset = [_mm512_setzero_si512(); C];
+        if G::UNSIGNED_OFFSET {
+            for (c, offset) in offset.iter_mut().enumerate() {
+                for k in 0..4 {
+                    *offset = _mm512_dpbusd_epi32(*offset, _mm512_set1_epi8(1), _mm512_loadu_si512(a(c, k)));
+                }
+                *offset = _mm512_slli_epi32::<5>(*offset);
+            }
+        }
+        // per activation row, each weight row's sums of its sixteen 16-value halves
+        let mut halves = [[_mm512_setzero_si512(); ROWS]; C];
+        let mut row_scales = [_mm512_setzero_si512(); ROWS];
+        for r in 0..ROWS {
+            let blk = first.add(r * stride + sb);
+            prefetch_next_group(blk, stride);
+            let (quarters, scales) = G::row_quarters(blk);
+            row_scales[r] = _mm512_castps_si512(scales);
+            for c in 0..C {
+                let mut dots = _mm512_sub_epi32(_mm512_setzero_si512(), offset[c]);
+                for (k, quarter) in quarters.iter().enumerate() {
+                    dots = _mm512_dpbusd_epi32(dots, *quarter, _mm512_loadu_si512(a(c, k)));
+                }
+                halves[c][r] = dots;
+            }
+        }
+        // the sixteen rows in the lanes, as `tile` takes them
+        let scales = transpose_16x16(&row_scales);
+        let mut sums = [[_mm512_setzero_si512(); ROWS]; C];
+        for c in 0..C {
+            sums[c] = transpose_16x16(&halves[c]);
+        }
+        G::scale_sums(&mut acc, &sums, &scales, ds.map(|d| d.add(sb * (QK_K / QK))));
+    }
+    acc
 }
 
 /// The scratch of [`SignedGroups`] with `N` blocks per group.
@@ -861,7 +869,7 @@ unsafe fn put_sums<const C: usize>(acc: [__m512; C], dst: *mut f32, ldd: usize, 
     }
 }
 
-/// [`columns`] with the K-quant groups read from the file ([`FileRows::file_tile`]): the
+/// [`columns`] with the K-quant groups read from the file ([`file_tile`]): the
 /// sixteen rows from `row0 + 16g` of the weight `w` for `g` in `0..groups`, against the
 /// `C` activation rows, in [`columns`]' chunks (so that the outputs are summed alike).
 #[inline(always)]
@@ -881,7 +889,7 @@ unsafe fn file_columns<G: FileRows, const C: usize>(
             let n = (sbs - s0).min(CHUNK_VALUES / QK_K);
             let qs: [*const i8; C] = std::array::from_fn(|c| acts.row_qs(c).add(s0 * QK_K));
             let ds: [*const [f32; 2]; C] = std::array::from_fn(|c| acts.row_ds(c).add(s0 * (QK_K / QK)));
-            let acc = G::file_tile::<C>(w.add((row0 + ROWS * g) * sbs + s0), sbs, qs, ds, n);
+            let acc = file_tile::<G, C>(w.add((row0 + ROWS * g) * sbs + s0), sbs, qs, ds, n);
             put_sums(acc, dst, ldd, 0, row0 + ROWS * g, s0 == 0);
             s0 += n;
         }
@@ -948,7 +956,7 @@ unsafe fn grouped_rows<G: RowGroup>(
     }
 }
 
-/// [`grouped_rows`] with the K-quant groups read from the file ([`FileRows::file_tile`],
+/// [`grouped_rows`] with the K-quant groups read from the file ([`file_tile`],
 /// the same bits), for prefills of fewer than [`UNPACKED_MIN_ROWS`] activation rows.
 #[inline(always)]
 unsafe fn file_rows<G: FileRows>(
