@@ -146,6 +146,18 @@ pub(super) fn prefetch_lead<B, const R: usize>(w: &[*const B; R]) -> usize {
     (R * stride).clamp(PREFETCH_BYTES, 1 << 16)
 }
 
+/// Asks for the cache lines of the block at `blk` in the next group of `rows` weight rows
+/// (the same place `rows * stride` blocks on), as [`prefetch_lead`] leads a tile: for the
+/// prefills that read row groups from the file.
+#[inline(always)]
+pub(super) unsafe fn prefetch_next_group<B>(blk: *const B, rows: usize, stride: usize) {
+    let lead = (rows * stride * std::mem::size_of::<B>()).clamp(PREFETCH_BYTES, 1 << 16);
+    let p = (blk as *const i8).wrapping_add(lead);
+    for line in (0..std::mem::size_of::<B>()).step_by(64) {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line));
+    }
+}
+
 pub(super) struct Q4_1<D>(PhantomData<D>);
 
 impl<D: DotU8I8> TileKernel for Q4_1<D> {

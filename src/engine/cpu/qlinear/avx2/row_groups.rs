@@ -29,8 +29,8 @@
 
 use super::super::blocks::{drive, take_scratch, Acts, BlockQ4K, BlockQ6K, TileKernel, QK, QK_K};
 use super::{
-    load_f16_pair, q4k_scales_mins, q6k_d, q6k_sub_block_quants, q6k_sub_block_scales, Madd, ScaledDot, Vnni,
-    PREFETCH_BYTES, Q4K, Q6K,
+    load_f16_pair, prefetch_next_group, q4k_scales_mins, q6k_d, q6k_sub_block_quants, q6k_sub_block_scales, Madd,
+    ScaledDot, Vnni, Q4K, Q6K,
 };
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -275,7 +275,7 @@ impl RowGroup for Q4KGroups {
             let mut mins = [[0f32; 8]; 8];
             for r in 0..8 {
                 let blk = first.add(r * stride + sb);
-                prefetch_next_group(blk, stride, std::mem::size_of::<BlockQ4K>());
+                prefetch_next_group(blk, 8, stride);
                 let (scales, dr, row_mins) = q4k_row_scales(blk);
                 d[r] = dr;
                 for j in 0..QK_K / QK {
@@ -425,7 +425,7 @@ impl RowGroup for Q6KGroups {
             let mut d = [0f32; 8];
             for r in 0..8 {
                 let blk = first.add(r * stride + sb);
-                prefetch_next_group(blk, stride, std::mem::size_of::<BlockQ6K>());
+                prefetch_next_group(blk, 8, stride);
                 d[r] = q6k_d(blk);
                 for (j, less) in less.iter().enumerate() {
                     let (q, sc) = (q6k_sub_block_quants(blk, j), q6k_sub_block_scales(blk, j));
@@ -526,17 +526,6 @@ unsafe fn file_columns<G: RowGroup, D: ScaledDot, const C: usize>(
             put_sums(acc, dst, ldd, i0, row0 + 8 * g, s0 == 0);
             s0 += n;
         }
-    }
-}
-
-/// Asks for the cache lines of the `bytes` at `blk` in the next group's rows: the same
-/// place `8 * stride` blocks on, as [`super::prefetch_lead`] leads a tile.
-#[inline(always)]
-unsafe fn prefetch_next_group<B>(blk: *const B, stride: usize, bytes: usize) {
-    let lead = (8 * stride * std::mem::size_of::<B>()).clamp(PREFETCH_BYTES, 1 << 16);
-    let p = (blk as *const i8).wrapping_add(lead);
-    for line in (0..bytes).step_by(64) {
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line));
     }
 }
 

@@ -36,7 +36,9 @@
 //! ([`transpose_16x16`]) into the lanes the tile scales: the same numbers, the same f32
 //! steps, the same bits without the unpacking.
 
-use super::super::avx2::{load_f16_pair, q4k_scales_mins, q6k_d, transpose_8x8_epi32, PREFETCH_BYTES};
+use super::super::avx2::{
+    load_f16_pair, prefetch_next_group, q4k_scales_mins, q6k_d, q6k_sub_block_quants, transpose_8x8_epi32,
+};
 use super::super::blocks::{drive, take_scratch, unpacked_rows, Acts, BlockQ4K, BlockQ4_1, BlockQ6K, QK, QK_K};
 use super::{signed_interleaved_rows, signed_rows, Q4KInterleaved, SignedInterleaved, SignedPair, UnpackQ6K, Q4_1};
 use super::{UNPACKED_Q4K, UNPACKED_SIGNED};
@@ -190,17 +192,6 @@ unsafe fn transpose_16x16(x: &[__m512i; ROWS]) -> [__m512i; ROWS] {
         out[12 + q] = _mm512_shuffle_i32x4::<0xDD>(odd01, odd23);
     }
     out
-}
-
-/// Asks for the cache lines of the `Block` at `blk` in the next group's rows (the same
-/// place sixteen rows on), as [`super::prefetch_lead`] leads a tile.
-#[inline(always)]
-unsafe fn prefetch_next_group<B>(blk: *const B, stride: usize) {
-    let lead = (ROWS * stride * std::mem::size_of::<B>()).clamp(PREFETCH_BYTES, 1 << 16);
-    let p = (blk as *const i8).wrapping_add(lead);
-    for line in (0..std::mem::size_of::<B>()).step_by(64) {
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line));
-    }
 }
 
 /// `$f` of `($l, $k)` for the sixteen lanes `l` of quarter `k` (0..4) of an interleaved
@@ -433,7 +424,7 @@ impl RowGroup for Q6KGroups {
 
     #[inline(always)]
     unsafe fn unpack(first: *const BlockQ6K, stride: usize, out: &mut Q6KGroup) {
-        let (low4, low2, offset) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03), _mm256_set1_epi8(32));
+        let offset = _mm256_set1_epi8(32);
         for r in 0..ROWS {
             let mut scales = [0f32; 16];
             _mm512_storeu_ps(scales.as_mut_ptr(), q6k_row_scales(first.add(r * stride)));
@@ -442,16 +433,9 @@ impl RowGroup for Q6KGroups {
             }
         }
         for j in 0..QK_K / QK {
-            let (ql_at, ql_shift, qh_at, qh_shift) = BlockQ6K::sub_block(j);
-            let (ql_shift, qh_shift) = (_mm_cvtsi32_si128(ql_shift as i32), _mm_cvtsi32_si128(qh_shift as i32));
             let mut rows = [_mm256_setzero_si256(); ROWS];
             for (r, row) in rows.iter_mut().enumerate() {
-                let blk = first.add(r * stride);
-                let ql = _mm256_loadu_si256((*blk).ql.as_ptr().add(ql_at) as *const __m256i);
-                let lo = _mm256_and_si256(_mm256_srl_epi16(ql, ql_shift), low4);
-                let qh = _mm256_loadu_si256((*blk).qh.as_ptr().add(qh_at) as *const __m256i);
-                let hi = _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, qh_shift), low2));
-                *row = _mm256_sub_epi8(_mm256_or_si256(lo, hi), offset);
+                *row = _mm256_sub_epi8(q6k_sub_block_quants(first.add(r * stride), j), offset);
             }
             store_transposed(&rows, &mut out.q[j]);
             // per half, −128 · Σ (q − 32) of every row over its four positions
@@ -620,7 +604,7 @@ unsafe fn file_tile<G: FileRows, const C: usize>(
         let mut row_scales = [_mm512_setzero_si512(); ROWS];
         for r in 0..ROWS {
             let blk = first.add(r * stride + sb);
-            prefetch_next_group(blk, stride);
+            prefetch_next_group(blk, ROWS, stride);
             let (quarters, scales) = G::row_quarters(blk);
             row_scales[r] = _mm512_castps_si512(scales);
             for c in 0..C {
