@@ -320,12 +320,15 @@ pub(super) unsafe fn signed_block_scales<B>(blk: *const B) -> __m256 {
 
 /// Eight signed blocks (Q8_0, Q4_0, Q5_0: 256 values) unpacked for
 /// [`SignedInterleaved`]: register `k` (0..8) holds values `4k..4k + 4` of each block, so
-/// lane `l` is block `l` in all eight, as in [`super::blocks::interleave_blocks`]; and lane `l`'s
-/// scale `d` as f32. Unpacked once per work unit ([`unpacked_rows`]).
+/// lane `l` is block `l` in all eight, as in [`super::blocks::interleave_blocks`]; `abs` the
+/// same registers' absolute values (the unsigned operand of every product: taken once per
+/// work unit, not once per tile of activation rows); and lane `l`'s scale `d` as f32.
+/// Unpacked once per work unit ([`unpacked_rows`]).
 #[derive(Clone, Copy)]
 #[repr(C, align(32))]
 pub(super) struct UnpackedSigned8 {
     q: [[i32; 8]; 8],
+    abs: [[i32; 8]; 8],
     scales: [f32; 8],
 }
 
@@ -345,8 +348,10 @@ impl<W: SignedBlock> Unpack for UnpackSigned8<W> {
         for (j, block) in natural.iter_mut().enumerate() {
             *block = W::quants(blk.add(j));
         }
-        for (register, q) in out.q.iter_mut().zip(transpose_8x8_epi32(natural)) {
-            _mm256_store_si256(register.as_mut_ptr() as *mut __m256i, q);
+        for (k, q) in transpose_8x8_epi32(natural).into_iter().enumerate() {
+            _mm256_store_si256(out.q[k].as_mut_ptr() as *mut __m256i, q);
+            // (-128 as unsigned is 128: its products stay exact)
+            _mm256_store_si256(out.abs[k].as_mut_ptr() as *mut __m256i, _mm256_sign_epi8(q, q));
         }
         _mm256_store_ps(out.scales.as_mut_ptr(), signed_block_scales(blk));
     }
@@ -385,7 +390,7 @@ impl<D: DotU8I8> TileKernel for SignedInterleaved<D> {
                 let mut ax = [_mm256_setzero_si256(); R];
                 for r in 0..R {
                     qx[r] = _mm256_load_si256(blk[r].q[k].as_ptr() as *const __m256i);
-                    ax[r] = _mm256_sign_epi8(qx[r], qx[r]);
+                    ax[r] = _mm256_load_si256(blk[r].abs[k].as_ptr() as *const __m256i);
                 }
                 for c in 0..C {
                     let a = _mm256_loadu_si256(qs[c].add(g * QK_K + QK * k) as *const __m256i);
