@@ -211,7 +211,17 @@ fn transpose_pieces(qs: &mut [i8], lanes: usize) {
     }
 }
 
-impl Acts<'_> {
+impl<'a> Acts<'a> {
+    /// Activation rows `rows` alone.
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> Acts<'a> {
+        let (k, nb) = (self.nb * QK, self.nb);
+        Acts {
+            qs: &self.qs[rows.start * k..rows.end * k],
+            ds: &self.ds[rows.start * nb..rows.end * nb],
+            m: rows.len(),
+            ..*self
+        }
+    }
     #[inline(always)]
     pub fn row_qs(&self, i: usize) -> *const i8 {
         debug_assert!(i < self.m);
@@ -464,6 +474,24 @@ pub unsafe fn unpacked_rows<K: TileKernel, U: Unpack<Out = K::Block>>(
         U::unpack(w.add(r * src_per_row + g * U::PER), out);
     }
     // rows 0.. of the scratch are rows `rows` of the weight: `dst` shifts to match
-    drive::<K>(unpacked.as_ptr(), per_row * K::BLOCKS_PER, 0..rows.len(), acts, dst.add(rows.start), ldd);
+    let (unpacked_w, dst) = (unpacked.as_ptr(), dst.add(rows.start));
+    // The file's bytes after these rows are the next work unit's, which this thread most
+    // often runs next: a share of them is prefetched before each tile of activation rows,
+    // so that their unpacking finds them in cache instead of waiting on memory (~5 % of the
+    // AVX2 Q8_0 prefill of a 1B model). Prefetches never fault: past the weight's end they
+    // are only wasted.
+    let next = w.wrapping_add(rows.end * src_per_row) as *const i8;
+    let lines = rows.len() * src_per_row * std::mem::size_of::<U::Src>() / 64;
+    let cols = K::PREFILL_COLS;
+    let per_tile = lines.div_ceil(acts.m.div_ceil(cols));
+    for (t, i0) in (0..acts.m).step_by(cols).enumerate() {
+        for line in t * per_tile..((t + 1) * per_tile).min(lines) {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(next.wrapping_add(64 * line));
+        }
+        // the tiles `prefill_blocks` takes over all the rows, one at a time
+        let tile = acts.rows(i0..(i0 + cols).min(acts.m));
+        let blocks = 0..per_row * K::BLOCKS_PER;
+        prefill_blocks::<K>(unpacked_w, per_row, blocks, 0..rows.len(), &tile, dst.add(i0 * ldd), ldd);
+    }
     scratch.with(|cell| cell.replace(unpacked));
 }
