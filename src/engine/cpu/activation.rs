@@ -7,6 +7,7 @@ use super::attention::{exp, level, Level, PORTABLE};
 #[cfg(target_arch = "x86_64")]
 use super::attention::{AVX2, AVX512};
 use super::kernels::Isa;
+use super::pool::{self, SendPtr};
 
 /// The activation of a gated FFN's gate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +37,35 @@ pub(crate) fn gated_product(gate: &mut [f32], up: &[f32], act: Gate, isa: Isa) {
         (_, Gate::Silu) => gated::<PORTABLE, false>(gate, up),
         (_, Gate::GeluTanh) => gated::<PORTABLE, true>(gate, up),
     }
+}
+
+/// Values per parallel unit of [`gated_product_of`] (16 KiB of each input).
+const GATED_UNIT: usize = 4096;
+
+/// `act(gate) · up` as a new buffer, on the thread pool: each unit copies its gate values
+/// into the output and runs [`gated_product`] there, so neither input is copied whole
+/// first, and a prefill's million values are not left to one core while the others wait.
+pub(crate) fn gated_product_of(gate: &[f32], up: &[f32], act: Gate, isa: Isa) -> Vec<f32> {
+    assert_eq!(gate.len(), up.len(), "a gate value per up value");
+    let n = gate.len();
+    let mut out: Vec<f32> = Vec::with_capacity(n);
+    let dst = SendPtr(out.as_mut_ptr());
+    // (about as much work per value as 16 multiply-adds: the exponential and the products)
+    pool::for_each_chunk(n.div_ceil(GATED_UNIT), 16 * n, |units| {
+        let values = units.start * GATED_UNIT..(units.end * GATED_UNIT).min(n);
+        // SAFETY: `out` has room for n values and each unit writes only its own `values`,
+        // copied in from `gate` before they are read as a slice
+        let part = unsafe {
+            let at = dst.get().add(values.start);
+            std::ptr::copy_nonoverlapping(gate[values.clone()].as_ptr(), at, values.len());
+            std::slice::from_raw_parts_mut(at, values.len())
+        };
+        gated_product(part, &up[values], act, isa);
+    });
+    // SAFETY: the job has ended (`for_each_chunk` returns when every unit has), and its
+    // units cover all n values
+    unsafe { out.set_len(n) };
+    out
 }
 
 #[cfg(target_arch = "x86_64")]

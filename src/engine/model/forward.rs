@@ -117,16 +117,17 @@ impl Model {
     /// `activation(gate) · up`: our vectorized kernel in one pass where our CPU kernels
     /// run, candle's ops elsewhere.
     fn gated_product(&self, gate: &Tensor, up: &Tensor, activation: Activation) -> Result<Tensor> {
-        use crate::engine::cpu::activation::{gated_product, Gate};
+        use crate::engine::cpu::activation::{gated_product_of, Gate};
         let f32_cpu = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
         match self.kernels.isa() {
             Some(isa) if f32_cpu(gate) && f32_cpu(up) && gate.shape() == up.shape() => {
-                let mut values = gate.flatten_all()?.to_vec1::<f32>()?;
                 let act = match activation {
                     Activation::Silu => Gate::Silu,
                     Activation::Gelu => Gate::GeluTanh,
                 };
-                gated_product(&mut values, &up.flatten_all()?.to_vec1::<f32>()?, act, isa);
+                let (gate_c, up_c) = (gate.contiguous()?, up.contiguous()?);
+                let values =
+                    with_cpu_values(&gate_c, |g| with_cpu_values(&up_c, |u| gated_product_of(g, u, act, isa)))??;
                 Ok(Tensor::from_vec(values, gate.shape(), gate.device())?)
             }
             _ => {
@@ -375,4 +376,12 @@ fn attention_mask(
 /// Greedy pick over logits, for tests and benches.
 pub fn argmax(logits: &Tensor) -> Result<u32> {
     Ok(logits.argmax(D::Minus1)?.to_scalar::<u32>()?)
+}
+
+/// `f` of a contiguous f32 CPU tensor's values, read in place.
+fn with_cpu_values<T>(t: &Tensor, f: impl FnOnce(&[f32]) -> T) -> candle_core::Result<T> {
+    let (storage, layout) = t.storage_and_layout();
+    let candle_core::Storage::Cpu(cpu) = &*storage else { candle_core::bail!("expected a CPU tensor") };
+    let Some((start, end)) = layout.contiguous_offsets() else { candle_core::bail!("expected a contiguous tensor") };
+    Ok(f(&cpu.as_slice::<f32>()?[start..end]))
 }

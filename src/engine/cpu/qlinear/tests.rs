@@ -69,8 +69,7 @@ fn forward_with(lin: &QLinear, isa: Isa, x: &Tensor) -> Tensor {
     let (m, k) = x.dims2().unwrap();
     assert_eq!(k, lin.in_features());
     let xs = x.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    let mut dst = vec![vec![0f32; m * lin.out_features()]];
-    matmul_many(&[lin], isa, &xs, m, &mut dst).unwrap();
+    let mut dst = matmul_many(&[lin], isa, &xs, m).unwrap();
     tensor(dst.pop().unwrap(), &[m, lin.out_features()])
 }
 
