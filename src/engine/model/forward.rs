@@ -2,6 +2,7 @@
 //! and the K/V shift that drops old turns.
 
 use super::*;
+use crate::engine::cpu::norm;
 
 impl Model {
     /// Runs `tokens` at positions `state.len()..`, appends their K/V to `state`, and
@@ -86,7 +87,7 @@ impl Model {
             }
         };
         for (i, layer) in self.layers.iter().enumerate() {
-            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
+            let h = self.rms_norm(&x, &layer.attn_norm)?;
             let mixed = match &layer.mixer {
                 Mixer::Attention(a) => {
                     let angles = a.rope.map(|r| &angles[r]);
@@ -96,8 +97,8 @@ impl Model {
                 Mixer::ShortConv(s) => s.forward(i, &h, state)?,
                 Mixer::DeltaNet(d) => d.forward(i, &h, state, eps)?,
             };
-            x = (x + norm(&mixed, &layer.post_attn_norm)?)?;
-            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
+            let h;
+            (x, h) = self.add_rms_norm(&x, &norm(&mixed, &layer.post_attn_norm)?, &layer.ffn_norm)?;
             let [gate, up]: [Tensor; 2] =
                 Linear::forward_many(&[&layer.w_gate, &layer.w_up], &h)?.try_into().expect("two layers, two outputs");
             let mlp = layer.w_down.forward(&self.gated_product(&gate, &up, self.activation)?)?;
@@ -111,7 +112,39 @@ impl Model {
             }
         }
         state.commit(tokens);
-        Ok(candle_nn::ops::rms_norm(&x, &self.output_norm, self.config.rms_eps)?)
+        self.rms_norm(&x, &self.output_norm)
+    }
+
+    /// RMSNorm of `x`'s rows: ours, on the thread pool, where our CPU kernels run (the same
+    /// bits as candle's), candle's elsewhere.
+    fn rms_norm(&self, x: &Tensor, alpha: &Tensor) -> Result<Tensor> {
+        let eps = self.config.rms_eps;
+        if self.kernels.isa().is_none() || !ours_can_norm(x, alpha) {
+            return Ok(candle_nn::ops::rms_norm(x, alpha, eps)?);
+        }
+        let (x_c, alpha_c) = (x.contiguous()?, alpha.contiguous()?);
+        let normed = with_cpu_values(&x_c, |x| with_cpu_values(&alpha_c, |a| norm::rms_norm(x, a, eps)))??;
+        Ok(Tensor::from_vec(normed, x.shape(), x.device())?)
+    }
+
+    /// `x + delta` and the RMSNorm of its rows, in one pass where our CPU kernels run.
+    fn add_rms_norm(&self, x: &Tensor, delta: &Tensor, alpha: &Tensor) -> Result<(Tensor, Tensor)> {
+        if self.kernels.isa().is_none()
+            || !ours_can_norm(x, alpha)
+            || !ours_can_norm(delta, alpha)
+            || x.shape() != delta.shape()
+        {
+            let sum = (x + delta)?;
+            let normed = candle_nn::ops::rms_norm(&sum, alpha, self.config.rms_eps)?;
+            return Ok((sum, normed));
+        }
+        let (x_c, delta_c, alpha_c) = (x.contiguous()?, delta.contiguous()?, alpha.contiguous()?);
+        let (sum, normed) = with_cpu_values(&x_c, |x| {
+            with_cpu_values(&delta_c, |d| {
+                with_cpu_values(&alpha_c, |a| norm::add_rms_norm(x, d, a, self.config.rms_eps))
+            })
+        })???;
+        Ok((Tensor::from_vec(sum, x.shape(), x.device())?, Tensor::from_vec(normed, x.shape(), x.device())?))
     }
 
     /// `activation(gate) · up`: our vectorized kernel in one pass where our CPU kernels
@@ -384,4 +417,11 @@ fn with_cpu_values<T>(t: &Tensor, f: impl FnOnce(&[f32]) -> T) -> candle_core::R
     let candle_core::Storage::Cpu(cpu) = &*storage else { candle_core::bail!("expected a CPU tensor") };
     let Some((start, end)) = layout.contiguous_offsets() else { candle_core::bail!("expected a contiguous tensor") };
     Ok(f(&cpu.as_slice::<f32>()?[start..end]))
+}
+
+/// Whether [`Model::rms_norm`]'s own path takes `x` and `alpha`: f32 on the CPU, rows of
+/// `alpha`'s length.
+fn ours_can_norm(x: &Tensor, alpha: &Tensor) -> bool {
+    let f32_cpu = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
+    f32_cpu(x) && f32_cpu(alpha) && alpha.rank() == 1 && x.dims().last() == Some(&alpha.dims()[0])
 }
