@@ -150,15 +150,17 @@ trait FileRows: RowGroup {
     /// quarter `k`: its values `16l + 4k ..+ 4`, the activations' interleaved order) and its
     /// sixteen scales as `unpack` computes them, in one register.
     unsafe fn row_quarters(blk: *const Self::Block) -> ([__m512i; 4], __m512);
-    /// `tile`'s f32 steps for one super-block: `sums[c][l]` the sixteen rows' sums of half
-    /// `l` against activation row `c`, `scales[l]` the rows' scale `l` (lanes: rows), `ds`
-    /// the activation rows' scales of the super-block.
+    /// `tile`'s f32 steps for one super-block up to the activations' `d`, which
+    /// [`file_tile`] applies: `sums[c][l]` the sixteen rows' sums of half `l` against
+    /// activation row `c`, `scales[l]` the rows' scale `l` (lanes: rows), `ds` the
+    /// activation rows' scales of the super-block; what goes straight into `acc` (Q4_K's
+    /// mins) goes there, and the scaled sums are returned.
     unsafe fn scale_sums<const C: usize>(
         acc: &mut [__m512; C],
         sums: &[[__m512i; ROWS]; C],
         scales: &[__m512i; ROWS],
         ds: [*const [f32; 2]; C],
-    );
+    ) -> [__m512; C];
 }
 
 /// The 16 x 16 matrix of 32-bit elements `x[row][lane]`, transposed (`out[lane][row]`).
@@ -515,7 +517,7 @@ impl FileRows for Q4KGroups {
         sums: &[[__m512i; ROWS]; C],
         scales: &[__m512i; ROWS],
         ds: [*const [f32; 2]; C],
-    ) {
+    ) -> [__m512; C] {
         // `scales[j]`: sub-block j's d · sc_j, `scales[8 + j]` its dmin · m_j
         let mut fsum = [_mm512_setzero_ps(); C];
         for j in 0..QK_K / QK {
@@ -526,9 +528,7 @@ impl FileRows for Q4KGroups {
                 acc[c] = _mm512_fnmadd_ps(mins, _mm512_set1_ps((*ds[c].add(j))[1]), acc[c]);
             }
         }
-        for c in 0..C {
-            acc[c] = _mm512_fmadd_ps(fsum[c], _mm512_set1_ps((*ds[c])[0]), acc[c]);
-        }
+        fsum
     }
 }
 
@@ -555,11 +555,11 @@ impl FileRows for Q6KGroups {
 
     #[inline(always)]
     unsafe fn scale_sums<const C: usize>(
-        acc: &mut [__m512; C],
+        _acc: &mut [__m512; C],
         sums: &[[__m512i; ROWS]; C],
         scales: &[__m512i; ROWS],
-        ds: [*const [f32; 2]; C],
-    ) {
+        _ds: [*const [f32; 2]; C],
+    ) -> [__m512; C] {
         // `scales[h]`: 16-value half h's d · sc_h
         let mut fsum = [_mm512_setzero_ps(); C];
         for (h, sc) in scales.iter().enumerate() {
@@ -567,9 +567,7 @@ impl FileRows for Q6KGroups {
                 fsum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[c][h]), _mm512_castsi512_ps(*sc), fsum[c]);
             }
         }
-        for c in 0..C {
-            acc[c] = _mm512_fmadd_ps(fsum[c], _mm512_set1_ps((*ds[c])[0]), acc[c]);
-        }
+        fsum
     }
 }
 
@@ -621,7 +619,11 @@ unsafe fn file_tile<G: FileRows, const C: usize>(
         for c in 0..C {
             sums[c] = transpose_16x16(&halves[c]);
         }
-        G::scale_sums(&mut acc, &sums, &scales, ds.map(|d| d.add(sb * (QK_K / QK))));
+        let ds = ds.map(|d| d.add(sb * (QK_K / QK)));
+        let fsum = G::scale_sums(&mut acc, &sums, &scales, ds);
+        for c in 0..C {
+            acc[c] = _mm512_fmadd_ps(fsum[c], _mm512_set1_ps((*ds[c])[0]), acc[c]);
+        }
     }
     acc
 }
